@@ -1,0 +1,326 @@
+//! The persisted layout of a node's PM file: superblock and geometry.
+//!
+//! A PM file is an array of 4 KiB blocks:
+//!
+//! ```text
+//! block 0                      superblock (first 256 bytes used, rest zero)
+//! [log_start, +log_slots*log_blocks)   client operation logs; each slot is one header
+//!                              block followed by a ring of (log_blocks - 1) blocks
+//! [itable_start, +itable_blocks)       inode table: 256-byte inodes, 16 per block,
+//!                              inode number i at index i (0 unused, 1 = root)
+//! [data_start, total_blocks)   data blocks: file data, directory slots, indirect
+//!                              blocks, xattr blocks
+//! ```
+//!
+//! Superblock, byte by byte (all integers little-endian):
+//!
+//! ```text
+//! off len field
+//!   0   8 magic          b"LINEFSPM"
+//!   8   4 version        FORMAT_VERSION
+//!  12   4 block_size     4096
+//!  16   8 total_blocks   size of the file / 4096
+//!  24   4 log_slots      number of client logs
+//!  28   4 reserved       0
+//!  32   8 log_start      first block of log slot 0
+//!  40   8 log_blocks     blocks per log slot, header block included
+//!  48   8 itable_start   first block of the inode table
+//!  56   8 inode_count    inodes in the table (index 0 unused)
+//!  64   8 data_start     first data block
+//!  72   8 data_blocks    number of data blocks
+//!  80  16 uuid           random identity of this file system
+//!  96   8 format_time    nanoseconds since the Unix epoch
+//! 104 148 reserved       0
+//! 252   4 crc32c         over bytes 0..252
+//! ```
+//!
+//! The superblock is written once, at format, and never changes afterwards; opening checks
+//! magic, version, checksum and that the geometry fits the file.
+
+use crate::region::{PmError, PmRegion};
+
+/// Size of every block of the PM file.
+pub const BLOCK_SIZE: u64 = 4096;
+/// Persisted format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Magic at offset 0 of a linefs PM file.
+pub const MAGIC: &[u8; 8] = b"LINEFSPM";
+/// Size of one on-PM inode.
+pub const INODE_SIZE: u64 = 256;
+/// Size of the superblock's used part.
+pub const SUPERBLOCK_SIZE: usize = 256;
+
+/// Errors of the persisted format: what is wrong with a PM image, said plainly.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("not a linefs PM file (bad magic)")]
+    BadMagic,
+    #[error("PM file has format version {found}, this build reads version {expected}")]
+    Version { found: u32, expected: u32 },
+    #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): PM file is corrupt")]
+    SuperblockChecksum { stored: u32, computed: u32 },
+    #[error("PM file is truncated or resized: superblock says {expected} bytes, file has {found}")]
+    SizeMismatch { expected: u64, found: u64 },
+    #[error("superblock geometry is inconsistent: {0}")]
+    Geometry(String),
+    #[error("invalid format options: {0}")]
+    Options(String),
+    #[error("corrupt {what}: {detail}")]
+    Corrupt { what: String, detail: String },
+    #[error(transparent)]
+    Pm(#[from] PmError),
+}
+
+/// Where everything lives in a PM file. Derived at format time and stored in the superblock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub total_blocks: u64,
+    pub log_slots: u32,
+    pub log_start: u64,
+    pub log_blocks: u64,
+    pub itable_start: u64,
+    pub inode_count: u64,
+    pub data_start: u64,
+    pub data_blocks: u64,
+}
+
+/// The parameters of `format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FormatParams {
+    /// Size of the PM file in bytes (multiple of 4096).
+    pub size: u64,
+    /// Bytes per client log, header block included.
+    pub log_size: u64,
+    pub log_slots: u32,
+    pub inodes: u64,
+}
+
+impl FormatParams {
+    /// Defaults scaled to `size`: 4 log slots of size/32 each (at least 4 MiB, at most
+    /// 256 MiB), one inode per 16 KiB.
+    pub fn for_size(size: u64) -> FormatParams {
+        let log_size = (size / 32).clamp(4 << 20, 256 << 20) / BLOCK_SIZE * BLOCK_SIZE;
+        FormatParams {
+            size,
+            log_size,
+            log_slots: 4,
+            inodes: (size / 16384).clamp(1024, 1 << 24),
+        }
+    }
+}
+
+impl Geometry {
+    /// Lay out a file of `p.size` bytes.
+    pub fn compute(p: &FormatParams) -> Result<Geometry, FormatError> {
+        if p.size % BLOCK_SIZE != 0 {
+            return Err(FormatError::Options(format!("size {} is not a multiple of 4096", p.size)));
+        }
+        if p.log_size % BLOCK_SIZE != 0 || p.log_size < 64 * BLOCK_SIZE {
+            return Err(FormatError::Options(format!(
+                "log size {} must be a multiple of 4096 and at least 256 KiB",
+                p.log_size
+            )));
+        }
+        if p.log_slots == 0 || p.log_slots > 64 {
+            return Err(FormatError::Options(format!("log slots {} not in 1..=64", p.log_slots)));
+        }
+        if p.inodes < 16 {
+            return Err(FormatError::Options("at least 16 inodes".into()));
+        }
+        let total_blocks = p.size / BLOCK_SIZE;
+        let log_start = 1;
+        let log_blocks = p.log_size / BLOCK_SIZE;
+        let itable_start = log_start + log_blocks * p.log_slots as u64;
+        let per_block = BLOCK_SIZE / INODE_SIZE;
+        let itable_blocks = p.inodes.div_ceil(per_block);
+        let inode_count = itable_blocks * per_block;
+        let data_start = itable_start + itable_blocks;
+        if data_start + 64 > total_blocks {
+            return Err(FormatError::Options(format!(
+                "{} bytes is too small for {} logs of {} bytes and {} inodes",
+                p.size, p.log_slots, p.log_size, p.inodes
+            )));
+        }
+        Ok(Geometry {
+            total_blocks,
+            log_slots: p.log_slots,
+            log_start,
+            log_blocks,
+            itable_start,
+            inode_count,
+            data_start,
+            data_blocks: total_blocks - data_start,
+        })
+    }
+
+    /// Byte offset of log slot `slot`'s header block.
+    pub fn log_slot_off(&self, slot: u32) -> u64 {
+        (self.log_start + self.log_blocks * slot as u64) * BLOCK_SIZE
+    }
+
+    /// Byte offset of inode `ino` in the table.
+    pub fn inode_off(&self, ino: u64) -> u64 {
+        self.itable_start * BLOCK_SIZE + ino * INODE_SIZE
+    }
+
+    /// Whether `block` is a data block.
+    pub fn is_data_block(&self, block: u64) -> bool {
+        block >= self.data_start && block < self.total_blocks
+    }
+
+    fn check(&self, file_len: u64) -> Result<(), FormatError> {
+        let bad = |m: &str| Err(FormatError::Geometry(m.to_string()));
+        if self.total_blocks * BLOCK_SIZE != file_len {
+            return Err(FormatError::SizeMismatch {
+                expected: self.total_blocks.saturating_mul(BLOCK_SIZE),
+                found: file_len,
+            });
+        }
+        if self.log_start != 1 || self.log_slots == 0 || self.log_slots > 64 || self.log_blocks < 64 {
+            return bad("log area");
+        }
+        let itable = self.log_blocks.checked_mul(self.log_slots as u64).and_then(|b| b.checked_add(1));
+        if itable != Some(self.itable_start) {
+            return bad("inode table start");
+        }
+        let per_block = BLOCK_SIZE / INODE_SIZE;
+        if self.inode_count % per_block != 0
+            || self.itable_start.checked_add(self.inode_count / per_block) != Some(self.data_start)
+        {
+            return bad("inode table size");
+        }
+        if self.data_start.checked_add(self.data_blocks) != Some(self.total_blocks) {
+            return bad("data area");
+        }
+        Ok(())
+    }
+}
+
+/// The decoded superblock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub geometry: Geometry,
+    pub uuid: [u8; 16],
+    pub format_time_ns: u64,
+}
+
+impl Superblock {
+    /// Encode to the 256-byte on-PM form.
+    pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
+        let g = &self.geometry;
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(BLOCK_SIZE as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&g.total_blocks.to_le_bytes());
+        b[24..28].copy_from_slice(&g.log_slots.to_le_bytes());
+        b[32..40].copy_from_slice(&g.log_start.to_le_bytes());
+        b[40..48].copy_from_slice(&g.log_blocks.to_le_bytes());
+        b[48..56].copy_from_slice(&g.itable_start.to_le_bytes());
+        b[56..64].copy_from_slice(&g.inode_count.to_le_bytes());
+        b[64..72].copy_from_slice(&g.data_start.to_le_bytes());
+        b[72..80].copy_from_slice(&g.data_blocks.to_le_bytes());
+        b[80..96].copy_from_slice(&self.uuid);
+        b[96..104].copy_from_slice(&self.format_time_ns.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..252]);
+        b[252..256].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and check a superblock read from a file of `file_len` bytes.
+    pub fn decode(b: &[u8; SUPERBLOCK_SIZE], file_len: u64) -> Result<Superblock, FormatError> {
+        if &b[0..8] != MAGIC {
+            return Err(FormatError::BadMagic);
+        }
+        let version = le32(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::Version { found: version, expected: FORMAT_VERSION });
+        }
+        let stored = le32(b, 252);
+        let computed = crc32c::crc32c(&b[..252]);
+        if stored != computed {
+            return Err(FormatError::SuperblockChecksum { stored, computed });
+        }
+        if le32(b, 12) as u64 != BLOCK_SIZE {
+            return Err(FormatError::Geometry(format!("block size {}", le32(b, 12))));
+        }
+        let geometry = Geometry {
+            total_blocks: le64(b, 16),
+            log_slots: le32(b, 24),
+            log_start: le64(b, 32),
+            log_blocks: le64(b, 40),
+            itable_start: le64(b, 48),
+            inode_count: le64(b, 56),
+            data_start: le64(b, 64),
+            data_blocks: le64(b, 72),
+        };
+        geometry.check(file_len)?;
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[80..96]);
+        Ok(Superblock { geometry, uuid, format_time_ns: le64(b, 96) })
+    }
+
+    /// Read and check the superblock of `region`.
+    pub fn read(region: &PmRegion) -> Result<Superblock, FormatError> {
+        if region.len() < BLOCK_SIZE {
+            return Err(FormatError::SizeMismatch { expected: BLOCK_SIZE, found: region.len() });
+        }
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        region.read(0, &mut b)?;
+        Superblock::decode(&b, region.len())
+    }
+}
+
+pub(crate) fn le16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+
+pub(crate) fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+
+pub(crate) fn le64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        let geometry = Geometry::compute(&FormatParams::for_size(64 << 20)).unwrap();
+        Superblock { geometry, uuid: [7; 16], format_time_ns: 42 }
+    }
+
+    #[test]
+    fn superblock_roundtrip() {
+        let sb = sample();
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b, 64 << 20).unwrap(), sb);
+    }
+
+    #[test]
+    fn superblock_rejects_corruption() {
+        let sb = sample();
+        let mut b = sb.encode();
+        b[17] ^= 1;
+        assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::SuperblockChecksum { .. })));
+        let b = sb.encode();
+        assert!(matches!(Superblock::decode(&b, 32 << 20), Err(FormatError::SizeMismatch { .. })));
+        let mut b = sb.encode();
+        b[0] = b'X';
+        assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::BadMagic)));
+        let mut b = sb.encode();
+        b[8] = 9;
+        assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::Version { found: 9, .. })));
+    }
+
+    #[test]
+    fn geometry_rejects_bad_options() {
+        assert!(Geometry::compute(&FormatParams { size: 4097, ..FormatParams::for_size(1 << 30) }).is_err());
+        assert!(Geometry::compute(&FormatParams::for_size(1 << 20)).is_err());
+        let g = Geometry::compute(&FormatParams::for_size(1 << 30)).unwrap();
+        assert_eq!(g.data_start + g.data_blocks, g.total_blocks);
+        assert_eq!(g.inode_count, 65536);
+    }
+}

@@ -1,0 +1,367 @@
+//! The operation-log ring of one client (a log slot).
+//!
+//! A slot is one header block followed by a ring of `ring_bytes`. Positions in the log are
+//! *LSNs*: byte offsets in an endless virtual log; an LSN lives at ring offset
+//! `lsn % ring_bytes`. Every entry starts on a 64-byte boundary (so two entries never share a
+//! cache line), never wraps (a PAD entry fills the end of the ring instead), and records its
+//! own LSN, so stale entries from an earlier lap of the ring are recognised as such.
+//!
+//! Slot header block (little-endian):
+//!
+//! ```text
+//! off len field
+//!   0   8 magic          b"LFLOGSLT"
+//!   8   4 slot           index of this slot
+//!  12   4 reserved       0
+//!  16   8 ring_bytes     size of the ring
+//!  24   4 crc32c         over bytes 0..24
+//!  28  36 reserved       0
+//!  64   8 published_lsn  everything before it is published and may be overwritten;
+//!                        recovery scans from here (one aligned 8-byte store)
+//! ```
+//!
+//! Entry (little-endian):
+//!
+//! ```text
+//! off len field
+//!   0   4 magic          b"LFEN"
+//!   4   4 total_len      bytes of the entry incl. header and padding, multiple of 64
+//!   8   8 lsn            the entry's own position
+//!  16   4 payload_len    bytes of records that follow the header
+//!  20   2 kind           0 = records, 1 = pad (payload_len 0)
+//!  22   2 reserved       0
+//!  24   4 crc32c         over bytes 0..24, then the payload
+//!  28   4 reserved       0
+//!  32   … payload (records, see crate::record), zero padding to total_len
+//! ```
+//!
+//! Commit point: an entry is committed once all its bytes are persisted and fenced; its
+//! checksum makes a torn entry detectable. Appends are sequential and each is fenced before
+//! the next starts, so the committed log is exactly the prefix up to the first entry that
+//! fails validation — the scan stops there.
+
+use crate::layout::{le32, le64, FormatError, Geometry, BLOCK_SIZE};
+use crate::region::PmRegion;
+use std::sync::Arc;
+
+pub const SLOT_MAGIC: &[u8; 8] = b"LFLOGSLT";
+pub const ENTRY_MAGIC: &[u8; 4] = b"LFEN";
+pub const ENTRY_HEADER: u64 = 32;
+pub const ENTRY_ALIGN: u64 = 64;
+const PUBLISHED_OFF: u64 = 64;
+const KIND_RECORDS: u16 = 0;
+const KIND_PAD: u16 = 1;
+
+/// A committed entry found by [`LogSlot::scan`] or written by [`LogSlot::append`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryLoc {
+    pub lsn: u64,
+    /// LSN just past this entry.
+    pub end: u64,
+    /// Region offset of the payload.
+    pub payload_off: u64,
+    pub payload_len: u64,
+}
+
+/// Why a scan stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanStop {
+    /// The next position holds no entry of this lap (the normal end of the log).
+    End,
+    /// The next position holds an entry that fails validation: torn or corrupt.
+    Invalid(String),
+    /// The scan reached a full ring's worth of entries.
+    Full,
+}
+
+/// The committed entries from a starting LSN.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    pub entries: Vec<EntryLoc>,
+    /// LSN just past the last committed entry (where the next append goes).
+    pub end: u64,
+    pub stop: ScanStop,
+}
+
+/// Not enough free ring space for an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("log full: entry of {need} bytes, {free} bytes free")]
+pub struct LogFull {
+    pub need: u64,
+    pub free: u64,
+}
+
+/// One client's log slot in a PM region.
+pub struct LogSlot {
+    region: Arc<PmRegion>,
+    slot: u32,
+    hdr_off: u64,
+    ring_off: u64,
+    ring_bytes: u64,
+}
+
+fn align(n: u64) -> u64 {
+    n.div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN
+}
+
+impl LogSlot {
+    pub fn new(region: Arc<PmRegion>, geo: &Geometry, slot: u32) -> LogSlot {
+        let hdr_off = geo.log_slot_off(slot);
+        LogSlot {
+            region,
+            slot,
+            hdr_off,
+            ring_off: hdr_off + BLOCK_SIZE,
+            ring_bytes: (geo.log_blocks - 1) * BLOCK_SIZE,
+        }
+    }
+
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring_bytes
+    }
+
+    /// Largest payload of one entry: a quarter of the ring, so that an entry always fits
+    /// once everything before it is published.
+    pub fn max_payload(&self) -> u64 {
+        self.ring_bytes / 4 - ENTRY_HEADER
+    }
+
+    /// Write an empty slot: header with published_lsn 0 and a zeroed first ring block.
+    pub fn format(&self) -> Result<(), FormatError> {
+        let mut h = [0u8; 128];
+        h[0..8].copy_from_slice(SLOT_MAGIC);
+        h[8..12].copy_from_slice(&self.slot.to_le_bytes());
+        h[16..24].copy_from_slice(&self.ring_bytes.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..24]);
+        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        self.region.write(self.hdr_off, &h)?;
+        self.region.zero(self.ring_off, BLOCK_SIZE)?;
+        self.region.persist(self.hdr_off, 128)?;
+        self.region.persist(self.ring_off, BLOCK_SIZE)?;
+        Ok(())
+    }
+
+    /// Check the header and return the published LSN.
+    pub fn published_lsn(&self) -> Result<u64, FormatError> {
+        let mut h = [0u8; 72];
+        self.region.read(self.hdr_off, &mut h)?;
+        let bad = |d: String| FormatError::Corrupt { what: format!("log slot {} header", self.slot), detail: d };
+        if &h[0..8] != SLOT_MAGIC {
+            return Err(bad("bad magic".into()));
+        }
+        if le32(&h, 24) != crc32c::crc32c(&h[..24]) {
+            return Err(bad("checksum mismatch".into()));
+        }
+        if le32(&h, 8) != self.slot || le64(&h, 16) != self.ring_bytes {
+            return Err(bad("does not match the superblock".into()));
+        }
+        Ok(le64(&h, PUBLISHED_OFF as usize))
+    }
+
+    /// Durably advance the published LSN (the checkpoint): everything before `lsn` may be
+    /// overwritten from now on.
+    pub fn set_published_lsn(&self, lsn: u64) -> Result<(), FormatError> {
+        self.region.write_u64(self.hdr_off + PUBLISHED_OFF, lsn)?;
+        self.region.persist(self.hdr_off + PUBLISHED_OFF, 8)?;
+        self.region.fence();
+        Ok(())
+    }
+
+    /// Bytes an entry with `payload_len` bytes of payload occupies (padding of the ring end
+    /// not counted).
+    pub fn entry_len(payload_len: u64) -> u64 {
+        align(ENTRY_HEADER + payload_len)
+    }
+
+    /// Append an entry at `tail` and make it durable. `published` is the current published
+    /// LSN (space before it is free). Returns the entry's location; the next tail is
+    /// `loc.end`.
+    pub fn append(&self, tail: u64, published: u64, payload: &[u8]) -> Result<EntryLoc, AppendError> {
+        let len = Self::entry_len(payload.len() as u64);
+        if payload.len() as u64 > self.max_payload() {
+            return Err(AppendError::TooLarge { len: payload.len() as u64, max: self.max_payload() });
+        }
+        let mut lsn = tail;
+        let pos = lsn % self.ring_bytes;
+        let room = self.ring_bytes - pos;
+        let pad = if len > room { room } else { 0 };
+        let used = tail - published;
+        if used + pad + len > self.ring_bytes {
+            return Err(AppendError::Full(LogFull { need: pad + len, free: self.ring_bytes - used }));
+        }
+        if pad > 0 {
+            let h = header(lsn, pad, KIND_PAD, &[]);
+            self.region.write(self.ring_off + pos, &h)?;
+            self.region.persist(self.ring_off + pos, ENTRY_HEADER)?;
+            lsn += pad;
+        }
+        let at = self.ring_off + lsn % self.ring_bytes;
+        let h = header(lsn, len, KIND_RECORDS, payload);
+        self.region.write(at, &h)?;
+        self.region.write(at + ENTRY_HEADER, payload)?;
+        let tail_pad = len - ENTRY_HEADER - payload.len() as u64;
+        if tail_pad > 0 {
+            self.region.zero(at + ENTRY_HEADER + payload.len() as u64, tail_pad)?;
+        }
+        self.region.persist(at, len)?;
+        self.region.fence();
+        Ok(EntryLoc { lsn, end: lsn + len, payload_off: at + ENTRY_HEADER, payload_len: payload.len() as u64 })
+    }
+
+    /// Find the committed entries from `from` (normally the published LSN).
+    pub fn scan(&self, from: u64) -> Result<Scan, FormatError> {
+        let mut entries = Vec::new();
+        let mut lsn = from;
+        let stop = loop {
+            if lsn - from >= self.ring_bytes {
+                break ScanStop::Full;
+            }
+            let pos = lsn % self.ring_bytes;
+            let mut h = [0u8; ENTRY_HEADER as usize];
+            self.region.read(self.ring_off + pos, &mut h)?;
+            if &h[0..4] != ENTRY_MAGIC || le64(&h, 8) != lsn {
+                break ScanStop::End;
+            }
+            let total = le32(&h, 4) as u64;
+            let plen = le32(&h, 16) as u64;
+            let kind = u16::from_le_bytes([h[20], h[21]]);
+            let room = self.ring_bytes - pos;
+            if total < ENTRY_ALIGN || total % ENTRY_ALIGN != 0 || total > room || ENTRY_HEADER + plen > total {
+                break ScanStop::Invalid(format!("entry at lsn {lsn}: bad length {total}/{plen}"));
+            }
+            if kind == KIND_PAD {
+                if plen != 0 || total != room {
+                    break ScanStop::Invalid(format!("pad at lsn {lsn}: bad length"));
+                }
+            } else if kind != KIND_RECORDS {
+                break ScanStop::Invalid(format!("entry at lsn {lsn}: unknown kind {kind}"));
+            }
+            let mut payload = vec![0u8; plen as usize];
+            self.region.read(self.ring_off + pos + ENTRY_HEADER, &mut payload)?;
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..24]), &payload);
+            if crc != le32(&h, 24) {
+                break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
+            }
+            if kind == KIND_RECORDS {
+                entries.push(EntryLoc {
+                    lsn,
+                    end: lsn + total,
+                    payload_off: self.ring_off + pos + ENTRY_HEADER,
+                    payload_len: plen,
+                });
+            }
+            lsn += total;
+        };
+        Ok(Scan { entries, end: lsn, stop })
+    }
+
+    /// Read an entry's payload.
+    pub fn read_payload(&self, loc: &EntryLoc) -> Result<Vec<u8>, FormatError> {
+        let mut p = vec![0u8; loc.payload_len as usize];
+        self.region.read(loc.payload_off, &mut p)?;
+        Ok(p)
+    }
+}
+
+/// Why an append failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error(transparent)]
+    Full(LogFull),
+    #[error("log entry of {len} bytes exceeds the largest entry ({max} bytes)")]
+    TooLarge { len: u64, max: u64 },
+    #[error(transparent)]
+    Pm(#[from] crate::region::PmError),
+}
+
+fn header(lsn: u64, total: u64, kind: u16, payload: &[u8]) -> [u8; ENTRY_HEADER as usize] {
+    let mut h = [0u8; ENTRY_HEADER as usize];
+    h[0..4].copy_from_slice(ENTRY_MAGIC);
+    h[4..8].copy_from_slice(&(total as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&lsn.to_le_bytes());
+    h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[20..22].copy_from_slice(&kind.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..24]), payload);
+    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::FormatParams;
+
+    fn slot() -> LogSlot {
+        let params = FormatParams { size: 8 << 20, log_size: 256 << 10, log_slots: 1, inodes: 64 };
+        let geo = Geometry::compute(&params).unwrap();
+        let region = Arc::new(PmRegion::traced(8 << 20));
+        let s = LogSlot::new(region, &geo, 0);
+        s.format().unwrap();
+        s
+    }
+
+    #[test]
+    fn append_then_scan_wraps_the_ring() {
+        let s = slot();
+        let mut tail = 0;
+        let mut published = 0;
+        let mut all = Vec::new();
+        for i in 0..200u32 {
+            let payload = vec![i as u8; 100 + (i as usize * 37) % 3000];
+            let loc = match s.append(tail, published, &payload) {
+                Ok(l) => l,
+                Err(AppendError::Full(_)) => {
+                    published = tail;
+                    s.set_published_lsn(published).unwrap();
+                    s.append(tail, published, &payload).unwrap()
+                }
+                Err(e) => panic!("{e}"),
+            };
+            tail = loc.end;
+            all.push((loc, payload));
+        }
+        let scan = s.scan(s.published_lsn().unwrap()).unwrap();
+        assert_eq!(scan.stop, ScanStop::End);
+        assert_eq!(scan.end, tail);
+        let expect: Vec<_> = all.iter().filter(|(l, _)| l.lsn >= published).collect();
+        assert_eq!(scan.entries.len(), expect.len());
+        for (got, (loc, payload)) in scan.entries.iter().zip(expect) {
+            assert_eq!(got, loc);
+            assert_eq!(&s.read_payload(got).unwrap(), payload);
+        }
+    }
+
+    #[test]
+    fn scan_stops_at_torn_entry() {
+        let s = slot();
+        let a = s.append(0, 0, b"first entry").unwrap();
+        let b = s.append(a.end, 0, b"second entry").unwrap();
+        s.region.write(b.payload_off + 2, b"X").unwrap();
+        let scan = s.scan(0).unwrap();
+        assert_eq!(scan.entries, vec![a]);
+        assert!(matches!(scan.stop, ScanStop::Invalid(_)));
+        assert_eq!(scan.end, a.end);
+    }
+
+    #[test]
+    fn too_large_and_full_are_errors() {
+        let s = slot();
+        let big = vec![0u8; s.max_payload() as usize + 1];
+        assert!(matches!(s.append(0, 0, &big), Err(AppendError::TooLarge { .. })));
+        let chunk = vec![1u8; s.max_payload() as usize];
+        let mut tail = 0;
+        let mut full = false;
+        for _ in 0..8 {
+            match s.append(tail, 0, &chunk) {
+                Ok(l) => tail = l.end,
+                Err(AppendError::Full(_)) => {
+                    full = true;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(full);
+        assert_eq!(s.scan(0).unwrap().end, tail);
+    }
+}

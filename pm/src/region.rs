@@ -1,0 +1,1147 @@
+//! PM regions: a node's (emulated) persistent memory.
+//!
+//! A [`PmRegion`] is a byte range with explicit persistence primitives:
+//!
+//! * [`PmRegion::write`] and friends are plain stores: visible to later reads at once, but
+//!   **not durable** until the range is persisted and a fence has executed.
+//! * [`PmRegion::persist`] writes back the cache lines of a range (or msyncs its pages);
+//!   [`PmRegion::fence`] orders those write-backs: after it, everything persisted before is
+//!   durable. [`PmRegion::persist_now`] is both.
+//!
+//! # Backends and persist methods
+//!
+//! The persist method is chosen by what backs the file (statfs(2) on the open file):
+//!
+//! * **tmpfs** (`f_type == TMPFS_MAGIC`) or a **DAX** mount (the mount holding the file, found
+//!   in `/proc/self/mountinfo`, has option `dax` / `dax=always`): the mapping *is* the
+//!   (emulated) PM, so persisting is flushing cache lines: `clwb` when the CPU has it, else
+//!   `clflushopt`, else `clflush`, ordered by `sfence`. On non-x86_64 hosts: msync.
+//! * **any other file** (a disk file): `msync(MS_SYNC)` of the page-aligned range, so data also
+//!   survives a real power cut. msync is synchronous, so `fence` is a no-op there.
+//! * **memory (traced)**: an in-memory region driven by [`Tracer`], which models x86
+//!   persistency at cache-line granularity and records crash points for the crash tests.
+//!
+//! The environment variable `LINEFS_PERSIST=msync|clwb|clflushopt|clflush` forces the method
+//! of a mapped region (for benchmarks); naming an instruction the CPU lacks is an error.
+//!
+//! # Invariants and safety
+//!
+//! * Every access is bounds-checked against the region size first (`off + len` computed with
+//!   overflow checks): out-of-range offsets return [`PmError::OutOfBounds`], never panic.
+//! * A mapped region owns its [`MmapRaw`]; the mapping lives exactly as long as the region,
+//!   so a bounds-checked pointer into it is valid for every access made through `&self`.
+//! * The region itself does no locking on mapped bytes: concurrent writers to the *same*
+//!   bytes (or a writer racing a reader of those bytes) must be excluded by the callers' locks
+//!   (the log, inode and allocator locks of the layers above). Disjoint ranges may be
+//!   accessed concurrently; `PmRegion` is `Send + Sync`.
+//! * An 8-byte store at an 8-aligned offset ([`PmRegion::write_u64`]) is a single atomic
+//!   store (the mapping is page-aligned, so the address is 8-aligned too); the operation log
+//!   relies on this for its commit words. All multi-byte integers are little-endian.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::trace::Tracer;
+
+/// Cache-line size used for flushing.
+pub const CACHE_LINE: u64 = 64;
+/// Page size; region sizes are multiples of it.
+pub const PAGE_SIZE: u64 = 4096;
+/// Smallest region [`PmRegion::create`] accepts.
+pub const MIN_REGION_SIZE: u64 = 1 << 20;
+/// Environment variable forcing the persist method of mapped regions.
+pub const PERSIST_ENV: &str = "LINEFS_PERSIST";
+/// `f_type` of tmpfs in statfs(2).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// How a region makes stores durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistMethod {
+    /// `clwb` per cache line, `sfence` to order.
+    Clwb,
+    /// `clflushopt` per cache line, `sfence` to order.
+    ClflushOpt,
+    /// `clflush` per cache line (`sfence` issued anyway).
+    Clflush,
+    /// `msync(MS_SYNC)` of the page-aligned range; fence is a no-op.
+    Msync,
+    /// The in-memory tracing backend.
+    Traced,
+}
+
+impl fmt::Display for PersistMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PersistMethod::Clwb => "clwb+sfence",
+            PersistMethod::ClflushOpt => "clflushopt+sfence",
+            PersistMethod::Clflush => "clflush",
+            PersistMethod::Msync => "msync",
+            PersistMethod::Traced => "traced",
+        })
+    }
+}
+
+impl PersistMethod {
+    /// Parse a `LINEFS_PERSIST` value (`msync`, `clwb`, `clflushopt`, `clflush`).
+    pub fn from_name(name: &str) -> Option<PersistMethod> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "msync" => Some(PersistMethod::Msync),
+            "clwb" => Some(PersistMethod::Clwb),
+            "clflushopt" => Some(PersistMethod::ClflushOpt),
+            "clflush" => Some(PersistMethod::Clflush),
+            _ => None,
+        }
+    }
+
+    /// Whether this host can use the method on a mapped region.
+    pub fn is_available(self) -> bool {
+        match self {
+            PersistMethod::Msync => true,
+            PersistMethod::Traced => false,
+            #[cfg(target_arch = "x86_64")]
+            PersistMethod::Clwb => flush::features().clwb,
+            #[cfg(target_arch = "x86_64")]
+            PersistMethod::ClflushOpt => flush::features().clflushopt,
+            #[cfg(target_arch = "x86_64")]
+            PersistMethod::Clflush => flush::features().clflush,
+            #[cfg(not(target_arch = "x86_64"))]
+            PersistMethod::Clwb | PersistMethod::ClflushOpt | PersistMethod::Clflush => false,
+        }
+    }
+
+    /// The best cache-line flush method of this CPU (msync off x86_64).
+    pub fn best_flush() -> PersistMethod {
+        [
+            PersistMethod::Clwb,
+            PersistMethod::ClflushOpt,
+            PersistMethod::Clflush,
+        ]
+        .into_iter()
+        .find(|m| m.is_available())
+        .unwrap_or(PersistMethod::Msync)
+    }
+}
+
+/// What backs a region's mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// A file on tmpfs (emulated PM: DRAM).
+    Tmpfs,
+    /// A file on a DAX mount (real or emulated PM, loads/stores go to the medium).
+    Dax,
+    /// A file on any other file system (disk).
+    File,
+    /// In-memory, tracing backend.
+    Memory,
+}
+
+impl fmt::Display for Backing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backing::Tmpfs => "tmpfs",
+            Backing::Dax => "dax",
+            Backing::File => "file",
+            Backing::Memory => "memory(traced)",
+        })
+    }
+}
+
+/// Errors of the PM region layer.
+#[derive(thiserror::Error, Debug)]
+pub enum PmError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    /// An access outside the region.
+    #[error("PM access of {len} bytes at offset {off} is out of bounds (region size {size})")]
+    OutOfBounds { off: u64, len: u64, size: u64 },
+    /// A region (file) size that is not usable.
+    #[error("{}: invalid PM region size {size}: {reason}", path.display())]
+    BadSize {
+        path: PathBuf,
+        size: u64,
+        reason: &'static str,
+    },
+    /// The path is not a regular file.
+    #[error("{}: not a regular file", path.display())]
+    NotRegularFile { path: PathBuf },
+    /// A forced persist method that cannot be used (unknown name, CPU lacks it).
+    #[error("persist method {method:?} unusable: {reason}")]
+    Unsupported { method: String, reason: String },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> PmError {
+    let what = what.into();
+    move |source| PmError::Io { what, source }
+}
+
+/// Counters of a region, for status output and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmStats {
+    /// Bytes stored (write, zero, write_u64).
+    pub bytes_written: u64,
+    /// Bytes passed to persist.
+    pub bytes_persisted: u64,
+    /// Number of persist calls.
+    pub persist_calls: u64,
+    /// Number of fences.
+    pub fences: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    bytes_written: AtomicU64,
+    bytes_persisted: AtomicU64,
+    persist_calls: AtomicU64,
+    fences: AtomicU64,
+}
+
+enum Backend {
+    Mapped(MmapRaw),
+    Traced(Tracer),
+}
+
+/// A PM region: a shared mapping of a file, or an in-memory traced region.
+pub struct PmRegion {
+    size: u64,
+    method: PersistMethod,
+    backing: Backing,
+    path: Option<PathBuf>,
+    backend: Backend,
+    counters: Counters,
+}
+
+impl fmt::Debug for PmRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PmRegion")
+            .field("path", &self.path)
+            .field("size", &self.size)
+            .field("backing", &self.backing)
+            .field("method", &self.method)
+            .finish()
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod flush {
+    use core::arch::asm;
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    use std::sync::OnceLock;
+
+    /// Cache-flush instructions of this CPU. `is_x86_feature_detected!` does not know clwb
+    /// and clflushopt on stable Rust, so CPUID is read directly.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Features {
+        pub clflush: bool,
+        pub clflushopt: bool,
+        pub clwb: bool,
+    }
+
+    pub(super) fn features() -> Features {
+        static F: OnceLock<Features> = OnceLock::new();
+        *F.get_or_init(|| {
+            // CPUID leaf 1 EDX bit 19: CLFSH. Leaf 7 subleaf 0 EBX bit 23: CLFLUSHOPT,
+            // bit 24: CLWB (valid only when leaf 7 exists).
+            // `__cpuid*` became safe fns in newer Rust; the block keeps MSRV 1.80 building.
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID exists on every x86_64 CPU; leaf 7 is only read when leaf 0 reports
+            // it (max basic leaf >= 7).
+            let (l1, l7_ebx) = unsafe {
+                let l0 = __cpuid(0);
+                let l1 = __cpuid(1);
+                let l7 = if l0.eax >= 7 {
+                    __cpuid_count(7, 0).ebx
+                } else {
+                    0
+                };
+                (l1, l7)
+            };
+            Features {
+                clflush: l1.edx & (1 << 19) != 0,
+                clflushopt: l7_ebx & (1 << 23) != 0,
+                clwb: l7_ebx & (1 << 24) != 0,
+            }
+        })
+    }
+
+    /// Write back the cache line holding `p` (kept cached).
+    ///
+    /// # Safety
+    /// `p` must point into memory mapped in this process.
+    #[inline]
+    pub(super) unsafe fn clwb(p: *const u8) {
+        // SAFETY: the caller guarantees `p` is mapped; clwb neither changes memory contents
+        // nor flags, and uses no stack. No `nomem`: it must not be reordered with stores.
+        unsafe { asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)) }
+    }
+
+    /// Flush (write back and invalidate) the cache line holding `p`, weakly ordered.
+    ///
+    /// # Safety
+    /// `p` must point into memory mapped in this process.
+    #[inline]
+    pub(super) unsafe fn clflushopt(p: *const u8) {
+        // SAFETY: as for clwb above.
+        unsafe { asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags)) }
+    }
+
+    /// Flush the cache line holding `p` (strongly ordered clflush).
+    ///
+    /// # Safety
+    /// `p` must point into memory mapped in this process.
+    #[inline]
+    pub(super) unsafe fn clflush(p: *const u8) {
+        // SAFETY: the caller guarantees `p` is mapped; clflush is SSE2, baseline on x86_64.
+        unsafe { core::arch::x86_64::_mm_clflush(p) }
+    }
+
+    /// Store fence.
+    #[inline]
+    pub(super) fn sfence() {
+        // SAFETY: sfence has no memory-safety preconditions; SSE is baseline on x86_64.
+        unsafe { core::arch::x86_64::_mm_sfence() }
+    }
+}
+
+/// Choose the persist method for a mapped region on `backing`, honouring a forced
+/// `LINEFS_PERSIST` value (`forced`, already read from the environment).
+fn select_method(backing: Backing, forced: Option<&str>) -> Result<PersistMethod, PmError> {
+    if let Some(name) = forced.filter(|s| !s.trim().is_empty()) {
+        let m = PersistMethod::from_name(name).ok_or_else(|| PmError::Unsupported {
+            method: name.to_string(),
+            reason: format!("{PERSIST_ENV} must be one of msync, clwb, clflushopt, clflush"),
+        })?;
+        if !m.is_available() {
+            return Err(PmError::Unsupported {
+                method: name.to_string(),
+                reason: "this CPU does not support it".into(),
+            });
+        }
+        if backing == Backing::File && m != PersistMethod::Msync {
+            tracing::warn!(
+                method = %m,
+                "{PERSIST_ENV} forces cache-line flushes on a disk file: data is not durable across a power cut"
+            );
+        }
+        return Ok(m);
+    }
+    Ok(match backing {
+        Backing::Tmpfs | Backing::Dax => PersistMethod::best_flush(),
+        Backing::File => PersistMethod::Msync,
+        Backing::Memory => PersistMethod::Traced,
+    })
+}
+
+fn forced_method_from_env() -> Result<Option<String>, PmError> {
+    match std::env::var(PERSIST_ENV) {
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(PmError::Unsupported {
+            method: v.to_string_lossy().into_owned(),
+            reason: format!("{PERSIST_ENV} is not valid UTF-8"),
+        }),
+    }
+}
+
+/// Decode the octal escapes (`\040` etc.) of a /proc/self/mountinfo field.
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let digits = &b[i + 1..i + 4];
+            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
+                let v = digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                if let Ok(v) = u8::try_from(v) {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether the mount holding `path` (absolute, canonical) is a DAX mount, per the contents of
+/// /proc/self/mountinfo. The innermost (longest, then last) mount point that contains `path`
+/// wins; DAX if its mount or super options contain `dax` or `dax=always`.
+fn mountinfo_is_dax(mountinfo: &str, path: &Path) -> bool {
+    let mut best: Option<(usize, bool)> = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // id parent major:minor root mount-point mount-options [optional...] - fstype source super-options
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.len() < 6 || sep < 6 {
+            continue;
+        }
+        let mount_point = unescape_mountinfo(fields[4]);
+        if !path.starts_with(Path::new(&mount_point)) {
+            continue;
+        }
+        let depth = Path::new(&mount_point).components().count();
+        let opts = fields[5]
+            .split(',')
+            .chain(fields.get(sep + 3).copied().unwrap_or("").split(','));
+        let dax = opts.clone().any(|o| o == "dax" || o == "dax=always");
+        if best.map_or(true, |(d, _)| depth >= d) {
+            best = Some((depth, dax));
+        }
+    }
+    best.is_some_and(|(_, dax)| dax)
+}
+
+fn detect_backing(file: &File, path: &Path) -> Backing {
+    // SAFETY: `statfs` is plain old data; all-zero is a valid value of it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open for the lifetime of `file`, and `st` is a valid, writable statfs.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    if rc != 0 {
+        tracing::warn!(
+            path = %path.display(),
+            error = %io::Error::last_os_error(),
+            "fstatfs failed; treating the PM file as a disk file (msync)"
+        );
+        return Backing::File;
+    }
+    // f_type's integer type differs between libcs.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let f_type = st.f_type as i64;
+    if f_type == TMPFS_MAGIC {
+        return Backing::Tmpfs;
+    }
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    match std::fs::read_to_string("/proc/self/mountinfo") {
+        Ok(info) if mountinfo_is_dax(&info, &canonical) => Backing::Dax,
+        Ok(_) => Backing::File,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read /proc/self/mountinfo; assuming no DAX");
+            Backing::File
+        }
+    }
+}
+
+impl PmRegion {
+    /// Create (or truncate-extend) the file at `path` to exactly `size` bytes and map it
+    /// shared. `size` must be a multiple of 4096 and at least 1 MiB. Existing content up to
+    /// `size` is kept (set_len); on a disk file the blocks are also reserved with
+    /// posix_fallocate, so later stores cannot fault for lack of space.
+    pub fn create(path: &Path, size: u64) -> Result<PmRegion, PmError> {
+        if size < MIN_REGION_SIZE || size % PAGE_SIZE != 0 {
+            return Err(PmError::BadSize {
+                path: path.to_path_buf(),
+                size,
+                reason: "must be a multiple of 4096 and at least 1 MiB",
+            });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io_err(format!("create PM file {}", path.display())))?;
+        let meta = file
+            .metadata()
+            .map_err(io_err(format!("stat {}", path.display())))?;
+        if !meta.is_file() {
+            return Err(PmError::NotRegularFile {
+                path: path.to_path_buf(),
+            });
+        }
+        file.set_len(size)
+            .map_err(io_err(format!("resize {} to {size}", path.display())))?;
+        let backing = detect_backing(&file, path);
+        if backing == Backing::File {
+            let len = libc::off_t::try_from(size).map_err(|_| PmError::BadSize {
+                path: path.to_path_buf(),
+                size,
+                reason: "too large for off_t",
+            })?;
+            // SAFETY: the fd is valid while `file` lives; posix_fallocate only reserves blocks.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+            if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+                return Err(PmError::Io {
+                    what: format!("reserve {size} bytes for {}", path.display()),
+                    source: io::Error::from_raw_os_error(rc),
+                });
+            }
+            file.sync_all()
+                .map_err(io_err(format!("fsync {}", path.display())))?;
+        }
+        Self::map(file, path, size, backing)
+    }
+
+    /// Map an existing file read-write (shared). Errors if it is missing, not a regular
+    /// file, empty, or not a multiple of 4096 bytes long.
+    pub fn open(path: &Path) -> Result<PmRegion, PmError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(format!("open PM file {}", path.display())))?;
+        let meta = file
+            .metadata()
+            .map_err(io_err(format!("stat {}", path.display())))?;
+        if !meta.is_file() {
+            return Err(PmError::NotRegularFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let size = meta.len();
+        if size == 0 {
+            return Err(PmError::BadSize {
+                path: path.to_path_buf(),
+                size,
+                reason: "file is empty",
+            });
+        }
+        if size % PAGE_SIZE != 0 {
+            return Err(PmError::BadSize {
+                path: path.to_path_buf(),
+                size,
+                reason: "not a multiple of 4096",
+            });
+        }
+        let backing = detect_backing(&file, path);
+        Self::map(file, path, size, backing)
+    }
+
+    fn map(file: File, path: &Path, size: u64, backing: Backing) -> Result<PmRegion, PmError> {
+        let method = select_method(backing, forced_method_from_env()?.as_deref())?;
+        let len = usize::try_from(size).map_err(|_| PmError::BadSize {
+            path: path.to_path_buf(),
+            size,
+            reason: "larger than the address space",
+        })?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(io_err(format!("mmap {}", path.display())))?;
+        tracing::info!(
+            path = %path.display(),
+            size,
+            %backing,
+            %method,
+            "mapped PM region"
+        );
+        Ok(PmRegion {
+            size,
+            method,
+            backing,
+            path: Some(path.to_path_buf()),
+            backend: Backend::Mapped(map),
+            counters: Counters::default(),
+        })
+    }
+
+    /// An in-memory, zero-filled region with the tracing backend.
+    pub fn traced(size: u64) -> PmRegion {
+        Self::traced_from_image(vec![0u8; size as usize])
+    }
+
+    /// A traced region whose live and durable images both start as `image` (to recover from
+    /// a crash image).
+    pub fn traced_from_image(image: Vec<u8>) -> PmRegion {
+        PmRegion {
+            size: image.len() as u64,
+            method: PersistMethod::Traced,
+            backing: Backing::Memory,
+            path: None,
+            backend: Backend::Traced(Tracer::new(image)),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Region size in bytes.
+    pub fn len(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether the region has no bytes (only possible for a traced region).
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// The persist method in use.
+    pub fn persist_method(&self) -> PersistMethod {
+        self.method
+    }
+
+    /// What backs the region.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// The backing file, for a mapped region.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Check `[off, off + len)` and return `off` as an index.
+    fn check(&self, off: u64, len: u64) -> Result<usize, PmError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.size => Ok(off as usize),
+            _ => Err(PmError::OutOfBounds {
+                off,
+                len,
+                size: self.size,
+            }),
+        }
+    }
+
+    /// Copy `buf.len()` bytes at `off` into `buf`.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), PmError> {
+        let o = self.check(off, buf.len() as u64)?;
+        match &self.backend {
+            Backend::Mapped(map) => {
+                // SAFETY: [o, o + buf.len()) is within the mapping (checked above), which
+                // lives as long as `self`; `buf` is a distinct Rust allocation. Racing writers
+                // of these bytes are excluded by the callers' locks (module doc).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(map.as_ptr().add(o), buf.as_mut_ptr(), buf.len())
+                }
+            }
+            Backend::Traced(t) => t.read(off, buf),
+        }
+        Ok(())
+    }
+
+    /// Store `data` at `off` (not durable until persisted and fenced).
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), PmError> {
+        let o = self.check(off, data.len() as u64)?;
+        match &self.backend {
+            Backend::Mapped(map) => {
+                // SAFETY: [o, o + data.len()) is within the writable shared mapping (checked
+                // above), which lives as long as `self`. `data` is a shared Rust borrow, so no
+                // one may be writing it; callers never pass a slice of the mapping itself (the
+                // region hands out no references into it), and same-byte writers are excluded
+                // by the callers' locks (module doc).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        map.as_mut_ptr().add(o),
+                        data.len(),
+                    )
+                }
+            }
+            Backend::Traced(t) => t.write(off, data),
+        }
+        self.counters
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Store `len` zero bytes at `off` (not durable until persisted and fenced).
+    pub fn zero(&self, off: u64, len: u64) -> Result<(), PmError> {
+        let o = self.check(off, len)?;
+        match &self.backend {
+            Backend::Mapped(map) => {
+                // SAFETY: [o, o + len) is within the writable mapping (checked above), which
+                // lives as long as `self`; same-byte writers are excluded by callers' locks.
+                unsafe { std::ptr::write_bytes(map.as_mut_ptr().add(o), 0, len as usize) }
+            }
+            Backend::Traced(t) => t.zero(off, len),
+        }
+        self.counters
+            .bytes_written
+            .fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Load a little-endian u64 at `off` (a single atomic load when `off % 8 == 0`).
+    pub fn read_u64(&self, off: u64) -> Result<u64, PmError> {
+        let o = self.check(off, 8)?;
+        match &self.backend {
+            Backend::Mapped(map) if off % 8 == 0 => {
+                // SAFETY: [o, o + 8) is within the mapping (checked above), which lives as long
+                // as `self`; the mapping is page-aligned and o % 8 == 0, so the pointer is
+                // aligned for AtomicU64. Non-atomic writers of these bytes are excluded by the
+                // callers' locks.
+                let v = unsafe {
+                    AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>())
+                        .load(Ordering::Acquire)
+                };
+                Ok(u64::from_le(v))
+            }
+            _ => {
+                let mut b = [0u8; 8];
+                self.read(off, &mut b)?;
+                Ok(u64::from_le_bytes(b))
+            }
+        }
+    }
+
+    /// Store a little-endian u64 at `off`. When `off % 8 == 0` this is a single atomic
+    /// 8-byte store (the log's commit words rely on it). Not durable until persisted.
+    pub fn write_u64(&self, off: u64, v: u64) -> Result<(), PmError> {
+        let o = self.check(off, 8)?;
+        match &self.backend {
+            Backend::Mapped(map) if off % 8 == 0 => {
+                // SAFETY: [o, o + 8) is within the writable mapping (checked above), which
+                // lives as long as `self`; page-aligned base + o % 8 == 0 gives an 8-aligned
+                // pointer as AtomicU64 requires. Non-atomic accesses to these bytes are
+                // excluded by the callers' locks.
+                unsafe {
+                    AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>())
+                        .store(v.to_le(), Ordering::Release)
+                }
+                self.counters.bytes_written.fetch_add(8, Ordering::Relaxed);
+                Ok(())
+            }
+            // The tracer applies a whole store under its lock, and never tears an aligned word.
+            _ => self.write(off, &v.to_le_bytes()),
+        }
+    }
+
+    /// Write back the cache lines covering `[off, off + len)` (clwb / clflushopt / clflush),
+    /// or msync the page-aligned range of a disk file. Not ordered until [`fence`](Self::fence).
+    pub fn persist(&self, off: u64, len: u64) -> Result<(), PmError> {
+        let o = self.check(off, len)?;
+        self.counters.persist_calls.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_persisted
+            .fetch_add(len, Ordering::Relaxed);
+        match &self.backend {
+            Backend::Traced(t) => {
+                t.persist(off, len);
+                Ok(())
+            }
+            Backend::Mapped(map) => {
+                if len == 0 {
+                    return Ok(());
+                }
+                let end = o + len as usize;
+                match self.method {
+                    PersistMethod::Msync | PersistMethod::Traced => {
+                        let page = PAGE_SIZE as usize;
+                        let start = o - o % page;
+                        let stop = end.next_multiple_of(page).min(self.size as usize);
+                        map.flush_range(start, stop - start).map_err(io_err(format!(
+                            "msync [{start}, {stop}) of {}",
+                            self.path
+                                .as_deref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default()
+                        )))
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    m => {
+                        let line = CACHE_LINE as usize;
+                        let base = map.as_ptr();
+                        let mut l = o - o % line;
+                        while l < end {
+                            // SAFETY: l < end <= size, so base + l lies in the mapping, which
+                            // lives as long as `self`; the method was checked available on
+                            // this CPU when the region was created.
+                            unsafe {
+                                let p = base.add(l);
+                                match m {
+                                    PersistMethod::Clwb => flush::clwb(p),
+                                    PersistMethod::ClflushOpt => flush::clflushopt(p),
+                                    _ => flush::clflush(p),
+                                }
+                            }
+                            l += line;
+                        }
+                        Ok(())
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => unreachable!("cache-line flush methods are x86_64-only"),
+                }
+            }
+        }
+    }
+
+    /// Store fence: after it, everything persisted before is durable. No-op for msync.
+    pub fn fence(&self) {
+        self.counters.fences.fetch_add(1, Ordering::Relaxed);
+        match &self.backend {
+            Backend::Traced(t) => t.fence(),
+            Backend::Mapped(_) => match self.method {
+                #[cfg(target_arch = "x86_64")]
+                PersistMethod::Clwb | PersistMethod::ClflushOpt | PersistMethod::Clflush => {
+                    flush::sfence()
+                }
+                _ => {}
+            },
+        }
+    }
+
+    /// [`persist`](Self::persist) then [`fence`](Self::fence).
+    pub fn persist_now(&self, off: u64, len: u64) -> Result<(), PmError> {
+        self.persist(off, len)?;
+        self.fence();
+        Ok(())
+    }
+
+    /// A snapshot of the region's counters.
+    pub fn stats(&self) -> PmStats {
+        let c = &self.counters;
+        PmStats {
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            bytes_persisted: c.bytes_persisted.load(Ordering::Relaxed),
+            persist_calls: c.persist_calls.load(Ordering::Relaxed),
+            fences: c.fences.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The tracer, when this is a traced region.
+    pub fn tracer(&self) -> Option<&Tracer> {
+        match &self.backend {
+            Backend::Traced(t) => Some(t),
+            Backend::Mapped(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn env_forced() -> bool {
+        std::env::var_os(PERSIST_ENV).is_some()
+    }
+
+    fn fs_is_tmpfs(dir: &Path) -> bool {
+        let f = File::open(dir).unwrap();
+        detect_backing(&f, dir) == Backing::Tmpfs
+    }
+
+    /// Write, persist, fence, read back, reopen and read back.
+    fn roundtrip(path: &Path) -> PmRegion {
+        let r = PmRegion::create(path, 2 * MIB).unwrap();
+        assert_eq!(r.len(), 2 * MIB);
+        assert_eq!(r.path(), Some(path));
+        r.write(10, b"linefs").unwrap();
+        r.write_u64(4096, 0xdead_beef_0123_4567).unwrap();
+        r.write_u64(5003, u64::MAX - 1).unwrap(); // unaligned
+        r.zero(8192, 100).unwrap();
+        r.write(2 * MIB - 3, b"end").unwrap();
+        r.persist(10, 6).unwrap();
+        r.persist(4096, 8).unwrap();
+        r.persist(5003, 8).unwrap();
+        r.persist_now(2 * MIB - 3, 3).unwrap();
+        r.fence();
+        let mut b = [0u8; 6];
+        r.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"linefs");
+        assert_eq!(r.read_u64(4096).unwrap(), 0xdead_beef_0123_4567);
+        assert_eq!(r.read_u64(5003).unwrap(), u64::MAX - 1);
+        let s = r.stats();
+        assert_eq!(s.persist_calls, 4);
+        assert_eq!(s.fences, 2);
+        assert_eq!(s.bytes_persisted, 6 + 8 + 8 + 3);
+        assert_eq!(s.bytes_written, 6 + 8 + 8 + 100 + 3);
+        drop(r);
+        let r = PmRegion::open(path).unwrap();
+        assert_eq!(r.len(), 2 * MIB);
+        r.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"linefs");
+        assert_eq!(r.read_u64(4096).unwrap(), 0xdead_beef_0123_4567);
+        let mut e = [0u8; 3];
+        r.read(2 * MIB - 3, &mut e).unwrap();
+        assert_eq!(&e, b"end");
+        // Little-endian on the medium.
+        let mut raw = [0u8; 8];
+        r.read(4096, &mut raw).unwrap();
+        assert_eq!(raw, 0xdead_beef_0123_4567u64.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn disk_file_uses_msync() {
+        // /var/tmp is normally on disk even where /tmp is tmpfs.
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        if fs_is_tmpfs(dir.path()) {
+            eprintln!("skipping: /var/tmp is tmpfs");
+            return;
+        }
+        let r = roundtrip(&dir.path().join("node.pm"));
+        if detect_backing(&File::open(dir.path()).unwrap(), dir.path()) == Backing::Dax {
+            return;
+        }
+        assert_eq!(r.backing(), Backing::File);
+        if !env_forced() {
+            assert_eq!(r.persist_method(), PersistMethod::Msync);
+        }
+        // Persist of a range not page aligned, and of the whole region.
+        r.write(4090, &[7; 20]).unwrap();
+        r.persist_now(4090, 20).unwrap();
+        r.persist_now(0, r.len()).unwrap();
+        r.persist_now(r.len(), 0).unwrap();
+    }
+
+    #[test]
+    fn shm_file_uses_cache_line_flushes() {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() || !fs_is_tmpfs(shm) {
+            eprintln!("skipping: no tmpfs /dev/shm");
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let r = roundtrip(&dir.path().join("node.pm"));
+        assert_eq!(r.backing(), Backing::Tmpfs);
+        if !env_forced() {
+            assert_eq!(r.persist_method(), PersistMethod::best_flush());
+            #[cfg(target_arch = "x86_64")]
+            if flush::features().clwb {
+                assert_eq!(r.persist_method(), PersistMethod::Clwb);
+            }
+        }
+        // Unaligned ranges spanning lines; the last line of the region.
+        r.write(63, &[1; 130]).unwrap();
+        r.persist_now(63, 130).unwrap();
+        r.persist_now(r.len() - 1, 1).unwrap();
+        r.persist_now(0, r.len()).unwrap();
+    }
+
+    #[test]
+    fn every_available_flush_method_runs() {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("m.pm");
+        let mut r = PmRegion::create(&path, MIB).unwrap();
+        for m in [
+            PersistMethod::Clwb,
+            PersistMethod::ClflushOpt,
+            PersistMethod::Clflush,
+            PersistMethod::Msync,
+        ] {
+            if !m.is_available() {
+                continue;
+            }
+            r.method = m;
+            r.write(1000, &[m as u8; 200]).unwrap();
+            r.persist_now(1000, 200).unwrap();
+            let mut b = [0u8; 200];
+            r.read(1000, &mut b).unwrap();
+            assert_eq!(b, [m as u8; 200]);
+        }
+    }
+
+    #[test]
+    fn out_of_bounds_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mapped = PmRegion::create(&dir.path().join("oob.pm"), MIB).unwrap();
+        for r in [&mapped, &PmRegion::traced(MIB)] {
+            let size = r.len();
+            let mut b = [0u8; 8];
+            assert!(matches!(
+                r.read(size - 4, &mut b),
+                Err(PmError::OutOfBounds { off, len: 8, size: s }) if off == size - 4 && s == size
+            ));
+            assert!(r.read(u64::MAX, &mut b).is_err());
+            assert!(r.write(size, b"x").is_err());
+            assert!(r.write(u64::MAX - 1, b"xyz").is_err());
+            assert!(r.zero(size - 10, 11).is_err());
+            assert!(r.zero(1, u64::MAX).is_err());
+            assert!(r.read_u64(size - 7).is_err());
+            assert!(r.write_u64(size, 1).is_err());
+            assert!(r.write_u64(u64::MAX, 1).is_err());
+            assert!(r.persist(size - 1, 2).is_err());
+            assert!(r.persist(u64::MAX, u64::MAX).is_err());
+            assert!(r.persist_now(size + 64, 0).is_err());
+            // Edges are fine.
+            r.write(size - 8, &b).unwrap();
+            r.read(size, &mut []).unwrap();
+            r.write_u64(size - 8, 3).unwrap();
+            assert_eq!(r.read_u64(size - 8).unwrap(), 3);
+            r.persist_now(size, 0).unwrap();
+            let msg = r.read(size, &mut b).unwrap_err().to_string();
+            assert!(msg.contains("out of bounds"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn create_rejects_bad_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.pm");
+        for size in [0, 4096, MIB - 4096, MIB + 1, 3 * MIB + 512] {
+            assert!(matches!(
+                PmRegion::create(&p, size),
+                Err(PmError::BadSize { .. })
+            ));
+        }
+        assert!(matches!(
+            PmRegion::create(dir.path(), MIB),
+            Err(PmError::Io { .. } | PmError::NotRegularFile { .. })
+        ));
+        assert!(PmRegion::create(&dir.path().join("no/such/dir.pm"), MIB).is_err());
+    }
+
+    #[test]
+    fn create_truncates_or_extends() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("grow.pm");
+        let r = PmRegion::create(&p, 2 * MIB).unwrap();
+        r.write(100, b"keep").unwrap();
+        r.persist_now(100, 4).unwrap();
+        drop(r);
+        let r = PmRegion::create(&p, MIB).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), MIB);
+        let mut b = [0u8; 4];
+        r.read(100, &mut b).unwrap();
+        assert_eq!(&b, b"keep");
+        drop(r);
+        let r = PmRegion::create(&p, 4 * MIB).unwrap();
+        assert_eq!(r.len(), 4 * MIB);
+        assert_eq!(r.read_u64(4 * MIB - 8).unwrap(), 0);
+    }
+
+    #[test]
+    fn open_errors_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pm");
+        let e = PmRegion::open(&missing).unwrap_err();
+        assert!(matches!(e, PmError::Io { .. }));
+        assert!(e.to_string().contains("missing.pm"), "{e}");
+
+        let empty = dir.path().join("empty.pm");
+        File::create(&empty).unwrap();
+        let e = PmRegion::open(&empty).unwrap_err();
+        assert!(matches!(e, PmError::BadSize { size: 0, .. }), "{e}");
+        assert!(e.to_string().contains("empty"), "{e}");
+
+        let odd = dir.path().join("odd.pm");
+        std::fs::write(&odd, vec![0u8; 4096 + 100]).unwrap();
+        let e = PmRegion::open(&odd).unwrap_err();
+        assert!(matches!(e, PmError::BadSize { size: 4196, .. }), "{e}");
+        assert!(e.to_string().contains("4096"), "{e}");
+
+        let e = PmRegion::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(e, PmError::Io { .. } | PmError::NotRegularFile { .. }),
+            "{e}"
+        );
+
+        // A small but page-multiple file opens fine.
+        let small = dir.path().join("small.pm");
+        std::fs::write(&small, vec![3u8; 8192]).unwrap();
+        let r = PmRegion::open(&small).unwrap();
+        assert_eq!(r.read_u64(0).unwrap(), 0x0303_0303_0303_0303);
+    }
+
+    #[test]
+    fn method_selection() {
+        assert_eq!(
+            select_method(Backing::File, None).unwrap(),
+            PersistMethod::Msync
+        );
+        assert_eq!(
+            select_method(Backing::Tmpfs, None).unwrap(),
+            PersistMethod::best_flush()
+        );
+        assert_eq!(
+            select_method(Backing::Dax, Some("")).unwrap(),
+            PersistMethod::best_flush()
+        );
+        assert_eq!(
+            select_method(Backing::Tmpfs, Some("msync")).unwrap(),
+            PersistMethod::Msync
+        );
+        assert!(matches!(
+            select_method(Backing::Tmpfs, Some("magic")),
+            Err(PmError::Unsupported { .. })
+        ));
+        for name in ["clwb", "clflushopt", "CLFLUSH"] {
+            let m = PersistMethod::from_name(name).unwrap();
+            assert_eq!(
+                select_method(Backing::File, Some(name)).is_ok(),
+                m.is_available()
+            );
+        }
+        assert_eq!(PersistMethod::Clwb.to_string(), "clwb+sfence");
+        assert_eq!(PersistMethod::ClflushOpt.to_string(), "clflushopt+sfence");
+        assert_eq!(PersistMethod::Clflush.to_string(), "clflush");
+        assert_eq!(PersistMethod::Msync.to_string(), "msync");
+        assert_eq!(PersistMethod::Traced.to_string(), "traced");
+        assert_eq!(Backing::Memory.to_string(), "memory(traced)");
+        assert_eq!(Backing::Dax.to_string(), "dax");
+    }
+
+    #[test]
+    fn dax_detection_from_mountinfo() {
+        let info = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 259:0 / /mnt/pmem rw,relatime shared:5 - ext4 /dev/pmem0 rw,dax=always
+31 22 259:1 / /mnt/pm\\040old rw,relatime - xfs /dev/pmem1 rw,attr2,dax
+32 30 0:50 / /mnt/pmem/sub rw - tmpfs tmpfs rw
+33 22 259:2 / /mnt/never rw - ext4 /dev/pmem2 rw,dax=never
+";
+        assert!(!mountinfo_is_dax(info, Path::new("/home/x.pm")));
+        assert!(mountinfo_is_dax(info, Path::new("/mnt/pmem/node.pm")));
+        assert!(mountinfo_is_dax(info, Path::new("/mnt/pm old/node.pm")));
+        assert!(!mountinfo_is_dax(info, Path::new("/mnt/pmemx/node.pm")));
+        assert!(!mountinfo_is_dax(info, Path::new("/mnt/pmem/sub/node.pm")));
+        assert!(!mountinfo_is_dax(info, Path::new("/mnt/never/node.pm")));
+        assert!(!mountinfo_is_dax("garbage\n\n1 2 3 - x", Path::new("/a")));
+        assert_eq!(unescape_mountinfo("a\\040b\\134c\\9"), "a b\\c\\9");
+    }
+
+    #[test]
+    fn traced_region_basics() {
+        let r = PmRegion::traced(MIB);
+        assert_eq!(r.backing(), Backing::Memory);
+        assert_eq!(r.persist_method(), PersistMethod::Traced);
+        assert!(r.path().is_none());
+        r.write_u64(8, 42).unwrap();
+        assert_eq!(r.read_u64(8).unwrap(), 42);
+        r.persist_now(8, 8).unwrap();
+        let t = r.tracer().unwrap();
+        assert_eq!(t.fence_count(), 1);
+        assert_eq!(t.durable_image()[8], 42);
+        assert_eq!(r.stats().fences, 1);
+    }
+
+    #[test]
+    fn region_is_send_sync_and_concurrent_disjoint_writes_work() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<PmRegion>();
+        let dir = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let r = PmRegion::create(&dir.path().join("c.pm"), MIB).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let r = &r;
+                s.spawn(move || {
+                    for i in 0..1000u64 {
+                        let off = (t * 1000 + i) * 8;
+                        r.write_u64(off, t << 32 | i).unwrap();
+                        r.persist(off, 8).unwrap();
+                    }
+                    r.fence();
+                });
+            }
+        });
+        for t in 0..4u64 {
+            for i in 0..1000u64 {
+                assert_eq!(r.read_u64((t * 1000 + i) * 8).unwrap(), t << 32 | i);
+            }
+        }
+    }
+}
