@@ -96,10 +96,10 @@ pub struct FormatParams {
 }
 
 impl FormatParams {
-    /// Defaults scaled to `size`: 4 log slots of size/32 each (at least 4 MiB, at most
+    /// Defaults scaled to `size`: 4 log slots of size/32 each (at least 256 KiB, at most
     /// 256 MiB), one inode per 16 KiB.
     pub fn for_size(size: u64) -> FormatParams {
-        let log_size = (size / 32).clamp(4 << 20, 256 << 20) / BLOCK_SIZE * BLOCK_SIZE;
+        let log_size = (size / 32).clamp(256 << 10, 256 << 20) / BLOCK_SIZE * BLOCK_SIZE;
         FormatParams {
             size,
             log_size,
@@ -112,10 +112,10 @@ impl FormatParams {
 impl Geometry {
     /// Lay out a file of `p.size` bytes.
     pub fn compute(p: &FormatParams) -> Result<Geometry, FormatError> {
-        if p.size % BLOCK_SIZE != 0 {
+        if !p.size.is_multiple_of(BLOCK_SIZE) {
             return Err(FormatError::Options(format!("size {} is not a multiple of 4096", p.size)));
         }
-        if p.log_size % BLOCK_SIZE != 0 || p.log_size < 64 * BLOCK_SIZE {
+        if !p.log_size.is_multiple_of(BLOCK_SIZE) || p.log_size < 64 * BLOCK_SIZE {
             return Err(FormatError::Options(format!(
                 "log size {} must be a multiple of 4096 and at least 256 KiB",
                 p.log_size
@@ -184,7 +184,7 @@ impl Geometry {
             return bad("inode table start");
         }
         let per_block = BLOCK_SIZE / INODE_SIZE;
-        if self.inode_count % per_block != 0
+        if !self.inode_count.is_multiple_of(per_block)
             || self.itable_start.checked_add(self.inode_count / per_block) != Some(self.data_start)
         {
             return bad("inode table size");

@@ -226,7 +226,7 @@ impl LogSlot {
             let plen = le32(&h, 16) as u64;
             let kind = u16::from_le_bytes([h[20], h[21]]);
             let room = self.ring_bytes - pos;
-            if total < ENTRY_ALIGN || total % ENTRY_ALIGN != 0 || total > room || ENTRY_HEADER + plen > total {
+            if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total {
                 break ScanStop::Invalid(format!("entry at lsn {lsn}: bad length {total}/{plen}"));
             }
             if kind == KIND_PAD {

@@ -856,7 +856,7 @@ impl PublicArea {
     fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64) -> Result<()> {
         let keep = size.div_ceil(BLOCK_SIZE);
         self.free_range(inode, keep, u64::MAX)?;
-        if size % BLOCK_SIZE != 0 {
+        if !size.is_multiple_of(BLOCK_SIZE) {
             if let Some(b) = self.lookup(inode, size / BLOCK_SIZE)? {
                 let within = size % BLOCK_SIZE;
                 self.region.zero(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;

@@ -1,0 +1,167 @@
+//! The types of the libfs API: credentials, attributes, and the arguments of the calls.
+//!
+//! These are plain data with no FUSE types in them, so that libfs can be driven directly
+//! from Rust (tests, benchmarks) as well as from `fuse-mount`.
+
+use std::time::SystemTime;
+
+/// Inode number. The root directory is [`ROOT_INO`] (1, as FUSE expects).
+pub type Ino = u64;
+
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 1;
+
+/// Longest name of a directory entry, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// Longest symlink target, in bytes.
+pub const SYMLINK_MAX: usize = 4095;
+
+/// Who is asking: the caller's identity, used for permission checks and new files' owners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the primary `gid` need not be repeated here).
+    pub groups: Vec<u32>,
+}
+
+impl Cred {
+    /// The superuser.
+    pub fn root() -> Cred {
+        Cred { uid: 0, gid: 0, groups: Vec::new() }
+    }
+
+    /// Whether the caller is in group `gid` (primary or supplementary).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// The type of an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    /// The kind encoded in the `S_IFMT` bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFBLK => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::BlockDev => libc::S_IFBLK,
+        }
+    }
+}
+
+/// Attributes of an inode, as `stat` reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub generation: u32,
+    pub kind: FileKind,
+    /// Permission bits including setuid/setgid/sticky (`mode & 0o7777`).
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size: u64,
+    /// 512-byte units allocated (or reserved) for the file.
+    pub blocks: u64,
+    pub blksize: u32,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub crtime: SystemTime,
+}
+
+/// A time to set with `setattr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(SystemTime),
+}
+
+/// The changes of one `setattr` call; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    pub ctime: Option<SystemTime>,
+    /// The change comes through an open file handle (truncate via ftruncate: no write
+    /// permission check beyond the open's).
+    pub via_handle: bool,
+}
+
+/// One entry returned by `readdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    /// Cookie to pass as `offset` to continue after this entry.
+    pub offset: u64,
+    pub kind: FileKind,
+    pub name: Vec<u8>,
+}
+
+/// File-system statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// `rename` flags (Linux values).
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+/// RENAME_WHITEOUT is not supported (EINVAL).
+pub const RENAME_WHITEOUT: u32 = 4;
+
+/// `setxattr` flags (Linux values).
+pub const XATTR_CREATE: i32 = 1;
+pub const XATTR_REPLACE: i32 = 2;
+
+/// `fallocate` modes (Linux values).
+pub const FALLOC_FL_KEEP_SIZE: i32 = 1;
+pub const FALLOC_FL_PUNCH_HOLE: i32 = 2;
+pub const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
+
+/// Access mask bits for [`crate::Fs::access`].
+pub const R_OK: u32 = 4;
+pub const W_OK: u32 = 2;
+pub const X_OK: u32 = 1;

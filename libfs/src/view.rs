@@ -1,0 +1,379 @@
+//! The DRAM view: the file system as the client sees it, published state plus everything
+//! in its log that is not yet published.
+//!
+//! The view changes only by applying decoded log records ([`View::apply`]) after their entry
+//! is durable, so it is by construction what publication of the log will produce. File
+//! contents are not held here: each file has an *overlay*, an interval map of its
+//! unpublished bytes (pointing into the log in PM) and of ranges that read as zeros
+//! (truncated or punched but not yet published). Reads take the overlay first and fall
+//! through to the public area. Once entries up to some LSN are published, overlay segments
+//! from those entries are dropped ([`View::trim`]): the public area now holds the same bytes.
+
+use linefs_pm::record::{InodeImage, Record, MAX_FILE_SIZE};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+
+/// Where a range of unpublished file bytes lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Src {
+    /// In the log, starting at this region offset.
+    Log(u64),
+    /// Reads as zeros.
+    Zero,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seg {
+    pub end: u64,
+    pub src: Src,
+    /// LSN of the entry that wrote it.
+    pub lsn: u64,
+}
+
+/// Non-overlapping segments keyed by start offset.
+#[derive(Debug, Default, Clone)]
+pub struct Overlay {
+    pub segs: BTreeMap<u64, Seg>,
+}
+
+impl Overlay {
+    /// Cut [start, end) out of every segment.
+    fn clear(&mut self, start: u64, end: u64) {
+        // A segment starting before `start` may reach into the range.
+        if let Some((&s, &seg)) = self.segs.range(..start).next_back() {
+            if seg.end > start {
+                self.segs.insert(s, Seg { end: start, ..seg });
+                if seg.end > end {
+                    self.segs.insert(end, Seg { src: shift(seg.src, end - s), ..seg });
+                }
+            }
+        }
+        let inside: Vec<u64> = self.segs.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            let seg = self.segs.remove(&s).expect("present");
+            if seg.end > end {
+                self.segs.insert(end, Seg { src: shift(seg.src, end - s), ..seg });
+            }
+        }
+    }
+
+    pub fn insert(&mut self, start: u64, end: u64, src: Src, lsn: u64) {
+        if start >= end {
+            return;
+        }
+        self.clear(start, end);
+        self.segs.insert(start, Seg { end, src, lsn });
+    }
+
+    /// Segments overlapping [start, end), clipped to it, in order.
+    pub fn overlapping(&self, start: u64, end: u64) -> Vec<(u64, u64, Src)> {
+        let mut out = Vec::new();
+        let first = self.segs.range(..=start).next_back().map(|(&s, _)| s).unwrap_or(start);
+        for (&s, seg) in self.segs.range((Bound::Included(first), Bound::Excluded(end))) {
+            if seg.end <= start {
+                continue;
+            }
+            let a = s.max(start);
+            let b = seg.end.min(end);
+            out.push((a, b, shift(seg.src, a - s)));
+        }
+        out
+    }
+
+    /// Drop segments written by entries before `lsn`.
+    pub fn trim(&mut self, lsn: u64) {
+        self.segs.retain(|_, seg| seg.lsn >= lsn);
+    }
+
+    /// Bytes of unpublished data held in the log.
+    pub fn log_bytes(&self) -> u64 {
+        self.segs.iter().filter(|(_, g)| matches!(g.src, Src::Log(_))).map(|(s, g)| g.end - s).sum()
+    }
+}
+
+fn shift(src: Src, by: u64) -> Src {
+    match src {
+        Src::Log(o) => Src::Log(o + by),
+        Src::Zero => Src::Zero,
+    }
+}
+
+/// A directory's entries with stable readdir cookies.
+#[derive(Debug, Default, Clone)]
+pub struct Dir {
+    pub names: HashMap<Vec<u8>, (u64, u8, u64)>,
+    pub order: BTreeMap<u64, Vec<u8>>,
+    next_cookie: u64,
+}
+
+/// First cookie of a real entry: 1 and 2 are "." and "..".
+pub const FIRST_COOKIE: u64 = 3;
+
+impl Dir {
+    fn set(&mut self, name: &[u8], ino: u64, dtype: u8) {
+        if self.next_cookie < FIRST_COOKIE {
+            self.next_cookie = FIRST_COOKIE;
+        }
+        if let Some(e) = self.names.get_mut(name) {
+            e.0 = ino;
+            e.1 = dtype;
+            return;
+        }
+        let c = self.next_cookie;
+        self.next_cookie += 1;
+        self.names.insert(name.to_vec(), (ino, dtype, c));
+        self.order.insert(c, name.to_vec());
+    }
+
+    fn remove(&mut self, name: &[u8]) {
+        if let Some((_, _, c)) = self.names.remove(name) {
+            self.order.remove(&c);
+        }
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<(u64, u8)> {
+        self.names.get(name).map(|&(i, t, _)| (i, t))
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// One inode in the view.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub img: InodeImage,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub dir: Option<Dir>,
+    pub overlay: Overlay,
+    /// References the kernel holds (FUSE lookup count).
+    pub lookups: u64,
+    /// Open file handles.
+    pub opens: u64,
+}
+
+impl Node {
+    pub fn new(img: InodeImage) -> Node {
+        let dir = (img.mode & libc::S_IFMT == libc::S_IFDIR).then(Dir::default);
+        Node { img, xattrs: BTreeMap::new(), dir, overlay: Overlay::default(), lookups: 0, opens: 0 }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    pub fn kind_bits(&self) -> u32 {
+        self.img.mode & libc::S_IFMT
+    }
+}
+
+/// Inode-number allocator (a bitmap with a next-fit cursor).
+#[derive(Debug)]
+pub struct InoAlloc {
+    used: Vec<u64>,
+    count: u64,
+    free: u64,
+    next: u64,
+}
+
+impl InoAlloc {
+    pub fn new(count: u64) -> InoAlloc {
+        let mut a = InoAlloc { used: vec![0; count.div_ceil(64) as usize], count, free: count, next: 2 };
+        a.mark(0);
+        a.mark(1);
+        a
+    }
+
+    pub fn mark(&mut self, ino: u64) {
+        let w = &mut self.used[(ino / 64) as usize];
+        if *w & (1 << (ino % 64)) == 0 {
+            *w |= 1 << (ino % 64);
+            self.free -= 1;
+        }
+    }
+
+    pub fn release(&mut self, ino: u64) {
+        let w = &mut self.used[(ino / 64) as usize];
+        if *w & (1 << (ino % 64)) != 0 {
+            *w &= !(1 << (ino % 64));
+            self.free += 1;
+        }
+    }
+
+    pub fn alloc(&mut self) -> Option<u64> {
+        if self.free == 0 {
+            return None;
+        }
+        for k in 0..self.count {
+            let i = (self.next + k) % self.count;
+            if self.used[(i / 64) as usize] & (1 << (i % 64)) == 0 {
+                self.mark(i);
+                self.next = i + 1;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    pub fn free(&self) -> u64 {
+        self.free
+    }
+}
+
+/// The whole view.
+#[derive(Debug)]
+pub struct View {
+    pub nodes: HashMap<u64, Node>,
+    pub inos: InoAlloc,
+    /// Inodes whose overlay is non-empty.
+    overlaid: HashSet<u64>,
+}
+
+impl View {
+    pub fn new(inode_count: u64) -> View {
+        View { nodes: HashMap::new(), inos: InoAlloc::new(inode_count), overlaid: HashSet::new() }
+    }
+
+    pub fn node(&self, ino: u64) -> Option<&Node> {
+        self.nodes.get(&ino)
+    }
+
+    pub fn node_mut(&mut self, ino: u64) -> Option<&mut Node> {
+        self.nodes.get_mut(&ino)
+    }
+
+    /// Apply the records of one durable entry at `lsn`.
+    pub fn apply(&mut self, records: &[Record], lsn: u64) {
+        for r in records {
+            self.apply_one(r, lsn);
+        }
+    }
+
+    fn apply_one(&mut self, r: &Record, lsn: u64) {
+        match r {
+            Record::Inode { fresh, img } => {
+                if *fresh {
+                    let mut n = Node::new(*img);
+                    // A fresh inode replacing an orphan keeps nothing of it.
+                    if let Some(old) = self.nodes.remove(&img.ino) {
+                        n.lookups = old.lookups;
+                    }
+                    self.inos.mark(img.ino);
+                    self.nodes.insert(img.ino, n);
+                } else if let Some(n) = self.nodes.get_mut(&img.ino) {
+                    n.img = *img;
+                }
+            }
+            Record::Dirent { dir, ino, dtype, name } => {
+                if let Some(d) = self.nodes.get_mut(dir).and_then(|n| n.dir.as_mut()) {
+                    if *ino == 0 {
+                        d.remove(name);
+                    } else {
+                        d.set(name, *ino, *dtype);
+                    }
+                }
+            }
+            Record::Write { ino, off, len, data_off } => {
+                self.overlay(*ino, *off, off + len, Src::Log(*data_off), lsn);
+            }
+            Record::Truncate { ino, size } => {
+                self.overlay(*ino, *size, MAX_FILE_SIZE, Src::Zero, lsn);
+            }
+            Record::Punch { ino, off, len } => {
+                self.overlay(*ino, *off, off + len, Src::Zero, lsn);
+            }
+            Record::Alloc { .. } => {}
+            Record::Xattrs { ino, attrs } => {
+                if let Some(n) = self.nodes.get_mut(ino) {
+                    n.xattrs = attrs.iter().cloned().collect();
+                }
+            }
+            Record::FreeInode { ino } => {
+                self.nodes.remove(ino);
+                self.overlaid.remove(ino);
+                self.inos.release(*ino);
+            }
+        }
+    }
+
+    fn overlay(&mut self, ino: u64, start: u64, end: u64, src: Src, lsn: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.overlay.insert(start, end, src, lsn);
+            self.overlaid.insert(ino);
+        }
+    }
+
+    /// Entries before `lsn` are published: drop their overlay segments.
+    pub fn trim(&mut self, lsn: u64) {
+        let nodes = &mut self.nodes;
+        self.overlaid.retain(|ino| match nodes.get_mut(ino) {
+            Some(n) => {
+                n.overlay.trim(lsn);
+                !n.overlay.segs.is_empty()
+            }
+            None => false,
+        });
+    }
+
+    /// Whether `anc` is `ino` or one of its ancestors (following directory parents).
+    pub fn is_ancestor(&self, anc: u64, mut ino: u64) -> bool {
+        for _ in 0..100_000 {
+            if ino == anc {
+                return true;
+            }
+            match self.nodes.get(&ino) {
+                Some(n) if n.img.parent != ino && n.img.parent != 0 => ino = n.img.parent,
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_newest_wins_and_splits() {
+        let mut o = Overlay::default();
+        o.insert(0, 100, Src::Log(1000), 1);
+        o.insert(40, 60, Src::Log(5000), 2);
+        assert_eq!(
+            o.overlapping(0, 100),
+            vec![(0, 40, Src::Log(1000)), (40, 60, Src::Log(5000)), (60, 100, Src::Log(1060))]
+        );
+        assert_eq!(o.overlapping(50, 70), vec![(50, 60, Src::Log(5010)), (60, 70, Src::Log(1060))]);
+        o.insert(10, 200, Src::Zero, 3);
+        assert_eq!(o.overlapping(0, 300), vec![(0, 10, Src::Log(1000)), (10, 200, Src::Zero)]);
+        o.trim(3);
+        assert_eq!(o.overlapping(0, 300), vec![(10, 200, Src::Zero)]);
+    }
+
+    proptest::proptest! {
+        /// The overlay agrees with a byte-array model after any sequence of inserts.
+        #[test]
+        fn overlay_matches_model(ops in proptest::collection::vec((0u64..64, 1u64..32, proptest::bool::ANY), 1..40)) {
+            let mut o = Overlay::default();
+            let mut model: Vec<Option<(Src, u64)>> = vec![None; 128];
+            for (i, (start, len, zero)) in ops.iter().enumerate() {
+                let end = start + len;
+                let src = if *zero { Src::Zero } else { Src::Log(10_000 * (i as u64 + 1)) };
+                o.insert(*start, end, src, i as u64);
+                for p in *start..end {
+                    model[p as usize] = Some((shift(src, p - start), i as u64));
+                }
+            }
+            let mut got: Vec<Option<(Src, u64)>> = vec![None; 128];
+            for (a, b, src) in o.overlapping(0, 128) {
+                for p in a..b {
+                    got[p as usize] = Some((shift(src, p - a), 0));
+                }
+            }
+            for p in 0..128 {
+                proptest::prop_assert_eq!(got[p].map(|g| g.0), model[p].map(|m| m.0));
+            }
+        }
+    }
+}
