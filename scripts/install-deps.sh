@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what linefs needs from Debian and crates.io on a fresh machine. Idempotent.
+set -euo pipefail
+
+need=()
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+dpkg -s libfuse3-dev >/dev/null 2>&1 || need+=(libfuse3-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+
+if [ "${#need[@]}" -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "install-deps: installing ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 "${need[@]}"
+fi
+
+if [ ! -e /dev/fuse ]; then
+    echo "install-deps: /dev/fuse is missing: FUSE mounts will not work on this machine" >&2
+    exit 1
+fi
+command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found (install Rust first)" >&2; exit 1; }
+echo "install-deps: ok"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test of linefs: formatting and lints, then the whole workspace's unit, property,
+# reference-model, crash and FUSE integration tests. FUSE tests need root and /dev/fuse.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+# Build the binaries the integration tests drive (linefs, linefs-fuse).
+cargo build --workspace --bins
+cargo test --workspace -- --test-threads=2
