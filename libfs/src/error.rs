@@ -53,6 +53,8 @@ pub enum FsError {
     Format(#[from] FormatError),
     #[error("publication failed: {0}")]
     Publish(#[from] PublishError),
+    #[error("log of client {client} holds an invalid entry at lsn {lsn} ({why}); refusing to mount, nothing was changed")]
+    InvalidLog { client: u32, lsn: u64, why: String },
     #[error("another process has {0} mounted")]
     Busy(String),
     #[error("{what}: {source}")]
@@ -98,7 +100,7 @@ impl FsError {
             // caller; anything else that went wrong underneath is an I/O error: the data
             // in the log is intact, but we cannot go on.
             FsError::Publish(PublishError::NoSpace) => libc::ENOSPC,
-            FsError::Publish(_) | FsError::Format(_) | FsError::Io { .. } => libc::EIO,
+            FsError::Publish(_) | FsError::Format(_) | FsError::Io { .. } | FsError::InvalidLog { .. } => libc::EIO,
         }
     }
 }

@@ -370,6 +370,11 @@ impl Inner {
             if n > 0 && done >= budget {
                 break;
             }
+            if let Err(e) = self.public.validate(&p.records) {
+                let msg = format!("entry at lsn {}: {e}", p.loc.lsn);
+                self.publish_failed = Some(msg);
+                return Err(e.into());
+            }
             for r in &p.records {
                 if let Err(e) = self.public.apply(r) {
                     let msg = format!("entry at lsn {}: {e}", p.loc.lsn);
@@ -718,6 +723,12 @@ impl Fs {
                     break;
                 }
             };
+            // Validate the whole entry first: it is published entirely or not at all. An
+            // invalid entry (a bug or a forged log) stops the mount before anything changes.
+            if let Err(e) = public.validate(&records) {
+                tracing::error!(lsn = loc.lsn, client = opts.client, error = %e, "invalid log entry; refusing to mount");
+                return Err(FsError::InvalidLog { client: opts.client, lsn: loc.lsn, why: e.to_string() });
+            }
             for r in &records {
                 public.apply(r)?;
             }

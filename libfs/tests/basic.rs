@@ -145,3 +145,80 @@ fn full_public_area_is_enospc_and_recoverable() {
     let (b, _) = fs.create(&root, ROOT_INO, b"again", 0o644, 0, libc::O_RDWR).unwrap();
     fs.write(&root, b.ino, 0, &chunk).unwrap();
 }
+
+#[test]
+fn pm_files_that_are_corrupt_truncated_or_foreign_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node.pm");
+    Fs::format(&path, &FormatOptions::for_size(16 << 20)).unwrap();
+    // Formatting over an existing image is refused.
+    assert!(Fs::format(&path, &FormatOptions::for_size(16 << 20)).is_err());
+    let open = |p: &std::path::Path| Fs::mount(FsOptions { pm_path: p.to_path_buf(), ..Default::default() });
+    {
+        let fs = open(&path).unwrap();
+        // A second client on the same PM file is refused while the first holds it.
+        let err = open(&path).err().expect("second mount must fail");
+        assert_eq!(err.errno(), libc::EBUSY);
+        fs.mkdir(&Cred::root(), ROOT_INO, b"d", 0o755, 0).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let write = |name: &str, b: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+    let mut flipped = bytes.clone();
+    flipped[20] ^= 0xff;
+    let msg = open(&write("flipped.pm", &flipped)).err().unwrap().to_string();
+    assert!(msg.contains("checksum"), "{msg}");
+    let msg = open(&write("short.pm", &bytes[..8 << 20])).err().unwrap().to_string();
+    assert!(msg.contains("truncated"), "{msg}");
+    let mut version = bytes.clone();
+    version[8] = 99;
+    let msg = open(&write("version.pm", &version)).err().unwrap().to_string();
+    assert!(msg.contains("version 99"), "{msg}");
+    let msg = open(&write("zero.pm", &vec![0u8; 1 << 20])).err().unwrap().to_string();
+    assert!(msg.contains("not a linefs PM file"), "{msg}");
+    let msg = open(&dir.path().join("missing.pm")).err().unwrap().to_string();
+    assert!(msg.contains("missing.pm"), "{msg}");
+    // The original is intact.
+    let fs = open(&path).unwrap();
+    assert_eq!(fs.lookup(&Cred::root(), ROOT_INO, b"d").unwrap().kind, FileKind::Dir);
+}
+
+#[test]
+fn hostile_log_entry_stops_recovery_without_damage() {
+    use linefs_pm::layout::Superblock;
+    use linefs_pm::oplog::LogSlot;
+    use linefs_pm::record::{EntryBuilder, InodeImage};
+    let (region, fs) = fresh(16 << 20);
+    let root = Cred::root();
+    let (a, _) = fs.create(&root, ROOT_INO, b"keep", 0o644, 0, libc::O_RDWR).unwrap();
+    fs.write(&root, a.ino, 0, b"precious").unwrap();
+    drop(fs);
+    // Forge a well-formed entry that frees the root and points a name at a free inode.
+    let geo = Superblock::read(&region).unwrap().geometry;
+    let slot = LogSlot::new(region.clone(), &geo, 0);
+    let published = slot.published_lsn().unwrap();
+    let tail = slot.scan(published).unwrap().end;
+    let mut b = EntryBuilder::new();
+    b.free_inode(ROOT_INO);
+    b.dirent(ROOT_INO, b"ghost", 200, 8);
+    b.inode(&InodeImage { ino: 999_999, mode: 0o100644, ..Default::default() }, true);
+    slot.append(tail, published, b.payload()).unwrap();
+    let err = Fs::mount_region(region.clone(), FsOptions { background_publish: false, ..Default::default() });
+    let err = err.err().expect("a forged entry must not be published");
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    assert!(err.to_string().contains("invalid entry at lsn"), "{err}");
+    // Nothing was damaged: the public area and earlier entries are intact once the forged
+    // entry is gone.
+    let mut clean = region.tracer().unwrap().live_image();
+    let slot_ring = geo.log_slot_off(0) + 4096;
+    let at = (slot_ring + tail % slot.ring_bytes()) as usize;
+    clean[at..at + 64].fill(0);
+    let r2 = Arc::new(PmRegion::traced_from_image(clean));
+    let fs = Fs::mount_region(r2, FsOptions { background_publish: false, ..Default::default() }).unwrap();
+    let a = fs.lookup(&root, ROOT_INO, b"keep").unwrap();
+    assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"precious");
+    assert_eq!(fs.lookup(&root, ROOT_INO, b"ghost").unwrap_err().errno(), libc::ENOENT);
+}

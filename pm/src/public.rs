@@ -695,6 +695,85 @@ impl PublicArea {
         Ok(inode)
     }
 
+    /// Check that every record of one entry can be applied, without changing anything, so
+    /// that an entry is published entirely or not at all. Records may depend on earlier
+    /// records of the same entry (a file created and written in one entry).
+    pub fn validate(&self, records: &[Record]) -> Result<()> {
+        let mut local: HashMap<u64, Option<u32>> = HashMap::new();
+        let mode_of = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<Option<u32>> {
+            if ino == 0 || ino >= self.geo.inode_count {
+                return Err(invalid(ino, "inode number out of range"));
+            }
+            if let Some(m) = local.get(&ino) {
+                return Ok(*m);
+            }
+            let m = self.read_inode(ino)?.img.mode;
+            Ok((m != 0).then_some(m))
+        };
+        let live = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<u32> {
+            mode_of(local, ino)?.ok_or_else(|| invalid(ino, "inode is not allocated")).map(|m| m & libc::S_IFMT)
+        };
+        for rec in records {
+            match rec {
+                Record::Inode { fresh, img } => {
+                    if !dtype::valid(dtype_of_mode(img.mode)) {
+                        return Err(invalid(img.ino, format!("mode {:o} has no file type", img.mode)));
+                    }
+                    let cur = mode_of(&local, img.ino)?;
+                    if !fresh {
+                        match cur {
+                            None => return Err(invalid(img.ino, "attributes for an unallocated inode")),
+                            Some(m) if m & libc::S_IFMT != img.mode & libc::S_IFMT => {
+                                return Err(invalid(img.ino, "file type changed"))
+                            }
+                            _ => {}
+                        }
+                    }
+                    local.insert(img.ino, Some(img.mode));
+                }
+                Record::Dirent { dir, ino, .. } => {
+                    if live(&local, *dir)? != libc::S_IFDIR {
+                        return Err(invalid(*dir, "directory entry in a non-directory"));
+                    }
+                    if *ino != 0 {
+                        live(&local, *ino)?;
+                    }
+                }
+                Record::Write { ino, len, data_off, .. } => {
+                    let k = live(&local, *ino)?;
+                    if k != libc::S_IFREG && k != libc::S_IFLNK {
+                        return Err(invalid(*ino, "data write to a non-file"));
+                    }
+                    if data_off.checked_add(*len).is_none_or(|e| e > self.region.len()) {
+                        return Err(invalid(*ino, "write data outside the region"));
+                    }
+                }
+                Record::Truncate { ino, .. } | Record::Punch { ino, .. } => {
+                    live(&local, *ino)?;
+                }
+                Record::Alloc { ino, .. } => {
+                    if live(&local, *ino)? != libc::S_IFREG {
+                        return Err(invalid(*ino, "allocation for a non-file"));
+                    }
+                }
+                Record::Xattrs { ino, attrs } => {
+                    live(&local, *ino)?;
+                    let used: usize = attrs.iter().map(|(n, v)| 4 + n.len() + v.len()).sum();
+                    if used > XATTR_SPACE {
+                        return Err(invalid(*ino, "extended attributes exceed the xattr block"));
+                    }
+                }
+                Record::FreeInode { ino } => {
+                    if *ino <= 1 || *ino >= self.geo.inode_count {
+                        return Err(invalid(*ino, "cannot free this inode"));
+                    }
+                    local.insert(*ino, None);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Apply one record. Writes are persisted but not fenced; the caller fences and then
     /// durably advances its checkpoint, then calls [`PublicArea::checkpoint_done`].
     pub fn apply(&mut self, rec: &Record) -> Result<()> {
