@@ -53,7 +53,9 @@ pub enum FsError {
     Format(#[from] FormatError),
     #[error("publication failed: {0}")]
     Publish(#[from] PublishError),
-    #[error("log of client {client} holds an invalid entry at lsn {lsn} ({why}); refusing to mount, nothing was changed")]
+    #[error(
+        "log of client {client} holds an invalid entry at lsn {lsn} ({why}); refusing to mount, nothing was changed"
+    )]
     InvalidLog { client: u32, lsn: u64, why: String },
     #[error("another process has {0} mounted")]
     Busy(String),

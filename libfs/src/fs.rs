@@ -399,13 +399,7 @@ impl Inner {
         Ok(())
     }
 
-    fn new_inode(
-        &mut self,
-        cred: &Cred,
-        parent: &InodeImage,
-        mode: u32,
-        rdev: u32,
-    ) -> FsResult<InodeImage> {
+    fn new_inode(&mut self, cred: &Cred, parent: &InodeImage, mode: u32, rdev: u32) -> FsResult<InodeImage> {
         let ino = self.view.inos.alloc().ok_or(FsError::NoSpace("no free inode"))?;
         // Allocation is only committed with the entry; give it back if the entry fails.
         let t = now();
@@ -685,10 +679,11 @@ impl Fs {
 
     /// Open a PM file: recover (re-publish the committed log), then serve.
     pub fn mount(opts: FsOptions) -> FsResult<Fs> {
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&opts.pm_path).map_err(|e| FsError::Io {
-            what: format!("open {}", opts.pm_path.display()),
-            source: e,
-        })?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&opts.pm_path)
+            .map_err(|e| FsError::Io { what: format!("open {}", opts.pm_path.display()), source: e })?;
         // SAFETY: flock on a file descriptor we own; no memory is involved.
         let rc = unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
@@ -861,8 +856,13 @@ impl Fs {
         if inner.shut {
             return Ok(());
         }
-        let orphans: Vec<u64> =
-            inner.view.nodes.values().filter(|n| n.img.nlink == 0 && n.img.ino != ROOT_INO).map(|n| n.img.ino).collect();
+        let orphans: Vec<u64> = inner
+            .view
+            .nodes
+            .values()
+            .filter(|n| n.img.nlink == 0 && n.img.ino != ROOT_INO)
+            .map(|n| n.img.ino)
+            .collect();
         for ino in orphans {
             if let Some(n) = inner.view.node_mut(ino) {
                 n.lookups = 0;
@@ -1375,7 +1375,12 @@ impl Fs {
             out.push(DirEntry { ino, offset: 1, kind: FileKind::Dir, name: b".".to_vec() });
         }
         if offset < 2 {
-            out.push(DirEntry { ino: n.img.parent.max(ROOT_INO), offset: 2, kind: FileKind::Dir, name: b"..".to_vec() });
+            out.push(DirEntry {
+                ino: n.img.parent.max(ROOT_INO),
+                offset: 2,
+                kind: FileKind::Dir,
+                name: b"..".to_vec(),
+            });
         }
         for (&c, name) in d.order.range(offset.max(FIRST_COOKIE - 1) + 1..) {
             let (child, _) = d.get(name).expect("indexed");

@@ -250,7 +250,8 @@ fn check_workload(ops: &[Op], crash: &CrashOpts) -> Result<Counts, String> {
         for img in point.images(crash) {
             images += 1;
             let r = Arc::new(PmRegion::traced_from_image(img.image));
-            let ctx = || format!("workload {ops:?}, point {} ({}), image {}", point.index, point.label, img.description);
+            let ctx =
+                || format!("workload {ops:?}, point {} ({}), image {}", point.index, point.label, img.description);
             let fs = Fs::mount_region(r.clone(), opts()).map_err(|e| format!("{}: mount failed: {e}", ctx()))?;
             let got = snapshot(&fs).map_err(|e| format!("{}: inconsistent: {e}", ctx()))?;
             let ok_states = &states[acked..(acked + 2).min(states.len())];
@@ -261,15 +262,19 @@ fn check_workload(ops: &[Op], crash: &CrashOpts) -> Result<Counts, String> {
                 ));
             }
             // The recovered file system must stay usable, and publishing it must not change it.
-            if images % 5 == 0 {
+            if images.is_multiple_of(5) {
                 let root = Cred::root();
-                let (a, _) = fs.create(&root, ROOT_INO, b"after", 0o600, 0, libc::O_RDWR).map_err(|e| format!("{}: create after recovery: {e}", ctx()))?;
-                fs.write(&root, a.ino, 0, b"post-crash").map_err(|e| format!("{}: write after recovery: {e}", ctx()))?;
+                let (a, _) = fs
+                    .create(&root, ROOT_INO, b"after", 0o600, 0, libc::O_RDWR)
+                    .map_err(|e| format!("{}: create after recovery: {e}", ctx()))?;
+                fs.write(&root, a.ino, 0, b"post-crash")
+                    .map_err(|e| format!("{}: write after recovery: {e}", ctx()))?;
                 fs.sync_all().map_err(|e| format!("{}: publish after recovery: {e}", ctx()))?;
                 drop(fs);
                 let fs = Fs::mount_region(r, opts()).map_err(|e| format!("{}: second mount: {e}", ctx()))?;
                 let mut again = snapshot(&fs).map_err(|e| format!("{}: inconsistent after reuse: {e}", ctx()))?;
-                let after = again.remove("/after").ok_or_else(|| format!("{}: file written after recovery lost", ctx()))?;
+                let after =
+                    again.remove("/after").ok_or_else(|| format!("{}: file written after recovery lost", ctx()))?;
                 if after.data != b"post-crash" || again != got {
                     return Err(format!("{}: state changed across publication and remount", ctx()));
                 }
@@ -352,6 +357,9 @@ fn every_crash_state_recovers_to_an_acknowledged_state() {
             Err(e) => panic!("{e}"),
         }
     }
-    println!("crash test: {} workloads, {total_points} crash points, {total_images} crash states, 0 violations", all.len());
+    println!(
+        "crash test: {} workloads, {total_points} crash points, {total_images} crash states, 0 violations",
+        all.len()
+    );
     assert!(total_images > all.len() * 4, "too few crash states were generated");
 }

@@ -100,12 +100,7 @@ impl FormatParams {
     /// 256 MiB), one inode per 16 KiB.
     pub fn for_size(size: u64) -> FormatParams {
         let log_size = (size / 32).clamp(256 << 10, 256 << 20) / BLOCK_SIZE * BLOCK_SIZE;
-        FormatParams {
-            size,
-            log_size,
-            log_slots: 4,
-            inodes: (size / 16384).clamp(1024, 1 << 24),
-        }
+        FormatParams { size, log_size, log_slots: 4, inodes: (size / 16384).clamp(1024, 1 << 24) }
     }
 }
 

@@ -16,4 +16,4 @@ pub mod record;
 pub mod region;
 pub mod trace;
 
-pub use region::{PmError, PmRegion, PersistMethod};
+pub use region::{Backing, PersistMethod, PmError, PmRegion, PmStats};

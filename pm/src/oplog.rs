@@ -107,13 +107,7 @@ fn align(n: u64) -> u64 {
 impl LogSlot {
     pub fn new(region: Arc<PmRegion>, geo: &Geometry, slot: u32) -> LogSlot {
         let hdr_off = geo.log_slot_off(slot);
-        LogSlot {
-            region,
-            slot,
-            hdr_off,
-            ring_off: hdr_off + BLOCK_SIZE,
-            ring_bytes: (geo.log_blocks - 1) * BLOCK_SIZE,
-        }
+        LogSlot { region, slot, hdr_off, ring_off: hdr_off + BLOCK_SIZE, ring_bytes: (geo.log_blocks - 1) * BLOCK_SIZE }
     }
 
     pub fn ring_bytes(&self) -> u64 {
@@ -226,7 +220,8 @@ impl LogSlot {
             let plen = le32(&h, 16) as u64;
             let kind = u16::from_le_bytes([h[20], h[21]]);
             let room = self.ring_bytes - pos;
-            if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total {
+            if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total
+            {
                 break ScanStop::Invalid(format!("entry at lsn {lsn}: bad length {total}/{plen}"));
             }
             if kind == KIND_PAD {

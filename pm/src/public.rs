@@ -93,6 +93,9 @@ impl From<crate::region::PmError> for PublishError {
 
 type Result<T, E = PublishError> = std::result::Result<T, E>;
 
+/// Extended attributes as (name, value) pairs.
+pub type XattrList = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// An inode as stored in the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PmInode {
@@ -488,7 +491,7 @@ impl PublicArea {
         Ok(out)
     }
 
-    fn read_xattrs(&self, block: u64) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, FormatError> {
+    fn read_xattrs(&self, block: u64) -> Result<Option<XattrList>, FormatError> {
         let mut b = vec![0u8; BLOCK_SIZE as usize];
         self.region.read(block * BLOCK_SIZE, &mut b)?;
         let used = le32(&b, 8) as usize;
@@ -1111,8 +1114,8 @@ mod tests {
     use crate::record::{decode_records, EntryBuilder};
 
     fn setup() -> (Arc<PmRegion>, Geometry) {
-        let geo = Geometry::compute(&FormatParams { size: 16 << 20, log_size: 1 << 20, log_slots: 1, inodes: 256 })
-            .unwrap();
+        let geo =
+            Geometry::compute(&FormatParams { size: 16 << 20, log_size: 1 << 20, log_slots: 1, inodes: 256 }).unwrap();
         let region = Arc::new(PmRegion::traced(16 << 20));
         let root = InodeImage { ino: 1, mode: libc::S_IFDIR | 0o755, nlink: 2, parent: 1, ..Default::default() };
         PublicArea::format(&region, &geo, &root).unwrap();

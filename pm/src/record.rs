@@ -463,7 +463,10 @@ mod tests {
         let (pos, len) = b.write_data()[0];
         assert_eq!(recs[2], Record::Write { ino: 5, off: 3, len: 9, data_off: 1000 + pos as u64 });
         assert_eq!(&b.payload()[pos..pos + len], b"abcdefghi");
-        assert_eq!(recs[6], Record::Xattrs { ino: 5, attrs: vec![(b"user.a".to_vec(), b"v".to_vec()), (b"user.b".to_vec(), vec![])] });
+        assert_eq!(
+            recs[6],
+            Record::Xattrs { ino: 5, attrs: vec![(b"user.a".to_vec(), b"v".to_vec()), (b"user.b".to_vec(), vec![])] }
+        );
         assert_eq!(recs[7], Record::FreeInode { ino: 5 });
     }
 

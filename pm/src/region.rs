@@ -117,14 +117,10 @@ impl PersistMethod {
 
     /// The best cache-line flush method of this CPU (msync off x86_64).
     pub fn best_flush() -> PersistMethod {
-        [
-            PersistMethod::Clwb,
-            PersistMethod::ClflushOpt,
-            PersistMethod::Clflush,
-        ]
-        .into_iter()
-        .find(|m| m.is_available())
-        .unwrap_or(PersistMethod::Msync)
+        [PersistMethod::Clwb, PersistMethod::ClflushOpt, PersistMethod::Clflush]
+            .into_iter()
+            .find(|m| m.is_available())
+            .unwrap_or(PersistMethod::Msync)
     }
 }
 
@@ -167,11 +163,7 @@ pub enum PmError {
     OutOfBounds { off: u64, len: u64, size: u64 },
     /// A region (file) size that is not usable.
     #[error("{}: invalid PM region size {size}: {reason}", path.display())]
-    BadSize {
-        path: PathBuf,
-        size: u64,
-        reason: &'static str,
-    },
+    BadSize { path: PathBuf, size: u64, reason: &'static str },
     /// The path is not a regular file.
     #[error("{}: not a regular file", path.display())]
     NotRegularFile { path: PathBuf },
@@ -259,11 +251,7 @@ mod flush {
             let (l1, l7_ebx) = unsafe {
                 let l0 = __cpuid(0);
                 let l1 = __cpuid(1);
-                let l7 = if l0.eax >= 7 {
-                    __cpuid_count(7, 0).ebx
-                } else {
-                    0
-                };
+                let l7 = if l0.eax >= 7 { __cpuid_count(7, 0).ebx } else { 0 };
                 (l1, l7)
             };
             Features {
@@ -362,9 +350,7 @@ fn unescape_mountinfo(field: &str) -> String {
         if b[i] == b'\\' && i + 4 <= b.len() {
             let digits = &b[i + 1..i + 4];
             if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                let v = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                let v = digits.iter().fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
                 if let Ok(v) = u8::try_from(v) {
                     out.push(v);
                     i += 4;
@@ -397,11 +383,9 @@ fn mountinfo_is_dax(mountinfo: &str, path: &Path) -> bool {
             continue;
         }
         let depth = Path::new(&mount_point).components().count();
-        let opts = fields[5]
-            .split(',')
-            .chain(fields.get(sep + 3).copied().unwrap_or("").split(','));
+        let opts = fields[5].split(',').chain(fields.get(sep + 3).copied().unwrap_or("").split(','));
         let dax = opts.clone().any(|o| o == "dax" || o == "dax=always");
-        if best.map_or(true, |(d, _)| depth >= d) {
+        if best.is_none_or(|(d, _)| depth >= d) {
             best = Some((depth, dax));
         }
     }
@@ -444,7 +428,7 @@ impl PmRegion {
     /// `size` is kept (set_len); on a disk file the blocks are also reserved with
     /// posix_fallocate, so later stores cannot fault for lack of space.
     pub fn create(path: &Path, size: u64) -> Result<PmRegion, PmError> {
-        if size < MIN_REGION_SIZE || size % PAGE_SIZE != 0 {
+        if size < MIN_REGION_SIZE || !size.is_multiple_of(PAGE_SIZE) {
             return Err(PmError::BadSize {
                 path: path.to_path_buf(),
                 size,
@@ -458,16 +442,11 @@ impl PmRegion {
             .truncate(false)
             .open(path)
             .map_err(io_err(format!("create PM file {}", path.display())))?;
-        let meta = file
-            .metadata()
-            .map_err(io_err(format!("stat {}", path.display())))?;
+        let meta = file.metadata().map_err(io_err(format!("stat {}", path.display())))?;
         if !meta.is_file() {
-            return Err(PmError::NotRegularFile {
-                path: path.to_path_buf(),
-            });
+            return Err(PmError::NotRegularFile { path: path.to_path_buf() });
         }
-        file.set_len(size)
-            .map_err(io_err(format!("resize {} to {size}", path.display())))?;
+        file.set_len(size).map_err(io_err(format!("resize {} to {size}", path.display())))?;
         let backing = detect_backing(&file, path);
         if backing == Backing::File {
             let len = libc::off_t::try_from(size).map_err(|_| PmError::BadSize {
@@ -483,8 +462,7 @@ impl PmRegion {
                     source: io::Error::from_raw_os_error(rc),
                 });
             }
-            file.sync_all()
-                .map_err(io_err(format!("fsync {}", path.display())))?;
+            file.sync_all().map_err(io_err(format!("fsync {}", path.display())))?;
         }
         Self::map(file, path, size, backing)
     }
@@ -497,28 +475,16 @@ impl PmRegion {
             .write(true)
             .open(path)
             .map_err(io_err(format!("open PM file {}", path.display())))?;
-        let meta = file
-            .metadata()
-            .map_err(io_err(format!("stat {}", path.display())))?;
+        let meta = file.metadata().map_err(io_err(format!("stat {}", path.display())))?;
         if !meta.is_file() {
-            return Err(PmError::NotRegularFile {
-                path: path.to_path_buf(),
-            });
+            return Err(PmError::NotRegularFile { path: path.to_path_buf() });
         }
         let size = meta.len();
         if size == 0 {
-            return Err(PmError::BadSize {
-                path: path.to_path_buf(),
-                size,
-                reason: "file is empty",
-            });
+            return Err(PmError::BadSize { path: path.to_path_buf(), size, reason: "file is empty" });
         }
-        if size % PAGE_SIZE != 0 {
-            return Err(PmError::BadSize {
-                path: path.to_path_buf(),
-                size,
-                reason: "not a multiple of 4096",
-            });
+        if !size.is_multiple_of(PAGE_SIZE) {
+            return Err(PmError::BadSize { path: path.to_path_buf(), size, reason: "not a multiple of 4096" });
         }
         let backing = detect_backing(&file, path);
         Self::map(file, path, size, backing)
@@ -531,10 +497,7 @@ impl PmRegion {
             size,
             reason: "larger than the address space",
         })?;
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&file)
-            .map_err(io_err(format!("mmap {}", path.display())))?;
+        let map = MmapOptions::new().len(len).map_raw(&file).map_err(io_err(format!("mmap {}", path.display())))?;
         tracing::info!(
             path = %path.display(),
             size,
@@ -599,11 +562,7 @@ impl PmRegion {
     fn check(&self, off: u64, len: u64) -> Result<usize, PmError> {
         match off.checked_add(len) {
             Some(end) if end <= self.size => Ok(off as usize),
-            _ => Err(PmError::OutOfBounds {
-                off,
-                len,
-                size: self.size,
-            }),
+            _ => Err(PmError::OutOfBounds { off, len, size: self.size }),
         }
     }
 
@@ -615,9 +574,7 @@ impl PmRegion {
                 // SAFETY: [o, o + buf.len()) is within the mapping (checked above), which
                 // lives as long as `self`; `buf` is a distinct Rust allocation. Racing writers
                 // of these bytes are excluded by the callers' locks (module doc).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(map.as_ptr().add(o), buf.as_mut_ptr(), buf.len())
-                }
+                unsafe { std::ptr::copy_nonoverlapping(map.as_ptr().add(o), buf.as_mut_ptr(), buf.len()) }
             }
             Backend::Traced(t) => t.read(off, buf),
         }
@@ -634,19 +591,11 @@ impl PmRegion {
                 // one may be writing it; callers never pass a slice of the mapping itself (the
                 // region hands out no references into it), and same-byte writers are excluded
                 // by the callers' locks (module doc).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        data.as_ptr(),
-                        map.as_mut_ptr().add(o),
-                        data.len(),
-                    )
-                }
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), map.as_mut_ptr().add(o), data.len()) }
             }
             Backend::Traced(t) => t.write(off, data),
         }
-        self.counters
-            .bytes_written
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters.bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -661,9 +610,7 @@ impl PmRegion {
             }
             Backend::Traced(t) => t.zero(off, len),
         }
-        self.counters
-            .bytes_written
-            .fetch_add(len, Ordering::Relaxed);
+        self.counters.bytes_written.fetch_add(len, Ordering::Relaxed);
         Ok(())
     }
 
@@ -671,15 +618,12 @@ impl PmRegion {
     pub fn read_u64(&self, off: u64) -> Result<u64, PmError> {
         let o = self.check(off, 8)?;
         match &self.backend {
-            Backend::Mapped(map) if off % 8 == 0 => {
+            Backend::Mapped(map) if off.is_multiple_of(8) => {
                 // SAFETY: [o, o + 8) is within the mapping (checked above), which lives as long
                 // as `self`; the mapping is page-aligned and o % 8 == 0, so the pointer is
                 // aligned for AtomicU64. Non-atomic writers of these bytes are excluded by the
                 // callers' locks.
-                let v = unsafe {
-                    AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>())
-                        .load(Ordering::Acquire)
-                };
+                let v = unsafe { AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>()).load(Ordering::Acquire) };
                 Ok(u64::from_le(v))
             }
             _ => {
@@ -695,14 +639,13 @@ impl PmRegion {
     pub fn write_u64(&self, off: u64, v: u64) -> Result<(), PmError> {
         let o = self.check(off, 8)?;
         match &self.backend {
-            Backend::Mapped(map) if off % 8 == 0 => {
+            Backend::Mapped(map) if off.is_multiple_of(8) => {
                 // SAFETY: [o, o + 8) is within the writable mapping (checked above), which
                 // lives as long as `self`; page-aligned base + o % 8 == 0 gives an 8-aligned
                 // pointer as AtomicU64 requires. Non-atomic accesses to these bytes are
                 // excluded by the callers' locks.
                 unsafe {
-                    AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>())
-                        .store(v.to_le(), Ordering::Release)
+                    AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>()).store(v.to_le(), Ordering::Release)
                 }
                 self.counters.bytes_written.fetch_add(8, Ordering::Relaxed);
                 Ok(())
@@ -717,9 +660,7 @@ impl PmRegion {
     pub fn persist(&self, off: u64, len: u64) -> Result<(), PmError> {
         let o = self.check(off, len)?;
         self.counters.persist_calls.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes_persisted
-            .fetch_add(len, Ordering::Relaxed);
+        self.counters.bytes_persisted.fetch_add(len, Ordering::Relaxed);
         match &self.backend {
             Backend::Traced(t) => {
                 t.persist(off, len);
@@ -737,10 +678,7 @@ impl PmRegion {
                         let stop = end.next_multiple_of(page).min(self.size as usize);
                         map.flush_range(start, stop - start).map_err(io_err(format!(
                             "msync [{start}, {stop}) of {}",
-                            self.path
-                                .as_deref()
-                                .map(|p| p.display().to_string())
-                                .unwrap_or_default()
+                            self.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
                         )))
                     }
                     #[cfg(target_arch = "x86_64")]
@@ -778,9 +716,7 @@ impl PmRegion {
             Backend::Traced(t) => t.fence(),
             Backend::Mapped(_) => match self.method {
                 #[cfg(target_arch = "x86_64")]
-                PersistMethod::Clwb | PersistMethod::ClflushOpt | PersistMethod::Clflush => {
-                    flush::sfence()
-                }
+                PersistMethod::Clwb | PersistMethod::ClflushOpt | PersistMethod::Clflush => flush::sfence(),
                 _ => {}
             },
         }
@@ -925,12 +861,7 @@ mod tests {
         let dir = tempfile::tempdir_in(shm).unwrap();
         let path = dir.path().join("m.pm");
         let mut r = PmRegion::create(&path, MIB).unwrap();
-        for m in [
-            PersistMethod::Clwb,
-            PersistMethod::ClflushOpt,
-            PersistMethod::Clflush,
-            PersistMethod::Msync,
-        ] {
+        for m in [PersistMethod::Clwb, PersistMethod::ClflushOpt, PersistMethod::Clflush, PersistMethod::Msync] {
             if !m.is_available() {
                 continue;
             }
@@ -981,15 +912,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bad.pm");
         for size in [0, 4096, MIB - 4096, MIB + 1, 3 * MIB + 512] {
-            assert!(matches!(
-                PmRegion::create(&p, size),
-                Err(PmError::BadSize { .. })
-            ));
+            assert!(matches!(PmRegion::create(&p, size), Err(PmError::BadSize { .. })));
         }
-        assert!(matches!(
-            PmRegion::create(dir.path(), MIB),
-            Err(PmError::Io { .. } | PmError::NotRegularFile { .. })
-        ));
+        assert!(matches!(PmRegion::create(dir.path(), MIB), Err(PmError::Io { .. } | PmError::NotRegularFile { .. })));
         assert!(PmRegion::create(&dir.path().join("no/such/dir.pm"), MIB).is_err());
     }
 
@@ -1033,10 +958,7 @@ mod tests {
         assert!(e.to_string().contains("4096"), "{e}");
 
         let e = PmRegion::open(dir.path()).unwrap_err();
-        assert!(
-            matches!(e, PmError::Io { .. } | PmError::NotRegularFile { .. }),
-            "{e}"
-        );
+        assert!(matches!(e, PmError::Io { .. } | PmError::NotRegularFile { .. }), "{e}");
 
         // A small but page-multiple file opens fine.
         let small = dir.path().join("small.pm");
@@ -1047,32 +969,14 @@ mod tests {
 
     #[test]
     fn method_selection() {
-        assert_eq!(
-            select_method(Backing::File, None).unwrap(),
-            PersistMethod::Msync
-        );
-        assert_eq!(
-            select_method(Backing::Tmpfs, None).unwrap(),
-            PersistMethod::best_flush()
-        );
-        assert_eq!(
-            select_method(Backing::Dax, Some("")).unwrap(),
-            PersistMethod::best_flush()
-        );
-        assert_eq!(
-            select_method(Backing::Tmpfs, Some("msync")).unwrap(),
-            PersistMethod::Msync
-        );
-        assert!(matches!(
-            select_method(Backing::Tmpfs, Some("magic")),
-            Err(PmError::Unsupported { .. })
-        ));
+        assert_eq!(select_method(Backing::File, None).unwrap(), PersistMethod::Msync);
+        assert_eq!(select_method(Backing::Tmpfs, None).unwrap(), PersistMethod::best_flush());
+        assert_eq!(select_method(Backing::Dax, Some("")).unwrap(), PersistMethod::best_flush());
+        assert_eq!(select_method(Backing::Tmpfs, Some("msync")).unwrap(), PersistMethod::Msync);
+        assert!(matches!(select_method(Backing::Tmpfs, Some("magic")), Err(PmError::Unsupported { .. })));
         for name in ["clwb", "clflushopt", "CLFLUSH"] {
             let m = PersistMethod::from_name(name).unwrap();
-            assert_eq!(
-                select_method(Backing::File, Some(name)).is_ok(),
-                m.is_available()
-            );
+            assert_eq!(select_method(Backing::File, Some(name)).is_ok(), m.is_available());
         }
         assert_eq!(PersistMethod::Clwb.to_string(), "clwb+sfence");
         assert_eq!(PersistMethod::ClflushOpt.to_string(), "clflushopt+sfence");
@@ -1121,9 +1025,7 @@ mod tests {
     fn region_is_send_sync_and_concurrent_disjoint_writes_work() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<PmRegion>();
-        let dir = tempfile::tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::tempdir())
-            .unwrap();
+        let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
         let r = PmRegion::create(&dir.path().join("c.pm"), MIB).unwrap();
         std::thread::scope(|s| {
             for t in 0..4u64 {

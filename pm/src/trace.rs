@@ -176,12 +176,7 @@ impl State {
         let pending = Arc::new(self.pending_snapshot());
         let fences = self.fences;
         if let Some(rec) = self.rec.as_mut() {
-            rec.points.push(PointRec {
-                label,
-                fences,
-                delta_count: rec.deltas.len(),
-                pending,
-            });
+            rec.points.push(PointRec { label, fences, delta_count: rec.deltas.len(), pending });
         }
     }
 }
@@ -252,13 +247,7 @@ impl Tracer {
                 }
                 None => {
                     if !same {
-                        s.lines.insert(
-                            key,
-                            LineMeta {
-                                first_store: seq,
-                                flush_snapshot: None,
-                            },
-                        );
+                        s.lines.insert(key, LineMeta { first_store: seq, flush_snapshot: None });
                     }
                 }
             }
@@ -312,10 +301,7 @@ impl Tracer {
             s.durable[l..e].copy_from_slice(&snap);
             if let Some(rec) = s.rec.as_mut() {
                 // Clones the list only if a `CrashPoint` still shares it (then once).
-                Arc::make_mut(&mut rec.deltas).push(Delta {
-                    off: line,
-                    data: snap,
-                });
+                Arc::make_mut(&mut rec.deltas).push(Delta { off: line, data: snap });
             }
             if s.live[l..e] == s.durable[l..e] {
                 now_clean.push(line);
@@ -363,12 +349,7 @@ impl Tracer {
     pub fn start_recording(&self) {
         let mut s = self.state.lock();
         let base = Arc::new(s.durable.clone());
-        s.rec = Some(Recording {
-            base,
-            deltas: Arc::new(Vec::new()),
-            points: Vec::new(),
-            events: Vec::new(),
-        });
+        s.rec = Some(Recording { base, deltas: Arc::new(Vec::new()), points: Vec::new(), events: Vec::new() });
         tracing::debug!(len = s.live.len(), "trace: recording crash points");
     }
 
@@ -391,9 +372,7 @@ impl Tracer {
         }
         s.capture(label.to_string());
         if let Some(rec) = s.rec.as_mut() {
-            rec.events.push(TraceEvent::Checkpoint {
-                label: label.to_string(),
-            });
+            rec.events.push(TraceEvent::Checkpoint { label: label.to_string() });
         }
     }
 
@@ -420,12 +399,7 @@ impl Tracer {
 
     /// The stores, persists, fences and checkpoints recorded since `start_recording`.
     pub fn events(&self) -> Vec<TraceEvent> {
-        self.state
-            .lock()
-            .rec
-            .as_ref()
-            .map(|r| r.events.clone())
-            .unwrap_or_default()
+        self.state.lock().rec.as_ref().map(|r| r.events.clone()).unwrap_or_default()
     }
 }
 
@@ -445,12 +419,7 @@ pub struct CrashOpts {
 
 impl Default for CrashOpts {
     fn default() -> Self {
-        CrashOpts {
-            max_exhaustive: 8,
-            samples: 32,
-            seed: 0,
-            torn_words: false,
-        }
+        CrashOpts { max_exhaustive: 8, samples: 32, seed: 0, torn_words: false }
     }
 }
 
@@ -465,10 +434,7 @@ pub struct CrashImage {
 
 impl fmt::Debug for CrashImage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CrashImage")
-            .field("description", &self.description)
-            .field("len", &self.image.len())
-            .finish()
+        f.debug_struct("CrashImage").field("description", &self.description).field("len", &self.image.len()).finish()
     }
 }
 
@@ -544,11 +510,7 @@ impl CrashPoint {
                 torn: None,
             }))
         } else {
-            let sel = move |kind: String, include: Vec<bool>| Selection {
-                kind,
-                include,
-                torn: None,
-            };
+            let sel = move |kind: String, include: Vec<bool>| Selection { kind, include, torn: None };
             let mut random = Vec::with_capacity(opts.samples);
             let mut seen = HashSet::new();
             for k in 0..opts.samples {
@@ -560,27 +522,24 @@ impl CrashPoint {
                 random.push(sel(format!("random {k}"), include));
             }
             Box::new(
-                [
-                    sel("none".into(), vec![false; n]),
-                    sel("all".into(), vec![true; n]),
-                ]
-                .into_iter()
-                .chain((0..n).map(move |i| {
-                    let mut v = vec![false; n];
-                    v[i] = true;
-                    sel(format!("single {i}"), v)
-                }))
-                .chain((0..n).map(move |i| {
-                    let mut v = vec![true; n];
-                    v[i] = false;
-                    sel(format!("all but {i}"), v)
-                }))
-                // Prefixes of length 1 and n-1 are a single / an all-but-one.
-                .chain(
-                    (2..n.saturating_sub(1))
-                        .map(move |k| sel(format!("prefix {k}"), (0..n).map(|i| i < k).collect())),
-                )
-                .chain(random),
+                [sel("none".into(), vec![false; n]), sel("all".into(), vec![true; n])]
+                    .into_iter()
+                    .chain((0..n).map(move |i| {
+                        let mut v = vec![false; n];
+                        v[i] = true;
+                        sel(format!("single {i}"), v)
+                    }))
+                    .chain((0..n).map(move |i| {
+                        let mut v = vec![true; n];
+                        v[i] = false;
+                        sel(format!("all but {i}"), v)
+                    }))
+                    // Prefixes of length 1 and n-1 are a single / an all-but-one.
+                    .chain(
+                        (2..n.saturating_sub(1))
+                            .map(move |k| sel(format!("prefix {k}"), (0..n).map(|i| i < k).collect())),
+                    )
+                    .chain(random),
             )
         };
         let mut torn = Vec::new();
@@ -590,11 +549,7 @@ impl CrashPoint {
                 if words < 2 {
                     continue;
                 }
-                let full = if words >= 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << words) - 1
-                };
+                let full = if words >= 64 { u64::MAX } else { (1u64 << words) - 1 };
                 for others in [false, true] {
                     let mut mask = 0;
                     while mask == 0 || mask == full {
@@ -605,18 +560,12 @@ impl CrashPoint {
                     } else {
                         format!("torn line {i} (words {mask:#x}), others absent")
                     };
-                    torn.push(Selection {
-                        kind,
-                        include: vec![others; n],
-                        torn: Some((i, mask)),
-                    });
+                    torn.push(Selection { kind, include: vec![others; n], torn: Some((i, mask)) });
                 }
             }
         }
         let durable = self.durable_image();
-        subsets
-            .chain(torn)
-            .map(move |sel| self.build(&durable, sel))
+        subsets.chain(torn).map(move |sel| self.build(&durable, sel))
     }
 
     fn build(&self, durable: &[u8], sel: Selection) -> CrashImage {
@@ -645,11 +594,7 @@ impl CrashPoint {
         if included.is_empty() {
             description.push_str("no line");
         } else {
-            let list: Vec<String> = included
-                .iter()
-                .take(SHOWN)
-                .map(|o| format!("{o:#x}"))
-                .collect();
+            let list: Vec<String> = included.iter().take(SHOWN).map(|o| format!("{o:#x}")).collect();
             description.push_str(&format!("lines [{}]", list.join(", ")));
             if included.len() > SHOWN {
                 description.push_str(&format!(" (+{} more)", included.len() - SHOWN));
@@ -714,10 +659,7 @@ mod tests {
         let r = region();
         let t = r.tracer().unwrap();
         r.write(60, &[1; 10]).unwrap(); // lines 0 and 64
-        assert_eq!(
-            t.pending_lines().iter().map(|l| l.off).collect::<Vec<_>>(),
-            vec![0, 64]
-        );
+        assert_eq!(t.pending_lines().iter().map(|l| l.off).collect::<Vec<_>>(), vec![0, 64]);
         r.zero(60, 10).unwrap(); // back to the durable content
         assert!(t.pending_lines().is_empty());
     }
@@ -747,10 +689,7 @@ mod tests {
         r.write(512, b"z").unwrap();
         t.checkpoint("two dirty"); // point 2
         let pts = t.crash_points();
-        assert_eq!(
-            pts.iter().map(|p| p.label.as_str()).collect::<Vec<_>>(),
-            vec!["fence 2", "after op", "two dirty"]
-        );
+        assert_eq!(pts.iter().map(|p| p.label.as_str()).collect::<Vec<_>>(), vec!["fence 2", "after op", "two dirty"]);
         assert_eq!(pts[0].index, 0);
         assert_eq!(pts[0].pending_count(), 1);
         assert_eq!(pts[1].pending_count(), 0);
@@ -808,12 +747,7 @@ mod tests {
         t.checkpoint("12 dirty");
         let p = &t.crash_points()[0];
         assert_eq!(p.pending_count(), n);
-        let o = CrashOpts {
-            max_exhaustive: 8,
-            samples: 10,
-            seed: 7,
-            torn_words: false,
-        };
+        let o = CrashOpts { max_exhaustive: 8, samples: 10, seed: 7, torn_words: false };
         let imgs: Vec<_> = p.images(&o).collect();
         // none + all + n singles + n all-but-one + (n - 3) prefixes + up to 10 random
         let structured = 2 + n + n + (n - 3);
@@ -824,12 +758,7 @@ mod tests {
         assert_eq!(distinct.len(), imgs.len());
         // Deterministic for a seed.
         let again: Vec<_> = p.images(&o).map(|i| i.description).collect();
-        assert_eq!(
-            again,
-            imgs.iter()
-                .map(|i| i.description.clone())
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(again, imgs.iter().map(|i| i.description.clone()).collect::<Vec<_>>());
     }
 
     #[test]
@@ -843,16 +772,10 @@ mod tests {
         r.write(64, &[9; 64]).unwrap();
         t.checkpoint("two lines");
         let p = &t.crash_points()[0];
-        let o = CrashOpts {
-            torn_words: true,
-            ..CrashOpts::default()
-        };
+        let o = CrashOpts { torn_words: true, ..CrashOpts::default() };
         let imgs: Vec<_> = p.images(&o).collect();
         assert_eq!(imgs.len(), 4 + 4);
-        let torn: Vec<_> = imgs
-            .iter()
-            .filter(|i| i.description.contains("torn"))
-            .collect();
+        let torn: Vec<_> = imgs.iter().filter(|i| i.description.contains("torn")).collect();
         assert_eq!(torn.len(), 4);
         for i in &torn {
             let mut new = 0;
@@ -887,10 +810,7 @@ mod tests {
         assert_eq!(t.pending_lines()[0].live.len(), 36);
         t.start_recording();
         t.checkpoint("c");
-        let o = CrashOpts {
-            torn_words: true,
-            ..CrashOpts::default()
-        };
+        let o = CrashOpts { torn_words: true, ..CrashOpts::default() };
         assert_eq!(t.crash_points()[0].images(&o).count(), 2 + 2);
         r.persist_now(64, 36).unwrap();
         assert_eq!(&t.durable_image()[90..], &[5; 10]);
