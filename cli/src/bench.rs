@@ -1,0 +1,397 @@
+//! `linefs bench NAME`: a named workload on linefs and its baselines, measured in the same
+//! run (DESIGN section 8).
+//!
+//! The bench sets up its own temporary cluster in DIR/bench-<pid> with a fresh PM file in the
+//! PM directory (default DIR/pm; `--pm-dir /dev/shm/...` for memory speed), mounts linefs and
+//! a FUSE passthrough of a directory next to the PM file, and runs the same workload on:
+//! 1. the node-local directory itself (no FUSE),
+//! 2. the FUSE passthrough of it (FUSE's own cost),
+//! 3. linefs.
+//!
+//! Rows for "linefs host-only" (libfs publishes and replicates itself, as Assise does) and
+//! "linefs + nicfs offload" are printed as pending until those modes exist; add them in
+//! [`Target`] and [`run`].
+//!
+//! Everything is torn down afterwards, on error too ([`Teardown`]).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::cluster::{self, Backend, ClusterDir};
+use crate::mounts::{self, MountRequest};
+use crate::util::{command_line, fail, human_size, unix_now, utc_date, CliResult, Context};
+
+/// Size of each write, both workloads.
+const WRITE_SIZE: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchName {
+    /// One file, 16 KiB sequential writes, fsync at the end (included); MB/s.
+    Seqwrite,
+    /// 16 KiB append + fsync, repeated; latency avg/p50/p99/p99.9.
+    Fsync,
+}
+
+impl BenchName {
+    fn as_str(self) -> &'static str {
+        match self {
+            BenchName::Seqwrite => "seqwrite",
+            BenchName::Fsync => "fsync",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    pub name: BenchName,
+    pub json: bool,
+    pub size: u64,
+    pub count: u64,
+    pub pm_dir: Option<PathBuf>,
+    pub pm_size: Option<u64>,
+}
+
+/// The systems measured, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Local,
+    Passthrough,
+    Linefs,
+}
+
+impl Target {
+    fn key(self) -> &'static str {
+        match self {
+            Target::Local => "local",
+            Target::Passthrough => "fuse-passthrough",
+            Target::Linefs => "linefs",
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Target::Local => "node-local directory (no FUSE)",
+            Target::Passthrough => "FUSE passthrough of it",
+            Target::Linefs => "linefs (FUSE, libfs)",
+        }
+    }
+}
+
+/// Rows that exist in DESIGN section 8 but not yet in the code.
+const PENDING: [(&str, &str); 2] = [
+    ("linefs host-only", "not built yet (needs libfs publish + replicate in the host)"),
+    ("linefs + nicfs offload", "not built yet (needs nicfs)"),
+];
+
+#[derive(Debug, Clone)]
+enum Figures {
+    Seq { bytes: u64, secs: f64 },
+    Lat { hist: Histogram<u64>, secs: f64 },
+}
+
+impl Figures {
+    fn mb_s(&self) -> f64 {
+        match self {
+            Figures::Seq { bytes, secs } => *bytes as f64 / 1e6 / secs.max(1e-9),
+            Figures::Lat { hist, secs } => hist.len() as f64 * WRITE_SIZE as f64 / 1e6 / secs.max(1e-9),
+        }
+    }
+    /// The figure the ratio compares: MB/s for seqwrite, mean latency for fsync.
+    fn headline(&self) -> f64 {
+        match self {
+            Figures::Seq { .. } => self.mb_s(),
+            Figures::Lat { hist, .. } => hist.mean() / 1000.0,
+        }
+    }
+    fn to_json(&self) -> Value {
+        match self {
+            Figures::Seq { bytes, secs } => {
+                json!({ "bytes": bytes, "seconds": secs, "mb_per_s": self.mb_s() })
+            }
+            Figures::Lat { hist, secs } => {
+                let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+                json!({
+                    "ops": hist.len(),
+                    "seconds": secs,
+                    "ops_per_s": hist.len() as f64 / secs.max(1e-9),
+                    "avg_us": hist.mean() / 1000.0,
+                    "p50_us": us(0.5),
+                    "p99_us": us(0.99),
+                    "p999_us": us(0.999),
+                    "max_us": hist.max() as f64 / 1000.0,
+                })
+            }
+        }
+    }
+}
+
+fn pattern() -> Vec<u8> {
+    (0..WRITE_SIZE).map(|i| (i % 251) as u8 + 1).collect()
+}
+
+/// One file, 16 KiB sequential writes, `size` bytes, fsync at the end; timed from the first
+/// write to the end of the fsync.
+fn seqwrite(dir: &Path, size: u64) -> CliResult<Figures> {
+    let path = dir.join("seqwrite.dat");
+    let what = || format!("seqwrite on {}", path.display());
+    let buf = pattern();
+    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path).ctx(what)?;
+    let start = Instant::now();
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(WRITE_SIZE as u64) as usize;
+        f.write_all(&buf[..n]).ctx(what)?;
+        left -= n as u64;
+    }
+    f.sync_all().ctx(what)?;
+    let secs = start.elapsed().as_secs_f64();
+    drop(f);
+    std::fs::remove_file(&path).ctx(what)?;
+    Ok(Figures::Seq { bytes: size, secs })
+}
+
+/// `count` times: append 16 KiB, fsync; each pair's latency in the histogram (ns).
+fn fsync_latency(dir: &Path, count: u64) -> CliResult<Figures> {
+    let path = dir.join("fsync.dat");
+    let what = || format!("fsync bench on {}", path.display());
+    let buf = pattern();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).ctx(what)?;
+    let mut f: File = OpenOptions::new().create(true).write(true).truncate(true).open(&path).ctx(what)?;
+    let start = Instant::now();
+    for _ in 0..count {
+        let t = Instant::now();
+        f.write_all(&buf).ctx(what)?;
+        f.sync_all().ctx(what)?;
+        let ns = t.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
+        hist.record(ns).ctx(what)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop(f);
+    std::fs::remove_file(&path).ctx(what)?;
+    Ok(Figures::Lat { hist, secs })
+}
+
+/// Removes the bench's cluster, mounts, PM file and local directory when dropped.
+struct Teardown {
+    bench: ClusterDir,
+    paths: Vec<PathBuf>,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if self.bench.desc_path().exists() {
+            if let Err(e) = cluster::down(&self.bench) {
+                eprintln!("linefs: bench: teardown: {e}");
+            }
+        }
+        for p in self.paths.iter().chain(std::iter::once(&self.bench.root)) {
+            let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+            if let Err(e) = res {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!("linefs: bench: teardown: {}: {e}", p.display());
+                }
+            }
+        }
+    }
+}
+
+/// Runs a benchmark; returns the report (table or JSON).
+pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
+    if args.size == 0 || args.count == 0 {
+        return Err(fail("--size and --count must be positive"));
+    }
+    let pid = std::process::id();
+    let pm_dir = match &args.pm_dir {
+        Some(p) => p.clone(),
+        None => dir.root.join("pm"),
+    };
+    std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
+    let pm_dir = crate::procs::absolute(&pm_dir)?;
+    let bench = ClusterDir::new(&dir.root.join(format!("bench-{pid}")))?;
+    let local = pm_dir.join(format!("bench-{pid}-local"));
+    let pm_file = pm_dir.join(format!("bench-{pid}.pm"));
+    let mut teardown = Teardown { bench: bench.clone(), paths: vec![local.clone()] };
+    if pm_file.exists() {
+        return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
+    }
+    teardown.paths.push(pm_file.clone());
+    std::fs::create_dir_all(&local).ctx(|| format!("{}: create", local.display()))?;
+    let pm_size = args.pm_size.unwrap_or_else(|| {
+        let need = match args.name {
+            BenchName::Seqwrite => args.size,
+            BenchName::Fsync => args.count * WRITE_SIZE as u64,
+        };
+        need.saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
+    });
+    cluster::create(&bench, &pm_dir, std::slice::from_ref(&pm_file), pm_size, None, None)?;
+
+    let mnt_linefs = bench.root.join("mnt-linefs");
+    let mnt_pt = bench.root.join("mnt-passthrough");
+    for m in [&mnt_linefs, &mnt_pt] {
+        std::fs::create_dir_all(m).ctx(|| format!("{}: create", m.display()))?;
+    }
+    let (linefs_rec, _pt_rec) = {
+        let _lock = bench.lock()?;
+        let mut reg = bench.registry()?;
+        let req = |backend, source: &Path, mountpoint: &Path| MountRequest {
+            node: 0,
+            backend,
+            source: source.to_path_buf(),
+            mountpoint: mountpoint.to_path_buf(),
+            options: Vec::new(),
+            consistency: "linefs".to_string(),
+        };
+        let l = mounts::mount_locked(&bench, &mut reg, req(Backend::Linefs, &pm_file, &mnt_linefs))?;
+        let p = mounts::mount_locked(&bench, &mut reg, req(Backend::Passthrough, &local, &mnt_pt))?;
+        (l, p)
+    };
+    let libfs_status: Value = std::fs::read_to_string(&linefs_rec.status_file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .map(|v| v["libfs"].clone())
+        .unwrap_or(Value::Null);
+
+    let mut results = Vec::new();
+    for (target, path) in [(Target::Local, &local), (Target::Passthrough, &mnt_pt), (Target::Linefs, &mnt_linefs)] {
+        if !args.json {
+            eprintln!("linefs: bench {}: running on {} ...", args.name.as_str(), target.label());
+        }
+        let figures = match args.name {
+            BenchName::Seqwrite => seqwrite(path, args.size)?,
+            BenchName::Fsync => fsync_latency(path, args.count)?,
+        };
+        results.push((target, figures));
+    }
+    drop(teardown);
+
+    let report = Report {
+        name: args.name,
+        args: args.clone(),
+        date: utc_date(unix_now()),
+        command: command_line(),
+        pm_file,
+        libfs_status,
+        results,
+    };
+    Ok(if args.json { report.json().to_string() } else { report.table() })
+}
+
+struct Report {
+    name: BenchName,
+    args: BenchArgs,
+    date: String,
+    command: String,
+    pm_file: PathBuf,
+    libfs_status: Value,
+    results: Vec<(Target, Figures)>,
+}
+
+impl Report {
+    fn linefs(&self) -> Option<&Figures> {
+        self.results.iter().find(|(t, _)| *t == Target::Linefs).map(|(_, f)| f)
+    }
+
+    fn field(&self, k: &str) -> String {
+        self.libfs_status[k].as_str().unwrap_or("unknown").to_string()
+    }
+
+    /// linefs's headline figure divided by `f`'s.
+    fn ratio(&self, f: &Figures) -> f64 {
+        self.linefs().map_or(f64::NAN, |l| l.headline() / f.headline().max(1e-12))
+    }
+
+    fn workload(&self) -> String {
+        match self.name {
+            BenchName::Seqwrite => format!(
+                "one file, 16 KiB sequential writes, {} total, fsync at the end (timed)",
+                human_size(self.args.size)
+            ),
+            BenchName::Fsync => {
+                format!("16 KiB append + fsync, {} times, one file; latency of each pair", self.args.count)
+            }
+        }
+    }
+
+    fn json(&self) -> Value {
+        let results: Vec<Value> = self
+            .results
+            .iter()
+            .map(|(t, f)| {
+                let mut v = f.to_json();
+                v["target"] = json!(t.key());
+                v["linefs_ratio"] = json!(self.ratio(f));
+                v
+            })
+            .collect();
+        json!({
+            "bench": self.name.as_str(),
+            "date": self.date,
+            "command": self.command,
+            "workload": self.workload(),
+            "ratio_meaning": match self.name {
+                BenchName::Seqwrite => "linefs MB/s / target MB/s",
+                BenchName::Fsync => "linefs mean latency / target mean latency",
+            },
+            "pm": {
+                "file": self.pm_file,
+                "backing": self.field("backing"),
+                "persist_method": self.field("persist_method"),
+            },
+            "results": results,
+            "pending": PENDING.iter().map(|(k, why)| json!({"target": k, "status": why})).collect::<Vec<_>>(),
+        })
+    }
+
+    fn table(&self) -> String {
+        let mut o = String::new();
+        o.push_str(&format!("linefs bench {} — {}\n", self.name.as_str(), self.date));
+        o.push_str(&format!("command:  {}\n", self.command));
+        o.push_str(&format!("workload: {}\n", self.workload()));
+        o.push_str(&format!(
+            "PM:       {} (backing: {}, persist: {})\n\n",
+            self.pm_file.display(),
+            self.field("backing"),
+            self.field("persist_method")
+        ));
+        match self.name {
+            BenchName::Seqwrite => {
+                o.push_str(&format!("{:<34} {:>10} {:>16}\n", "target", "MB/s", "linefs/target"));
+                for (t, f) in &self.results {
+                    o.push_str(&format!("{:<34} {:>10.1} {:>16.3}\n", t.label(), f.mb_s(), self.ratio(f)));
+                }
+            }
+            BenchName::Fsync => {
+                o.push_str(&format!(
+                    "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}\n",
+                    "target (µs)", "avg", "p50", "p99", "p99.9", "ops/s", "linefs/target"
+                ));
+                for (t, f) in &self.results {
+                    let j = f.to_json();
+                    let g = |k: &str| j[k].as_f64().unwrap_or(f64::NAN);
+                    o.push_str(&format!(
+                        "{:<34} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>14.3}\n",
+                        t.label(),
+                        g("avg_us"),
+                        g("p50_us"),
+                        g("p99_us"),
+                        g("p999_us"),
+                        g("ops_per_s"),
+                        self.ratio(f)
+                    ));
+                }
+            }
+        }
+        for (k, why) in PENDING {
+            o.push_str(&format!("{k:<34} {why}\n"));
+        }
+        o.push_str(match self.name {
+            BenchName::Seqwrite => "\nlinefs/target: linefs MB/s divided by the target's (>1: linefs faster)\n",
+            BenchName::Fsync => "\nlinefs/target: linefs mean latency divided by the target's (<1: linefs faster)\n",
+        });
+        o
+    }
+}

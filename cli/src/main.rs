@@ -1,0 +1,215 @@
+//! `linefs`: the one command that drives a linefs cluster (DESIGN section 9).
+//!
+//! Every verb takes `--dir DIR` (default `./linefs-cluster`). Exit status 0 means done;
+//! anything else comes with a one-line reason on stderr: `linefs: VERB: REASON`.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod bench;
+mod cluster;
+mod mounts;
+mod procs;
+mod status;
+mod util;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::cluster::{ClusterDir, UpArgs};
+use crate::util::{fail, parse_size, CliResult};
+
+#[derive(Parser)]
+#[command(name = "linefs", version, about = "Run a linefs cluster: up, mount, status, bench, down")]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(clap::Args, Clone)]
+struct DirArg {
+    /// The cluster directory.
+    #[arg(long, value_name = "DIR", default_value = "./linefs-cluster", global = true)]
+    dir: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Format each node's PM file once and bring the cluster up.
+    Up {
+        /// Number of nodes (only 1 until nicfs is built).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Where the PM files live (default DIR/pm; /dev/shm/... for memory speed).
+        #[arg(long, value_name = "PMDIR")]
+        pm_dir: Option<PathBuf>,
+        /// Size of each PM file (e.g. 1G, 512M).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        pm_size: Option<u64>,
+        /// ZooKeeper ensemble HOST:PORT,... (recorded; used once clustermgr is built).
+        #[arg(long, value_name = "HOST:PORT,...")]
+        zk: Option<String>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Mount node I at MOUNTPOINT in the background; returns once the mount serves.
+    Mount {
+        #[arg(long, default_value_t = 0, value_name = "I")]
+        node: usize,
+        /// Consistency mode (linefs; the MINOS modes are not built yet).
+        #[arg(long, default_value = "linefs", value_name = "MODE")]
+        consistency: String,
+        /// Mount options, comma-separated.
+        #[arg(short = 'o', value_name = "OPT,...")]
+        options: Vec<String>,
+        mountpoint: PathBuf,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Flush and unmount.
+    Umount {
+        mountpoint: PathBuf,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Nodes, mounts and each mount's libfs status.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// SIGKILL every host-side process of node I (simulated host crash).
+    KillHost {
+        node: usize,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Restart node I's host-side processes (remounts its killed mounts; recovery replays the log).
+    RestartHost {
+        node: usize,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Kill node I's nicfs (not built yet).
+    KillNic {
+        node: usize,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Restart node I's nicfs (not built yet).
+    RestartNic {
+        node: usize,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Stop everything up and mount started; keep the data.
+    Down {
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Run a named benchmark with its baselines.
+    Bench {
+        name: bench::BenchName,
+        #[arg(long)]
+        json: bool,
+        /// seqwrite: total bytes written.
+        #[arg(long, default_value = "256M", value_parser = parse_size, value_name = "SIZE")]
+        size: u64,
+        /// fsync: number of write+fsync pairs.
+        #[arg(long, default_value_t = 2000, value_name = "N")]
+        count: u64,
+        /// Where the bench's PM file and local directory go (default DIR/pm).
+        #[arg(long, value_name = "PMDIR")]
+        pm_dir: Option<PathBuf>,
+        /// Size of the bench's PM file (default: enough for the workload, at least 1G).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        pm_size: Option<u64>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
+    #[command(hide = true)]
+    FuseDaemon(fuse_mount::daemon::DaemonArgs),
+}
+
+impl Verb {
+    fn name(&self) -> &'static str {
+        match self {
+            Verb::Up { .. } => "up",
+            Verb::Mount { .. } => "mount",
+            Verb::Umount { .. } => "umount",
+            Verb::Status { .. } => "status",
+            Verb::KillHost { .. } => "kill-host",
+            Verb::RestartHost { .. } => "restart-host",
+            Verb::KillNic { .. } => "kill-nic",
+            Verb::RestartNic { .. } => "restart-nic",
+            Verb::Down { .. } => "down",
+            Verb::Bench { .. } => "bench",
+            Verb::FuseDaemon(_) => "fuse-daemon",
+        }
+    }
+}
+
+fn run(verb: Verb) -> CliResult<String> {
+    match verb {
+        Verb::Up { nodes, pm_dir, pm_size, zk, dir } => {
+            let d = ClusterDir::new(&dir.dir)?;
+            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk })
+        }
+        Verb::Mount { node, consistency, options, mountpoint, dir } => {
+            mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)
+        }
+        Verb::Umount { mountpoint, dir } => mounts::umount(&ClusterDir::new(&dir.dir)?, &mountpoint),
+        Verb::Status { json, dir } => {
+            let v = status::collect(&ClusterDir::new(&dir.dir)?)?;
+            Ok(if json { v.to_string() } else { status::render(&v).trim_end().to_string() })
+        }
+        Verb::KillHost { node, dir } => mounts::kill_host(&ClusterDir::new(&dir.dir)?, node),
+        Verb::RestartHost { node, dir } => mounts::restart_host(&ClusterDir::new(&dir.dir)?, node),
+        Verb::KillNic { .. } | Verb::RestartNic { .. } => Err(fail("nicfs is not built yet")),
+        Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
+        Verb::Bench { name, json, size, count, pm_dir, pm_size, dir } => {
+            let d = ClusterDir::new(&dir.dir)?;
+            bench::run(&d, &bench::BenchArgs { name, json, size, count, pm_dir, pm_size })
+        }
+        Verb::FuseDaemon(args) => {
+            fuse_mount::daemon::init_logging();
+            fuse_mount::daemon::run(args).map(|()| String::new()).map_err(fail)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version: not errors.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // The contract wants one line; clap's first line says what was wrong.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("linefs: {first} (see linefs --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let name = cli.verb.name();
+    match run(cli.verb) {
+        Ok(msg) => {
+            if !msg.is_empty() {
+                println!("{msg}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // One line, whatever the error text holds.
+            let reason = e.to_string().replace('\n', " ");
+            eprintln!("linefs: {name}: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}

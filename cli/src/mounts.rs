@@ -1,0 +1,283 @@
+//! The verbs that start and stop mount daemons: `mount`, `umount`, `kill-host`,
+//! `restart-host`, and the helpers `down` and `bench` share with them.
+//!
+//! Invariants kept in the registry (`run/mounts.json`, changed only under `run/lock`):
+//! - at most one linefs mount per node (a node's PM log has a single client until nicfs);
+//! - a record is `mounted` while its daemon serves, `killed` after `kill-host` (the mount is
+//!   detached, the record keeps everything `restart-host` needs to mount it again);
+//! - a record leaves the registry only once its daemon is gone and its mount detached.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fuse_mount::MountConfig;
+
+use crate::cluster::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Registry, STOP_WAIT};
+use crate::procs;
+use crate::util::{fail, unix_now, CliResult};
+
+/// How long a mount daemon may take to start serving.
+pub const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// Consistency modes of DESIGN section 4; only `linefs` exists so far.
+const MINOS_MODES: [&str; 5] = ["lin-synch", "lin-strict", "lin-renf", "lin-event", "lin-scope"];
+
+pub fn check_consistency(mode: &str) -> CliResult<()> {
+    match mode {
+        "linefs" => Ok(()),
+        m if MINOS_MODES.contains(&m) => {
+            Err(fail(format!("--consistency {m}: the MINOS modes are not built yet (only linefs for now)")))
+        }
+        m => Err(fail(format!("--consistency {m}: unknown mode (linefs, {})", MINOS_MODES.join(", ")))),
+    }
+}
+
+/// Checks that `mountpoint` exists, is a directory and is not a mount point; returns its
+/// canonical path.
+fn check_mountpoint(mountpoint: &Path) -> CliResult<PathBuf> {
+    let meta = std::fs::metadata(mountpoint).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => "no such directory".to_string(),
+            _ => e.to_string(),
+        };
+        fail(format!("{}: {why}", mountpoint.display()))
+    })?;
+    if !meta.is_dir() {
+        return Err(fail(format!("{}: not a directory", mountpoint.display())));
+    }
+    let abs = procs::absolute(mountpoint)?;
+    if let Some(m) = procs::mount_at(&abs) {
+        return Err(fail(format!("{}: already mounted ({})", abs.display(), m.fstype)));
+    }
+    Ok(abs)
+}
+
+/// The daemon's arguments for a record.
+fn daemon_args(rec: &MountRec) -> Vec<String> {
+    let mut a = Vec::new();
+    match rec.backend {
+        Backend::Linefs => a.push("--pm".to_string()),
+        Backend::Passthrough => a.push("--passthrough".to_string()),
+    }
+    a.push(rec.source.display().to_string());
+    a.push(rec.mountpoint.display().to_string());
+    for o in &rec.options {
+        a.push("-o".to_string());
+        a.push(o.clone());
+    }
+    a.push("--status-file".to_string());
+    a.push(rec.status_file.display().to_string());
+    a
+}
+
+/// Starts the daemon of `rec` and records its pid.
+fn start(rec: &mut MountRec) -> CliResult<()> {
+    let exe = procs::daemon_exe()?;
+    let spawned = procs::spawn_daemon(&exe, &daemon_args(rec), &rec.log, READY_WAIT)?;
+    rec.pid = spawned.pid;
+    rec.state = MountState::Mounted;
+    rec.started_unix = unix_now();
+    procs::write_pid_file(&rec.pid_file, rec.pid)
+}
+
+/// What to mount.
+pub struct MountRequest {
+    pub node: usize,
+    pub backend: Backend,
+    pub source: PathBuf,
+    pub mountpoint: PathBuf,
+    pub options: Vec<String>,
+    pub consistency: String,
+}
+
+/// Mounts under the registry lock (held by the caller); returns the new record.
+pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> CliResult<MountRec> {
+    // Validate options here for a clear message (the daemon would also refuse them).
+    let mut cfg = MountConfig::default();
+    cfg.apply_options(&req.options).map_err(|e| fail(format!("-o: {e}")))?;
+    let mountpoint = check_mountpoint(&req.mountpoint)?;
+    if req.backend == Backend::Linefs {
+        if let Some(other) = reg.mounts.iter().find(|m| m.node == req.node && m.backend == Backend::Linefs) {
+            return Err(match other.state {
+                MountState::Mounted => fail(format!(
+                    "node {} is already mounted at {} (one mount per node until nicfs is built)",
+                    req.node,
+                    other.mountpoint.display()
+                )),
+                MountState::Killed => fail(format!(
+                    "node {} was killed; run linefs restart-host {} to bring its mount back",
+                    req.node, req.node
+                )),
+            });
+        }
+    }
+    let id = reg.next_id;
+    reg.next_id += 1;
+    let mut rec = MountRec {
+        id,
+        node: req.node,
+        backend: req.backend,
+        source: req.source,
+        mountpoint,
+        pid: 0,
+        options: req.options,
+        consistency: req.consistency,
+        log: dir.logs().join(format!("mount-{}-{id}.log", req.node)),
+        status_file: dir.run().join(format!("mount-{id}.status.json")),
+        pid_file: dir.run().join(format!("mount-{id}.pid")),
+        state: MountState::Mounted,
+        started_unix: 0,
+    };
+    start(&mut rec)?;
+    reg.mounts.push(rec.clone());
+    dir.save_registry(reg)?;
+    Ok(rec)
+}
+
+/// `linefs mount`.
+pub fn mount(
+    dir: &ClusterDir,
+    node: usize,
+    consistency: &str,
+    options: Vec<String>,
+    mountpoint: &Path,
+) -> CliResult<String> {
+    let desc = dir.load_up()?;
+    let pm = node_pm(&desc, node)?;
+    check_consistency(consistency)?;
+    let _lock = dir.lock()?;
+    let mut reg = dir.registry()?;
+    let req = MountRequest {
+        node,
+        backend: Backend::Linefs,
+        source: pm,
+        mountpoint: mountpoint.to_path_buf(),
+        options,
+        consistency: consistency.to_string(),
+    };
+    let rec = mount_locked(dir, &mut reg, req)?;
+    Ok(format!("node {node} mounted at {} (pid {})", rec.mountpoint.display(), rec.pid))
+}
+
+fn node_pm(desc: &ClusterDesc, node: usize) -> CliResult<PathBuf> {
+    match desc.nodes.get(node) {
+        Some(n) => Ok(n.pm_path.clone()),
+        None => Err(fail(format!(
+            "node {node} out of range (the cluster has {} node{})",
+            desc.nodes.len(),
+            if desc.nodes.len() == 1 { "" } else { "s" }
+        ))),
+    }
+}
+
+/// Stops a mount's daemon (SIGTERM: it flushes and unmounts) and makes sure nothing is left
+/// mounted. With `force`, a daemon that does not exit in time is killed.
+pub fn stop_mount(rec: &MountRec, force: bool) -> CliResult<()> {
+    if rec.state == MountState::Mounted && procs::is_our_daemon(rec.pid) {
+        procs::kill(rec.pid, libc::SIGTERM);
+        if !procs::wait_exit(rec.pid, STOP_WAIT) {
+            if !force {
+                return Err(fail(format!(
+                    "{}: daemon pid {} did not exit within {} s (see {})",
+                    rec.mountpoint.display(),
+                    rec.pid,
+                    STOP_WAIT.as_secs(),
+                    rec.log.display()
+                )));
+            }
+            procs::kill(rec.pid, libc::SIGKILL);
+            procs::wait_exit(rec.pid, Duration::from_secs(5));
+        }
+    }
+    // The daemon is gone; a mount left behind (it was killed) must not linger as
+    // "transport endpoint is not connected".
+    procs::detach(&rec.mountpoint)?;
+    let _ = std::fs::remove_file(&rec.pid_file);
+    let _ = std::fs::remove_file(&rec.status_file);
+    Ok(())
+}
+
+/// `linefs umount`.
+pub fn umount(dir: &ClusterDir, mountpoint: &Path) -> CliResult<String> {
+    dir.load()?;
+    let abs = procs::absolute(mountpoint)?;
+    let _lock = dir.lock()?;
+    let mut reg = dir.registry()?;
+    let Some(i) = reg.mounts.iter().position(|m| m.mountpoint == abs) else {
+        return Err(match procs::mount_at(&abs) {
+            Some(m) if m.fstype.starts_with("fuse") => {
+                fail(format!("{}: not mounted by the cluster in {}", abs.display(), dir.root.display()))
+            }
+            _ => fail(format!("{}: not a linefs mount", abs.display())),
+        });
+    };
+    stop_mount(&reg.mounts[i], false)?;
+    let rec = reg.mounts.remove(i);
+    dir.save_registry(&reg)?;
+    Ok(format!("unmounted {} (node {})", rec.mountpoint.display(), rec.node))
+}
+
+/// `linefs kill-host I`: SIGKILL every host-side process of node I, detach its mounts, keep
+/// them in the registry as killed.
+pub fn kill_host(dir: &ClusterDir, node: usize) -> CliResult<String> {
+    let desc = dir.load()?;
+    node_pm(&desc, node)?;
+    let _lock = dir.lock()?;
+    let mut reg = dir.registry()?;
+    let mut killed = 0;
+    let mut detached = 0;
+    for rec in reg.mounts.iter_mut().filter(|m| m.node == node) {
+        if rec.state == MountState::Mounted && procs::is_our_daemon(rec.pid) {
+            procs::kill(rec.pid, libc::SIGKILL);
+            if !procs::wait_exit(rec.pid, Duration::from_secs(10)) {
+                return Err(fail(format!("pid {} survived SIGKILL for 10 s", rec.pid)));
+            }
+            killed += 1;
+        }
+        if procs::fuse_mounted_at(&rec.mountpoint) {
+            procs::detach(&rec.mountpoint)?;
+            detached += 1;
+        }
+        rec.state = MountState::Killed;
+        let _ = std::fs::remove_file(&rec.pid_file);
+        let _ = std::fs::remove_file(&rec.status_file);
+    }
+    dir.save_registry(&reg)?;
+    Ok(format!(
+        "node {node}: killed {killed} host process{}, detached {detached} mount{} \
+         (linefs restart-host {node} remounts them)",
+        if killed == 1 { "" } else { "es" },
+        if detached == 1 { "" } else { "s" }
+    ))
+}
+
+/// `linefs restart-host I`: remounts every killed mount of node I with its options (recovery
+/// replays the node's log).
+pub fn restart_host(dir: &ClusterDir, node: usize) -> CliResult<String> {
+    let desc = dir.load_up()?;
+    node_pm(&desc, node)?;
+    let _lock = dir.lock()?;
+    let mut reg = dir.registry()?;
+    let mut restarted = Vec::new();
+    let mut result = Ok(());
+    for rec in reg.mounts.iter_mut().filter(|m| m.node == node) {
+        if rec.state == MountState::Mounted && procs::is_our_daemon(rec.pid) {
+            continue;
+        }
+        // Killed, or a daemon that died on its own: bring it back.
+        procs::detach(&rec.mountpoint)?;
+        match start(rec) {
+            Ok(()) => restarted.push(format!("{} (pid {})", rec.mountpoint.display(), rec.pid)),
+            Err(e) => {
+                result = Err(fail(format!("{}: {e}", rec.mountpoint.display())));
+                break;
+            }
+        }
+    }
+    dir.save_registry(&reg)?;
+    result?;
+    if restarted.is_empty() {
+        return Ok(format!("node {node}: nothing to restart"));
+    }
+    Ok(format!("node {node}: remounted {}", restarted.join(", ")))
+}

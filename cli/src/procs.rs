@@ -1,0 +1,372 @@
+//! Process handling: spawning detached daemons and waiting for their readiness, pid files,
+//! liveness checks that survive pid reuse, signalling, and `/proc/self/mountinfo`.
+//!
+//! Readiness protocol: the CLI creates a pipe, the daemon inherits its write end as
+//! `--ready-fd N` and writes one byte once its mount serves. EOF before that byte means the
+//! daemon died; its log's last line says why.
+//!
+//! A pid recorded in DIR/run is only signalled if `/proc/PID/cmdline` still names one of our
+//! daemons, so a pid reused by an unrelated process after a reboot is never killed.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{fail, CliResult, Context};
+
+/// Where the FUSE daemon comes from.
+#[derive(Debug, Clone)]
+pub struct DaemonExe {
+    pub program: PathBuf,
+    /// Arguments that select the daemon (the hidden `fuse-daemon` verb when we run ourselves).
+    pub prefix: Vec<String>,
+}
+
+/// Marks in a command line that identify our daemons.
+const DAEMON_MARKS: [&str; 2] = ["linefs-fuse", "fuse-daemon"];
+
+/// Finds `linefs-fuse`: `$LINEFS_FUSE` (a path, or `self`), else beside the current
+/// executable, else this executable's hidden `fuse-daemon` verb (the same code, linked into
+/// `linefs`).
+pub fn daemon_exe() -> CliResult<DaemonExe> {
+    let me = std::env::current_exe().ctx(|| "cannot find the linefs executable")?;
+    let myself = DaemonExe { program: me.clone(), prefix: vec!["fuse-daemon".to_string()] };
+    match std::env::var_os("LINEFS_FUSE") {
+        Some(p) if p == "self" => return Ok(myself),
+        Some(p) => return Ok(DaemonExe { program: PathBuf::from(p), prefix: Vec::new() }),
+        None => {}
+    }
+    if let Some(dir) = me.parent() {
+        let beside = dir.join("linefs-fuse");
+        if beside.is_file() {
+            return Ok(DaemonExe { program: beside, prefix: Vec::new() });
+        }
+    }
+    Ok(myself)
+}
+
+/// A daemon that has signalled readiness.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: i32,
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded: both descriptors are new and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Waits until `fd` is readable or `timeout` passes; true if readable (or hung up).
+fn poll_readable(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: pfd is one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(n > 0);
+    }
+}
+
+/// The last non-empty line of a log file, for error messages.
+pub fn last_log_line(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+        .unwrap_or_else(|| "(log is empty)".to_string())
+}
+
+/// Spawns the daemon detached from our session (own session, stdin `/dev/null`, output
+/// appended to `log`) and waits up to `timeout` for its readiness byte.
+pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Duration) -> CliResult<Spawned> {
+    let (rd, wr) = pipe().ctx(|| "creating the readiness pipe")?;
+    let out = OpenOptions::new().create(true).append(true).open(log).ctx(|| format!("{}: open log", log.display()))?;
+    let err = out.try_clone().ctx(|| format!("{}: open log", log.display()))?;
+    let wfd = wr.as_raw_fd();
+    let mut cmd = Command::new(&exe.program);
+    cmd.args(&exe.prefix)
+        .args(args)
+        .arg("--ready-fd")
+        .arg(wfd.to_string())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    // SAFETY: the closure runs in the child between fork and exec and only makes the
+    // async-signal-safe calls setsid and fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Let the readiness pipe's write end survive exec.
+            if libc::fcntl(wfd, libc::F_SETFD, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().ctx(|| format!("{}: cannot start", exe.program.display()))?;
+    let pid = child.id() as i32;
+    drop(wr);
+    drop(child); // Not waited for here: the daemon outlives us; wait_exit reaps it if needed.
+    let ready = poll_readable(&rd, timeout).ctx(|| "waiting for the daemon")?;
+    if !ready {
+        kill(pid, libc::SIGKILL);
+        wait_exit(pid, Duration::from_secs(5));
+        return Err(fail(format!(
+            "daemon (pid {pid}) did not become ready within {} s; killed it; its log {} ends: {}",
+            timeout.as_secs(),
+            log.display(),
+            last_log_line(log)
+        )));
+    }
+    let mut byte = [0u8; 1];
+    let n = File::from(rd).read(&mut byte).unwrap_or(0);
+    if n == 1 {
+        return Ok(Spawned { pid });
+    }
+    wait_exit(pid, Duration::from_secs(5));
+    Err(fail(format!("daemon (pid {pid}) exited: {}", last_log_line(log))))
+}
+
+/// Sends `sig` to `pid`; false if there is no such process.
+pub fn kill(pid: i32, sig: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill only sends a signal to a positive pid.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Reaps `pid` if it is our exited child; harmless otherwise.
+fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: status is a valid int; WNOHANG never blocks. ECHILD for non-children is ignored.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+}
+
+/// Whether `pid` is a live (not zombie) process.
+pub fn alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    reap(pid);
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => match stat.rfind(')') {
+            Some(i) => !matches!(stat[i + 1..].trim_start().chars().next(), Some('Z') | Some('X')),
+            None => false,
+        },
+        Err(_) => false,
+    }
+}
+
+/// Whether `pid` is alive and is one of our daemons (guards against pid reuse).
+pub fn is_our_daemon(pid: i32) -> bool {
+    if !alive(pid) {
+        return false;
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    DAEMON_MARKS.iter().any(|m| cmdline.contains(m))
+}
+
+/// Waits up to `timeout` for `pid` to exit; true if it did.
+pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !alive(pid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn write_pid_file(path: &Path, pid: i32) -> CliResult<()> {
+    std::fs::write(path, format!("{pid}\n")).ctx(|| format!("{}: write pid file", path.display()))
+}
+
+pub fn read_pid_file(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub source: String,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses mountinfo text.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?.to_string();
+            let source = unescape(r.next().unwrap_or(""));
+            Some(MountEntry { mount_point: PathBuf::from(unescape(mount_point)), fstype, source })
+        })
+        .collect()
+}
+
+/// The current mounts.
+pub fn mounts() -> Vec<MountEntry> {
+    parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+/// The topmost mount at `path`, if `path` is a mount point.
+pub fn mount_at(path: &Path) -> Option<MountEntry> {
+    mounts().into_iter().rev().find(|m| m.mount_point == path)
+}
+
+/// Whether a FUSE file system is mounted at `path`.
+pub fn fuse_mounted_at(path: &Path) -> bool {
+    mount_at(path).is_some_and(|m| m.fstype == "fuse" || m.fstype.starts_with("fuse."))
+}
+
+/// Detaches a FUSE mount whose daemon is gone (`fusermount3 -u -z`, else `umount2(DETACH)`).
+pub fn detach(path: &Path) -> CliResult<()> {
+    if !fuse_mounted_at(path) {
+        return Ok(());
+    }
+    let ok = Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok || !fuse_mounted_at(path) {
+        return Ok(());
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| fail(format!("{}: bad path", path.display())))?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } < 0 {
+        let e = io::Error::last_os_error();
+        return Err(fail(format!("{}: cannot detach the dead mount: {e}", path.display())));
+    }
+    Ok(())
+}
+
+/// An absolute, lexically normalised form of `path` that does not touch the file system at
+/// its last component (a dead FUSE mount fails every stat).
+pub fn absolute(path: &Path) -> CliResult<PathBuf> {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return Ok(p);
+    }
+    let abs = std::path::absolute(path).ctx(|| format!("{}: cannot make absolute", path.display()))?;
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+/// Holds an exclusive `flock` on a file for as long as it lives.
+pub struct Lock {
+    _file: File,
+}
+
+impl Lock {
+    pub fn acquire(path: &Path) -> CliResult<Lock> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ctx(|| format!("{}: open lock file", path.display()))?;
+        loop {
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Lock { _file: file });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(fail(format!("{}: lock: {e}", path.display())));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo() {
+        let text = "36 35 98:0 /mnt1 /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw\n\
+                    42 27 0:39 / /tmp/x rw,nosuid,nodev - fuse.linefs linefs rw,user_id=0\n\
+                    bad line\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mount_point, PathBuf::from("/mnt/a b"));
+        assert_eq!(m[0].fstype, "ext3");
+        assert_eq!(m[1].fstype, "fuse.linefs");
+        assert_eq!(m[1].source, "linefs");
+    }
+
+    #[test]
+    fn own_process_is_alive() {
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(-1));
+        assert!(!is_our_daemon(std::process::id() as i32));
+    }
+
+    #[test]
+    fn absolute_normalises() {
+        let p = absolute(Path::new("/nonexistent-linefs/a/../b/./c")).unwrap();
+        assert_eq!(p, PathBuf::from("/nonexistent-linefs/b/c"));
+    }
+}

@@ -1,0 +1,479 @@
+//! [`LinefsFuse`]: the `fuser::Filesystem` adapter over [`libfs::Fs`].
+//!
+//! The adapter holds no file-system state of its own: every method opens a tracing span, turns
+//! the request into a libfs call (names as bytes, credentials from [`crate::creds`]), converts
+//! [`libfs::Attr`] into [`fuser::FileAttr`] and replies. On error it replies with
+//! `FsError::errno()`, so that one place in libfs decides every errno; the adapter itself only
+//! uses `EINVAL` for requests libfs cannot express (a negative seek offset, an xattr position)
+//! and `ERANGE` for an xattr buffer too small, as the FUSE protocol requires.
+//!
+//! Reference counting: libfs counts kernel references itself (lookup, create, mknod, mkdir,
+//! symlink and link each take one); `forget` hands them back.
+//!
+//! Caching: attributes and entries are cached by the kernel for [`TTL`]. That is safe while a
+//! node has a single client (one mount per node); with several clients per node the TTL must
+//! become 0 or invalidations must be sent.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use libfs::{Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
+use tracing::{debug, debug_span};
+
+use crate::creds::CredCache;
+
+/// How long the kernel may cache attributes and directory entries.
+pub const TTL: Duration = Duration::from_secs(1);
+
+/// Largest write the kernel is asked to send in one request.
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// The FUSE file system of a linefs mount: a thin adapter over a shared [`libfs::Fs`].
+pub struct LinefsFuse {
+    fs: Arc<Fs>,
+    creds: CredCache,
+}
+
+impl LinefsFuse {
+    /// An adapter serving `fs`. The caller keeps its own `Arc` to shut the file system down
+    /// after the session has ended.
+    pub fn new(fs: Arc<Fs>) -> LinefsFuse {
+        LinefsFuse { fs, creds: CredCache::new() }
+    }
+
+    fn cred(&self, req: &Request) -> libfs::Cred {
+        self.creds.cred(req.uid(), req.gid(), req.pid())
+    }
+}
+
+/// The errno to reply for a libfs error (decided by libfs).
+fn errno(op: &str, e: &FsError) -> Errno {
+    debug!(op, error = %e, errno = e.errno(), "request failed");
+    Errno::from_i32(e.errno())
+}
+
+/// The FUSE file type of a libfs inode kind.
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+/// Converts libfs attributes to the FUSE form.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.crtime,
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(at) => TimeSet::At(at),
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, op: &str, res: Result<Attr, FsError>) {
+    match res {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation))),
+        Err(e) => reply.error(errno(op, &e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, op: &str, res: Result<(), FsError>) {
+    match res {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(op, &e)),
+    }
+}
+
+/// Replies to getxattr/listxattr: the size when asked for it, ERANGE when the buffer is small.
+fn reply_xattr(reply: ReplyXattr, op: &str, size: u32, res: Result<Vec<u8>, FsError>) {
+    match res {
+        Ok(value) => {
+            let Ok(len) = u32::try_from(value.len()) else {
+                reply.error(Errno::E2BIG);
+                return;
+            };
+            if size == 0 {
+                reply.size(len);
+            } else if len > size {
+                reply.error(Errno::ERANGE);
+            } else {
+                reply.data(&value);
+            }
+        }
+        Err(e) => reply.error(errno(op, &e)),
+    }
+}
+
+impl Filesystem for LinefsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // libfs truncates on O_TRUNC in open, so the kernel may pass it through.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
+            debug!(?missing, "kernel lacks FUSE_ATOMIC_O_TRUNC");
+        }
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        // No FUSE_WRITEBACK_CACHE: every write must reach libfs (and its log) before it returns.
+        // No getlk/setlk: the kernel handles POSIX locks locally.
+        tracing::info!(abi = %config.kernel_abi(), "FUSE session initialised");
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _s = debug_span!("lookup", parent = parent.0, ?name).entered();
+        let res = self.fs.lookup(&self.cred(req), parent.0, name.as_bytes());
+        reply_entry(reply, "lookup", res);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _s = debug_span!("forget", ino = ino.0, nlookup).entered();
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    // batch_forget: fuser 0.18's default forwards each entry to `forget` (its `ForgetOne`
+    // type is not exported, so the method cannot be overridden).
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _s = debug_span!("getattr", ino = ino.0).entered();
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno("getattr", &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _s = debug_span!("setattr", ino = ino.0, ?mode, ?uid, ?gid, ?size).entered();
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+            ctime,
+            via_handle: fh.is_some(),
+        };
+        match self.fs.setattr(&self.cred(req), ino.0, &set) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno("setattr", &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _s = debug_span!("readlink", ino = ino.0).entered();
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno("readlink", &e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _s = debug_span!("mknod", parent = parent.0, ?name, mode, rdev).entered();
+        let res = self.fs.mknod(&self.cred(req), parent.0, name.as_bytes(), mode, umask, rdev);
+        reply_entry(reply, "mknod", res);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _s = debug_span!("mkdir", parent = parent.0, ?name, mode).entered();
+        let res = self.fs.mkdir(&self.cred(req), parent.0, name.as_bytes(), mode, umask);
+        reply_entry(reply, "mkdir", res);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = debug_span!("unlink", parent = parent.0, ?name).entered();
+        let res = self.fs.unlink(&self.cred(req), parent.0, name.as_bytes());
+        reply_empty(reply, "unlink", res);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = debug_span!("rmdir", parent = parent.0, ?name).entered();
+        let res = self.fs.rmdir(&self.cred(req), parent.0, name.as_bytes());
+        reply_empty(reply, "rmdir", res);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _s = debug_span!("symlink", parent = parent.0, ?link_name, ?target).entered();
+        let res = self.fs.symlink(&self.cred(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes());
+        reply_entry(reply, "symlink", res);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _s =
+            debug_span!("rename", parent = parent.0, ?name, newparent = newparent.0, ?newname, flags = flags.bits())
+                .entered();
+        let res =
+            self.fs.rename(&self.cred(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits());
+        reply_empty(reply, "rename", res);
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _s = debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
+        let res = self.fs.link(&self.cred(req), ino.0, newparent.0, newname.as_bytes());
+        reply_entry(reply, "link", res);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _s = debug_span!("open", ino = ino.0, flags = flags.0).entered();
+        match self.fs.open(&self.cred(req), ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno("open", &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _s = debug_span!("read", ino = ino.0, offset, size).entered();
+        match self.fs.read(ino.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno("read", &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _s = debug_span!("write", ino = ino.0, offset, len = data.len()).entered();
+        match self.fs.write(&self.cred(req), ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno("write", &e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Writes are persisted in the log before they return: close has nothing to flush.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _s = debug_span!("release", ino = ino.0, fh = fh.0).entered();
+        self.fs.release(ino.0, fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _s = debug_span!("fsync", ino = ino.0, datasync).entered();
+        reply_empty(reply, "fsync", self.fs.fsync(ino.0, datasync));
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _s = debug_span!("opendir", ino = ino.0, flags = flags.0).entered();
+        match self.fs.opendir(&self.cred(req), ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno("opendir", &e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _s = debug_span!("readdir", ino = ino.0, offset).entered();
+        match self.fs.readdir(ino.0, offset) {
+            Ok(entries) => {
+                for e in &entries {
+                    let name = OsStr::from_bytes(&e.name);
+                    if reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno("readdir", &e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _s = debug_span!("releasedir", ino = ino.0, fh = fh.0).entered();
+        self.fs.releasedir(ino.0, fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _s = debug_span!("fsyncdir", ino = ino.0, datasync).entered();
+        reply_empty(reply, "fsyncdir", self.fs.fsync(ino.0, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _s = debug_span!("statfs").entered();
+        let s = self.fs.statfs();
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize);
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = debug_span!("setxattr", ino = ino.0, ?name, len = value.len(), flags).entered();
+        if position != 0 {
+            // Only macOS resource forks use a position.
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        let res = self.fs.setxattr(&self.cred(req), ino.0, name.as_bytes(), value, flags);
+        reply_empty(reply, "setxattr", res);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _s = debug_span!("getxattr", ino = ino.0, ?name, size).entered();
+        let res = self.fs.getxattr(&self.cred(req), ino.0, name.as_bytes());
+        reply_xattr(reply, "getxattr", size, res);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _s = debug_span!("listxattr", ino = ino.0, size).entered();
+        let res = self.fs.listxattr(&self.cred(req), ino.0);
+        reply_xattr(reply, "listxattr", size, res);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = debug_span!("removexattr", ino = ino.0, ?name).entered();
+        let res = self.fs.removexattr(&self.cred(req), ino.0, name.as_bytes());
+        reply_empty(reply, "removexattr", res);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _s = debug_span!("access", ino = ino.0, mask = mask.bits()).entered();
+        let res = self.fs.access(&self.cred(req), ino.0, mask.bits() as u32);
+        reply_empty(reply, "access", res);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _s = debug_span!("create", parent = parent.0, ?name, mode, flags).entered();
+        match self.fs.create(&self.cred(req), parent.0, name.as_bytes(), mode, umask, flags) {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno("create", &e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = debug_span!("fallocate", ino = ino.0, offset, length, mode).entered();
+        let res = self.fs.fallocate(&self.cred(req), ino.0, offset, length, mode);
+        reply_empty(reply, "fallocate", res);
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _s = debug_span!("lseek", ino = ino.0, offset, whence).entered();
+        let Ok(off) = u64::try_from(offset) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        match self.fs.lseek(ino.0, off, whence) {
+            Ok(pos) => match i64::try_from(pos) {
+                Ok(pos) => reply.offset(pos),
+                Err(_) => reply.error(Errno::EINVAL),
+            },
+            Err(e) => reply.error(errno("lseek", &e)),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! The `linefs-fuse` program: mount one linefs node (or a passthrough) and serve it in the
+//! foreground until SIGINT/SIGTERM or an external unmount.
+//!
+//! Life cycle:
+//! 1. SIGINT and SIGTERM are blocked before any thread exists (libfs's publisher, the FUSE
+//!    workers), so that only the main thread receives them, synchronously, with
+//!    `sigtimedwait`.
+//! 2. The backend is opened (libfs recovers the log of the PM file), and mounted.
+//! 3. Readiness — the mount serves — is signalled by writing one byte to `--ready-fd` (the
+//!    `linefs` CLI waits on that pipe), or by printing `ready` on stdout.
+//! 4. Every second the status file (if any) is rewritten atomically with libfs's status.
+//! 5. On a signal: unmount (lazily if busy), wait for the session to end, then
+//!    `Fs::shutdown()`, which publishes everything; exit 0. If the mount goes away on its own
+//!    (`umount`, `fusermount3 -u`), the same shutdown follows.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use libfs::{Fs, FsError, FsOptions};
+use thiserror::Error;
+use tracing::{error, info, warn};
+
+use crate::mount::{self, MountError, MountedSession};
+use crate::options::{MountConfig, OptionError};
+use crate::passthrough::Passthrough;
+use crate::sys;
+use crate::LinefsFuse;
+
+/// How long to wait for the FUSE session to end after unmounting.
+const UNMOUNT_WAIT: Duration = Duration::from_secs(20);
+
+/// Command-line arguments of `linefs-fuse`.
+#[derive(Debug, Clone, Args)]
+pub struct DaemonArgs {
+    /// PM file of the node to mount (formatted by `linefs up`).
+    #[arg(long, value_name = "PMFILE", required_unless_present = "passthrough")]
+    pub pm: Option<PathBuf>,
+    /// Mount a FUSE passthrough of SRCDIR instead of linefs (benchmark baseline).
+    #[arg(long, value_name = "SRCDIR", conflicts_with = "pm")]
+    pub passthrough: Option<PathBuf>,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Mount options, comma-separated (fsname=X, nosubtype, nodefault_permissions, ro, ...).
+    #[arg(short = 'o', value_name = "OPT,...")]
+    pub options: Vec<String>,
+    /// FUSE request threads.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Rewrite this file with the file system's status (JSON) every second.
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<PathBuf>,
+    /// Write one byte to this descriptor once the mount serves (instead of printing "ready").
+    #[arg(long, value_name = "FD")]
+    pub ready_fd: Option<i32>,
+    /// libfs client log slot.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub client: u32,
+}
+
+/// Why `linefs-fuse` failed.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Options(#[from] OptionError),
+    #[error("--threads must be between 1 and 256, not {0}")]
+    Threads(usize),
+    #[error("{path}: cannot open linefs: {source}")]
+    Open { path: PathBuf, source: FsError },
+    #[error("{path}: cannot serve a passthrough: {source}")]
+    Passthrough { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error("blocking signals: {0}")]
+    Signals(io::Error),
+    #[error("--ready-fd {fd}: {source}")]
+    ReadyFd { fd: i32, source: io::Error },
+    #[error("shutting linefs down after unmount: {0}")]
+    Shutdown(FsError),
+}
+
+/// Sets up logging to stderr (`RUST_LOG`, default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .with_writer(io::stderr)
+        .try_init();
+}
+
+/// Takes ownership of the readiness descriptor after checking it is open and not stdio.
+fn ready_fd(fd: i32) -> Result<File, DaemonError> {
+    let bad = |source| DaemonError::ReadyFd { fd, source };
+    if fd <= 2 {
+        return Err(bad(io::Error::from_raw_os_error(libc::EBADF)));
+    }
+    // SAFETY: F_GETFD only queries the descriptor's flags.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(bad(io::Error::last_os_error()));
+    }
+    // SAFETY: the descriptor is open (checked above) and was handed to us, by the command line,
+    // for our exclusive use; nothing else in this process refers to it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+enum Backend {
+    Linefs(Arc<Fs>),
+    Passthrough,
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Linefs(_) => "linefs",
+            Backend::Passthrough => "passthrough",
+        }
+    }
+}
+
+/// Writes the status file atomically (temporary file + rename).
+fn write_status(path: &Path, backend: &Backend, mountpoint: &Path, args: &DaemonArgs) {
+    let libfs = match backend {
+        Backend::Linefs(fs) => {
+            let text = fs.status().to_json();
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+        }
+        Backend::Passthrough => serde_json::Value::Null,
+    };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let doc = serde_json::json!({
+        "pid": std::process::id(),
+        "backend": backend.name(),
+        "mountpoint": mountpoint,
+        "pm": args.pm,
+        "source": args.passthrough,
+        "updated_unix_ms": now.as_millis() as u64,
+        "libfs": libfs,
+    });
+    let tmp = path.with_extension("tmp");
+    let res = std::fs::write(&tmp, format!("{doc}\n")).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = res {
+        warn!(path = %path.display(), error = %e, "cannot write status file");
+    }
+}
+
+/// Runs `linefs-fuse` with `args` until it is told to stop.
+pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+    let mut cfg = MountConfig::default();
+    cfg.apply_options(&args.options)?;
+    if let Some(n) = args.threads {
+        if !(1..=256).contains(&n) {
+            return Err(DaemonError::Threads(n));
+        }
+        cfg.threads = n;
+    }
+    // Fail on a bad mount point before opening (and recovering) the backend.
+    match std::fs::metadata(&args.mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(MountError::NotADirectory(args.mountpoint.clone()).into()),
+        Err(source) => {
+            let path = args.mountpoint.clone();
+            return Err(MountError::Io { path, what: "stat mount point", source }.into());
+        }
+    }
+    let ready = args.ready_fd.map(ready_fd).transpose()?;
+    // Before any thread exists, so that every thread inherits the mask.
+    let signals = sys::SignalSet::block(&[libc::SIGINT, libc::SIGTERM]).map_err(DaemonError::Signals)?;
+
+    let (backend, session) = if let Some(src) = &args.passthrough {
+        // New objects get exactly the mode the kernel asked for.
+        sys::umask(0);
+        if let Err(e) = sys::raise_nofile_limit() {
+            warn!(error = %e, "cannot raise the open-file limit");
+        }
+        let pt = Passthrough::new(src).map_err(|source| DaemonError::Passthrough { path: src.clone(), source })?;
+        let session = mount::mount(pt, &args.mountpoint, &cfg)?;
+        (Backend::Passthrough, session)
+    } else {
+        let pm = args.pm.clone().unwrap_or_default();
+        let opts = FsOptions { pm_path: pm.clone(), client: args.client, ..FsOptions::default() };
+        let fs = Arc::new(Fs::mount(opts).map_err(|source| DaemonError::Open { path: pm, source })?);
+        let session = match mount::mount(LinefsFuse::new(fs.clone()), &args.mountpoint, &cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Err(se) = fs.shutdown() {
+                    error!(error = %se, "shutdown after failed mount");
+                }
+                return Err(e.into());
+            }
+        };
+        (Backend::Linefs(fs), session)
+    };
+    let mountpoint = session.mountpoint().to_path_buf();
+    info!(backend = backend.name(), mountpoint = %mountpoint.display(), "serving");
+    if let Some(status) = &args.status_file {
+        write_status(status, &backend, &mountpoint, &args);
+    }
+    signal_ready(ready)?;
+
+    serve(&signals, &session, &backend, &mountpoint, &args);
+    finish(session, backend, &args)
+}
+
+fn signal_ready(ready: Option<File>) -> Result<(), DaemonError> {
+    match ready {
+        Some(mut f) => {
+            // A reader that went away (EPIPE) is not our failure: keep serving.
+            if let Err(e) = f.write_all(b"R") {
+                warn!(error = %e, "cannot signal readiness");
+            }
+        }
+        None => {
+            let mut out = io::stdout();
+            let _ = writeln!(out, "ready");
+            let _ = out.flush();
+        }
+    }
+    Ok(())
+}
+
+/// Waits for a signal or the end of the session, refreshing the status file every second.
+fn serve(signals: &sys::SignalSet, session: &MountedSession, backend: &Backend, mountpoint: &Path, args: &DaemonArgs) {
+    loop {
+        if let Some(sig) = signals.wait(Duration::from_secs(1)) {
+            info!(signal = sig, "stopping");
+            return;
+        }
+        if session.is_finished() {
+            info!(mountpoint = %mountpoint.display(), "unmounted from outside; stopping");
+            return;
+        }
+        if let Some(status) = &args.status_file {
+            write_status(status, backend, mountpoint, args);
+        }
+    }
+}
+
+fn finish(session: MountedSession, backend: Backend, args: &DaemonArgs) -> Result<(), DaemonError> {
+    if let Err(e) = session.unmount(UNMOUNT_WAIT) {
+        // The log holds every acknowledged update: shutting down is still safe.
+        error!(error = %e, "unmount did not complete cleanly");
+    }
+    if let Some(status) = &args.status_file {
+        let _ = std::fs::remove_file(status);
+    }
+    if let Backend::Linefs(fs) = backend {
+        fs.shutdown().map_err(DaemonError::Shutdown)?;
+        info!("linefs shut down; everything published");
+    }
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! `linefs-fuse`: mounts one linefs node (`--pm PMFILE`) or a FUSE passthrough of a directory
+//! (`--passthrough SRCDIR`) and serves it in the foreground. See [`fuse_mount::daemon`].
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use fuse_mount::daemon::{self, DaemonArgs};
+
+#[derive(Parser)]
+#[command(name = "linefs-fuse", version, about = "Serve a linefs node (or a passthrough) over FUSE")]
+struct Cli {
+    #[command(flatten)]
+    args: DaemonArgs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    daemon::init_logging();
+    match daemon::run(cli.args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "linefs-fuse failed");
+            eprintln!("linefs-fuse: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Mounting a FUSE session and taking it down again.
+//!
+//! fuser mounts as root with `mount(2)` and type `fuse`, ignoring the subtype, so a linefs
+//! mount would not read `fuse.linefs`. We therefore mount ourselves when we may: open
+//! `/dev/fuse`, `mount(2)` it with type `fuse.SUBTYPE` (or `fuse` for `nosubtype`), and hand
+//! the descriptor to `fuser::Session::from_fd`, which performs the INIT handshake. When
+//! `mount(2)` is not permitted (a non-root user) we fall back to fuser's own mount through the
+//! `fusermount3` helper, which understands `subtype=`.
+//!
+//! Unmounting: `umount(2)`; if the mount is busy it is detached lazily (`MNT_DETACH`), so the
+//! mount point is free at once and the session ends when the last user lets go. Either way the
+//! session threads end when the kernel tears the connection down (`ENODEV` on read), and
+//! [`MountedSession::unmount`] waits for them for a bounded time.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use fuser::{BackgroundSession, Config, Filesystem, Session, SessionACL};
+use thiserror::Error;
+use tracing::{info, warn};
+
+use crate::options::MountConfig;
+use crate::sys;
+
+/// An error mounting or unmounting.
+#[derive(Debug, Error)]
+pub enum MountError {
+    #[error("{path}: {what}: {source}")]
+    Io { path: PathBuf, what: &'static str, source: io::Error },
+    #[error("{0}: not a directory")]
+    NotADirectory(PathBuf),
+    #[error("{path}: session did not end within {secs} s after unmount")]
+    Timeout { path: PathBuf, secs: u64 },
+    #[error("{0}: the session thread panicked")]
+    Panicked(PathBuf),
+}
+
+fn io_err(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> MountError {
+    let path = path.to_path_buf();
+    move |source| MountError::Io { path, what, source }
+}
+
+/// A mounted, serving FUSE session.
+#[derive(Debug)]
+pub struct MountedSession {
+    session: Option<BackgroundSession>,
+    mountpoint: PathBuf,
+    /// True when we mounted with `mount(2)` ourselves (and so must unmount ourselves).
+    own_mount: bool,
+}
+
+/// fuser's session configuration for `cfg`.
+fn fuser_config(cfg: &MountConfig) -> Config {
+    let mut config = Config::default();
+    config.n_threads = Some(cfg.threads.max(1));
+    config.acl = if cfg.allow_other { SessionACL::All } else { SessionACL::Owner };
+    config.mount_options = cfg.fuser_options();
+    config
+}
+
+/// Mounts `fs` at `mountpoint` and serves it on `cfg.threads` threads. Returns once the INIT
+/// handshake is done, i.e. once the mount serves requests.
+pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Result<MountedSession, MountError> {
+    let meta = std::fs::metadata(mountpoint).map_err(io_err(mountpoint, "stat mount point"))?;
+    if !meta.is_dir() {
+        return Err(MountError::NotADirectory(mountpoint.to_path_buf()));
+    }
+    let mountpoint = std::fs::canonicalize(mountpoint).map_err(io_err(mountpoint, "resolve"))?;
+    let config = fuser_config(cfg);
+
+    let dev: OwnedFd = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(io_err(Path::new("/dev/fuse"), "open"))?
+        .into();
+    let mut data = format!(
+        "fd={},rootmode={:o},user_id={},group_id={}",
+        dev.as_raw_fd(),
+        meta.mode() & libc::S_IFMT,
+        sys::geteuid(),
+        sys::getegid()
+    );
+    if cfg.default_permissions {
+        data.push_str(",default_permissions");
+    }
+    if cfg.allow_other {
+        data.push_str(",allow_other");
+    }
+    for o in &cfg.kernel_options {
+        data.push(',');
+        data.push_str(o);
+    }
+    let fstype = cfg.fstype();
+    match sys::mount(&cfg.fsname, &mountpoint, &fstype, cfg.ms_flags(), &data) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            info!(mountpoint = %mountpoint.display(), "mount(2) not permitted; using fusermount3");
+            drop(dev);
+            let session = Session::new(fs, &mountpoint, &config)
+                .and_then(Session::spawn)
+                .map_err(io_err(&mountpoint, "mount via fusermount3"))?;
+            return Ok(MountedSession { session: Some(session), mountpoint, own_mount: false });
+        }
+        Err(e) => return Err(MountError::Io { path: mountpoint, what: "mount(2)", source: e }),
+    }
+    info!(mountpoint = %mountpoint.display(), %fstype, options = %data, "mounted");
+    let session = Session::from_fd(fs, dev, config.acl, config).and_then(Session::spawn).map_err(|e| {
+        // The kernel side exists but nobody serves it: take it away again.
+        let _ = sys::umount(&mountpoint, libc::MNT_DETACH);
+        MountError::Io { path: mountpoint.clone(), what: "FUSE handshake", source: e }
+    })?;
+    Ok(MountedSession { session: Some(session), mountpoint, own_mount: true })
+}
+
+impl MountedSession {
+    /// The (canonical) mount point.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the session has ended on its own (e.g. someone ran `umount` or
+    /// `fusermount3 -u` on the mount point).
+    pub fn is_finished(&self) -> bool {
+        match &self.session {
+            Some(s) => s.guard.is_finished(),
+            None => true,
+        }
+    }
+
+    /// Unmounts (lazily if busy) and waits up to `wait` for the session threads to end.
+    pub fn unmount(mut self, wait: Duration) -> Result<(), MountError> {
+        self.unmount_inner(wait)
+    }
+
+    fn unmount_inner(&mut self, wait: Duration) -> Result<(), MountError> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let mp = self.mountpoint.clone();
+        if !self.own_mount {
+            // fuser knows how to unmount what fusermount3 mounted; it may block, so give it
+            // its own thread and a deadline.
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(session.umount_and_join());
+            });
+            return match rx.recv_timeout(wait) {
+                Ok(res) => res.map_err(io_err(&mp, "unmount")),
+                Err(_) => Err(MountError::Timeout { path: mp, secs: wait.as_secs() }),
+            };
+        }
+        if !session.guard.is_finished() {
+            match sys::umount(&mp, 0) {
+                Ok(()) => info!(mountpoint = %mp.display(), "unmounted"),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    warn!(mountpoint = %mp.display(), "mount busy; detaching lazily");
+                    sys::umount(&mp, libc::MNT_DETACH).map_err(io_err(&mp, "umount -l"))?;
+                }
+                // EINVAL: no longer a mount point (unmounted by someone else); the session
+                // thread ends on its own.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    info!(mountpoint = %mp.display(), "already unmounted");
+                }
+                Err(e) => return Err(MountError::Io { path: mp, what: "umount", source: e }),
+            }
+        }
+        let deadline = Instant::now() + wait;
+        while !session.guard.is_finished() {
+            if Instant::now() >= deadline {
+                return Err(MountError::Timeout { path: mp, secs: wait.as_secs() });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match session.join() {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Other && e.to_string().contains("panicked") => {
+                Err(MountError::Panicked(mp))
+            }
+            Err(e) => Err(MountError::Io { path: mp, what: "session", source: e }),
+        }
+    }
+}
+
+impl Drop for MountedSession {
+    fn drop(&mut self) {
+        if self.session.is_some() {
+            if let Err(e) = self.unmount_inner(Duration::from_secs(5)) {
+                warn!(error = %e, "unmount on drop failed");
+            }
+        }
+    }
+}
