@@ -168,6 +168,8 @@ struct DirSlots {
 #[derive(Debug)]
 struct Allocator {
     first: u64,
+    /// Number of data blocks.
+    total: u64,
     used: Vec<u64>,
     free: u64,
     next: u64,
@@ -178,19 +180,12 @@ impl Allocator {
     fn new(geo: &Geometry) -> Allocator {
         Allocator {
             first: geo.data_start,
+            total: geo.data_blocks,
             used: vec![0; geo.data_blocks.div_ceil(64) as usize],
             free: geo.data_blocks,
             next: 0,
             pending: Vec::new(),
         }
-    }
-
-    fn n(&self) -> u64 {
-        self.free + self.count_used()
-    }
-
-    fn count_used(&self) -> u64 {
-        self.used.iter().map(|w| w.count_ones() as u64).sum()
     }
 
     fn test(&self, i: u64) -> bool {
@@ -212,7 +207,7 @@ impl Allocator {
         if self.free == 0 {
             return None;
         }
-        let total = self.n();
+        let total = self.total;
         let start = goal.map(|g| g.saturating_sub(self.first)).filter(|&g| g < total).unwrap_or(self.next);
         let mut i = start;
         loop {
@@ -234,7 +229,7 @@ impl Allocator {
         self.used[(i / 64) as usize] |= 1 << (i % 64);
         self.free -= 1;
         self.next = i + 1;
-        if self.next >= total {
+        if self.next >= self.total {
             self.next = 0;
         }
         Some(self.first + i)

@@ -211,6 +211,12 @@ pub struct PmRegion {
     path: Option<PathBuf>,
     backend: Backend,
     counters: Counters,
+    /// Msync method: page ranges persisted since the last fence. `fence` msyncs them while
+    /// holding the lock, so a fence never returns while another thread's msync of a range
+    /// persisted before it is still running.
+    msync_pending: parking_lot::Mutex<Vec<(usize, usize)>>,
+    /// An msync failed: nothing persisted after it can be trusted to be durable.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for PmRegion {
@@ -512,6 +518,8 @@ impl PmRegion {
             path: Some(path.to_path_buf()),
             backend: Backend::Mapped(map),
             counters: Counters::default(),
+            msync_pending: parking_lot::Mutex::new(Vec::new()),
+            failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -530,6 +538,8 @@ impl PmRegion {
             path: None,
             backend: Backend::Traced(Tracer::new(image)),
             counters: Counters::default(),
+            msync_pending: parking_lot::Mutex::new(Vec::new()),
+            failed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -659,6 +669,12 @@ impl PmRegion {
     /// or msync the page-aligned range of a disk file. Not ordered until [`fence`](Self::fence).
     pub fn persist(&self, off: u64, len: u64) -> Result<(), PmError> {
         let o = self.check(off, len)?;
+        if self.failed.load(Ordering::Acquire) {
+            return Err(PmError::Io {
+                what: "an earlier msync of this PM file failed".into(),
+                source: io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
         self.counters.persist_calls.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_persisted.fetch_add(len, Ordering::Relaxed);
         match &self.backend {
@@ -673,13 +689,20 @@ impl PmRegion {
                 let end = o + len as usize;
                 match self.method {
                     PersistMethod::Msync | PersistMethod::Traced => {
+                        // Deferred to the fence: one msync per run of adjacent pages instead
+                        // of one per persist call.
                         let page = PAGE_SIZE as usize;
                         let start = o - o % page;
                         let stop = end.next_multiple_of(page).min(self.size as usize);
-                        map.flush_range(start, stop - start).map_err(io_err(format!(
-                            "msync [{start}, {stop}) of {}",
-                            self.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
-                        )))
+                        let _ = map;
+                        let mut pending = self.msync_pending.lock();
+                        match pending.last_mut() {
+                            Some(last) if start <= last.1 && stop >= last.0 => {
+                                *last = (last.0.min(start), last.1.max(stop));
+                            }
+                            _ => pending.push((start, stop)),
+                        }
+                        Ok(())
                     }
                     #[cfg(target_arch = "x86_64")]
                     m => {
@@ -709,15 +732,40 @@ impl PmRegion {
         }
     }
 
-    /// Store fence: after it, everything persisted before is durable. No-op for msync.
+    /// Store fence: after it, everything persisted before is durable. For msync, this is
+    /// where the persisted page ranges are written back (merged, in address order).
+    ///
+    /// An msync failure (an I/O error of the disk behind the file) cannot be reported
+    /// through a fence; it is logged and the region is marked failed, and every later
+    /// [`persist`](Self::persist) returns the error, so no further update is acknowledged.
     pub fn fence(&self) {
         self.counters.fences.fetch_add(1, Ordering::Relaxed);
         match &self.backend {
             Backend::Traced(t) => t.fence(),
-            Backend::Mapped(_) => match self.method {
+            Backend::Mapped(map) => match self.method {
                 #[cfg(target_arch = "x86_64")]
                 PersistMethod::Clwb | PersistMethod::ClflushOpt | PersistMethod::Clflush => flush::sfence(),
-                _ => {}
+                _ => {
+                    let mut pending = self.msync_pending.lock();
+                    if pending.is_empty() {
+                        return;
+                    }
+                    pending.sort_unstable();
+                    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(pending.len());
+                    for &(a, b) in pending.iter() {
+                        match merged.last_mut() {
+                            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                            _ => merged.push((a, b)),
+                        }
+                    }
+                    pending.clear();
+                    for (a, b) in merged {
+                        if let Err(e) = map.flush_range(a, b - a) {
+                            tracing::error!(start = a, end = b, error = %e, "msync failed: PM file is no longer durable");
+                            self.failed.store(true, Ordering::Release);
+                        }
+                    }
+                }
             },
         }
     }
