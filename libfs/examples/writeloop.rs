@@ -20,7 +20,12 @@ fn main() {
         fs.write(&root, a.ino, i * 16384, &buf).expect("write");
     }
     let el = t.elapsed();
-    println!("{} writes of 16 KiB: {:.1} MB/s, {:.2} us/write", n, (n * 16384) as f64 / el.as_secs_f64() / 1e6, el.as_secs_f64() * 1e6 / n as f64);
+    println!(
+        "{} writes of 16 KiB: {:.1} MB/s, {:.2} us/write",
+        n,
+        (n * 16384) as f64 / el.as_secs_f64() / 1e6,
+        el.as_secs_f64() * 1e6 / n as f64
+    );
     let t = Instant::now();
     fs.sync_all().expect("sync");
     println!("final publish: {:?}", t.elapsed());
