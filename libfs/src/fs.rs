@@ -148,7 +148,7 @@ impl FsStatus {
 }
 
 /// An entry in the log that is not yet published.
-struct Pending {
+pub(crate) struct Pending {
     loc: EntryLoc,
     records: Vec<Record>,
     /// Data blocks this entry may need at publication (reserved against ENOSPC).
@@ -162,29 +162,104 @@ const LINK_MAX: u32 = 65000;
 /// Largest value of one extended attribute.
 const XATTR_VALUE_MAX: usize = 65536;
 
+/// The front end: the view and the log tail. Updates hold it exclusively, reads share it.
+///
+/// Lock order: `Shared::inner` → `Core::publish` → `Core::public`; `Core::pending` is a
+/// leaf (held briefly, nothing taken under it). The publisher works under `publish` and
+/// `public` only, so appends and reads of unpublished data go on while it copies; it takes
+/// the front-end lock afterwards, alone, to catch the view up ([`Inner::catch_up`]).
 pub(crate) struct Inner {
-    region: Arc<PmRegion>,
-    geo: Geometry,
+    core: Arc<Core>,
     view: View,
-    public: PublicArea,
-    log: LogSlot,
     tail: u64,
-    published: u64,
-    pending: VecDeque<Pending>,
+    /// Log space before this LSN may be overwritten: published, and no overlay of the view
+    /// points into it any more.
+    reclaimed: u64,
     reserved: u64,
     pub(crate) chunk_size: u64,
-    pub(crate) publish_failed: Option<String>,
     next_generation: u32,
-    stats: Stats,
+    appended: u64,
+    recovered: u64,
     shut: bool,
 }
 
-#[derive(Default)]
-struct Stats {
-    appended: u64,
+/// What the front end and the publisher share.
+pub(crate) struct Core {
+    region: Arc<PmRegion>,
+    geo: Geometry,
+    log: LogSlot,
+    /// One publisher at a time (the background thread, or an update that needs space).
+    publish: Mutex<()>,
+    public: RwLock<Pub>,
+    /// Durable entries not yet caught up with (in log order).
+    pending: Mutex<VecDeque<Arc<Pending>>>,
+    /// Free data blocks of the public area, pending frees included (kept outside the
+    /// public lock so that updates can check space while a batch is being published).
+    free_blocks: AtomicU64,
+}
+
+/// The publisher's side: the public area and the durable checkpoint.
+pub(crate) struct Pub {
+    area: PublicArea,
+    /// Everything before this LSN is published, durably.
     published: u64,
+    failed: Option<String>,
+    entries: u64,
     batches: u64,
-    recovered: u64,
+}
+
+impl Core {
+    /// Publish pending entries — at least one, up to about `budget` bytes of log — and
+    /// durably advance the checkpoint. Returns the new checkpoint. The view is not touched:
+    /// the front end catches up under its own lock.
+    pub(crate) fn publish_batch(&self, budget: u64) -> FsResult<u64> {
+        let _one = self.publish.lock();
+        let published = self.public.read().published;
+        let batch: Vec<Arc<Pending>> = {
+            let q = self.pending.lock();
+            let mut out = Vec::new();
+            let mut bytes = 0;
+            for p in q.iter().filter(|p| p.loc.end > published) {
+                if !out.is_empty() && bytes >= budget {
+                    break;
+                }
+                bytes += p.loc.end - p.loc.lsn;
+                out.push(p.clone());
+            }
+            out
+        };
+        if batch.is_empty() {
+            return Ok(published);
+        }
+        let mut pb = self.public.write();
+        if let Some(e) = &pb.failed {
+            return Err(FsError::Io { what: "publication".into(), source: std::io::Error::other(e.clone()) });
+        }
+        let mut upto = pb.published;
+        for p in &batch {
+            // The whole entry is checked before any of it is applied: all or nothing.
+            let area = &mut pb.area;
+            let res = area.validate(&p.records).and_then(|()| p.records.iter().try_for_each(|r| area.apply(r)));
+            if let Err(e) = res {
+                pb.failed = Some(format!("entry at lsn {}: {e}", p.loc.lsn));
+                return Err(e.into());
+            }
+            upto = p.loc.end;
+        }
+        pb.area.fence();
+        self.log.set_published_lsn(upto)?;
+        pb.area.checkpoint_done();
+        pb.published = upto;
+        pb.entries += batch.len() as u64;
+        pb.batches += 1;
+        self.free_blocks.store(pb.area.free_blocks() + pb.area.pending_free_blocks(), Ordering::Release);
+        Ok(upto)
+    }
+
+    /// Whether publication has failed (then updates are refused; the log stays intact).
+    pub(crate) fn failed(&self) -> bool {
+        self.public.read().failed.is_some()
+    }
 }
 
 pub(crate) struct Signal {
@@ -194,6 +269,7 @@ pub(crate) struct Signal {
 
 pub(crate) struct Shared {
     pub(crate) inner: RwLock<Inner>,
+    pub(crate) core: Arc<Core>,
     pub(crate) signal: Mutex<Signal>,
     pub(crate) wake: Condvar,
 }
@@ -276,7 +352,7 @@ impl Inner {
 
     fn attr(&self, n: &Node) -> Attr {
         let img = &n.img;
-        let public = self.public.file_blocks(img.ino);
+        let public = self.core.public.read().area.file_blocks(img.ino);
         let unpublished = n.overlay.log_bytes().div_ceil(BLOCK_SIZE);
         let blocks = match n.img.mode & libc::S_IFMT {
             libc::S_IFREG | libc::S_IFLNK | libc::S_IFDIR => (public + unpublished) * (BLOCK_SIZE / 512),
@@ -306,11 +382,11 @@ impl Inner {
     }
 
     pub(crate) fn pending_bytes(&self) -> u64 {
-        self.tail - self.published
+        self.tail - self.reclaimed
     }
 
     fn space_available(&self) -> u64 {
-        (self.public.free_blocks() + self.public.pending_free_blocks()).saturating_sub(self.reserved + META_RESERVE)
+        self.core.free_blocks.load(Ordering::Acquire).saturating_sub(self.reserved + META_RESERVE)
     }
 
     /// Make an entry durable and apply it to the view. `est_blocks` is the number of data
@@ -319,22 +395,22 @@ impl Inner {
         if self.shut {
             return Err(FsError::ShutDown);
         }
-        if let Some(e) = &self.publish_failed {
-            tracing::warn!(error = %e, "refusing update: publication failed earlier");
+        if self.core.failed() {
+            tracing::warn!("refusing update: publication failed earlier");
             return Err(FsError::NoSpace("publication stalled; see the mount log"));
         }
         if est_blocks > self.space_available() {
             // Publication may free space (unlinks, truncates) and makes the estimate exact.
-            self.publish(u64::MAX)?;
+            self.publish_all()?;
             if est_blocks > self.space_available() {
                 return Err(FsError::NoSpace("public area full"));
             }
         }
-        let loc = match self.log.append(self.tail, self.published, b.payload()) {
+        let loc = match self.core.log.append(self.tail, self.reclaimed, b.payload()) {
             Ok(loc) => loc,
             Err(AppendError::Full(_)) => {
-                self.publish(u64::MAX)?;
-                match self.log.append(self.tail, self.published, b.payload()) {
+                self.publish_all()?;
+                match self.core.log.append(self.tail, self.reclaimed, b.payload()) {
                     Ok(loc) => loc,
                     Err(AppendError::Full(_)) => return Err(FsError::NoSpace("operation log full")),
                     Err(AppendError::TooLarge { .. }) => return Err(FsError::NoSpace("entry larger than the log")),
@@ -345,57 +421,37 @@ impl Inner {
             Err(AppendError::Pm(e)) => return Err(e.into()),
         };
         self.tail = loc.end;
-        self.stats.appended += 1;
+        self.appended += 1;
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
         self.reserved += est_blocks;
-        self.pending.push_back(Pending { loc, records: records.clone(), est_blocks });
+        self.core.pending.lock().push_back(Arc::new(Pending { loc, records: records.clone(), est_blocks }));
         Ok(records)
     }
 
-    /// Publish pending entries, at least one and up to about `budget` bytes of log, then
-    /// durably advance the checkpoint and reclaim that log space.
-    pub(crate) fn publish(&mut self, budget: u64) -> FsResult<()> {
-        if self.pending.is_empty() {
-            return Ok(());
+    /// Bring the view up to the publisher's checkpoint: drop published entries, their
+    /// reservations and their overlay segments, and only then let the log space be reused.
+    pub(crate) fn catch_up(&mut self) {
+        let published = self.core.public.read().published;
+        if published <= self.reclaimed {
+            return;
         }
-        if let Some(e) = &self.publish_failed {
-            return Err(FsError::Io { what: "publication".into(), source: std::io::Error::other(e.clone()) });
+        let mut released = 0;
+        {
+            let mut q = self.core.pending.lock();
+            while q.front().is_some_and(|p| p.loc.end <= published) {
+                released += q.pop_front().map(|p| p.est_blocks).unwrap_or(0);
+            }
         }
-        let mut done = 0u64;
-        let mut upto = self.published;
-        let mut released = 0u64;
-        let mut n = 0;
-        while let Some(p) = self.pending.front() {
-            if n > 0 && done >= budget {
-                break;
-            }
-            if let Err(e) = self.public.validate(&p.records) {
-                let msg = format!("entry at lsn {}: {e}", p.loc.lsn);
-                self.publish_failed = Some(msg);
-                return Err(e.into());
-            }
-            for r in &p.records {
-                if let Err(e) = self.public.apply(r) {
-                    let msg = format!("entry at lsn {}: {e}", p.loc.lsn);
-                    self.publish_failed = Some(msg);
-                    return Err(e.into());
-                }
-            }
-            done += p.loc.end - upto;
-            upto = p.loc.end;
-            released += p.est_blocks;
-            n += 1;
-            self.pending.pop_front();
-        }
-        self.public.fence();
-        self.log.set_published_lsn(upto)?;
-        self.public.checkpoint_done();
-        self.published = upto;
         self.reserved = self.reserved.saturating_sub(released);
-        self.view.trim(upto);
-        self.stats.published += n;
-        self.stats.batches += 1;
+        self.view.trim(published);
+        self.reclaimed = published;
+    }
+
+    /// Publish everything in the log (an update that needs space, sync, shutdown).
+    pub(crate) fn publish_all(&mut self) -> FsResult<()> {
+        self.core.publish_batch(u64::MAX)?;
+        self.catch_up();
         Ok(())
     }
 
@@ -530,7 +586,7 @@ impl Inner {
         if data.is_empty() {
             return Ok(0);
         }
-        let max = (self.log.max_payload() as usize).saturating_sub(1024).min(1 << 20);
+        let max = (self.core.log.max_payload() as usize).saturating_sub(1024).min(1 << 20);
         let mut done = 0usize;
         while done < data.len() {
             let piece = &data[done..(done + max).min(data.len())];
@@ -569,8 +625,9 @@ impl Inner {
             return Ok(span + span / 500 + 3);
         }
         let mut need = 0;
+        let public = self.core.public.read();
         for idx in first..last {
-            if !self.public.is_mapped(ino, idx)? {
+            if !public.area.is_mapped(ino, idx)? {
                 need += 1;
             }
         }
@@ -591,17 +648,17 @@ impl Inner {
         let mut pos = off;
         for (a, b, src) in n.overlay.overlapping(off, end) {
             if a > pos {
-                self.public.read_file(ino, pos, &mut buf[(pos - off) as usize..(a - off) as usize])?;
+                self.core.public.read().area.read_file(ino, pos, &mut buf[(pos - off) as usize..(a - off) as usize])?;
             }
             let dst = &mut buf[(a - off) as usize..(b - off) as usize];
             match src {
-                Src::Log(at) => self.region.read(at, dst)?,
+                Src::Log(at) => self.core.region.read(at, dst)?,
                 Src::Zero => dst.fill(0),
             }
             pos = b;
         }
         if pos < end {
-            self.public.read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
+            self.core.public.read().area.read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
         }
         Ok(buf)
     }
@@ -781,24 +838,31 @@ impl Fs {
                 detail: "missing".into(),
             }));
         }
-        let inner = Inner {
+        let free = public.free_blocks() + public.pending_free_blocks();
+        let core = Arc::new(Core {
             region: region.clone(),
             geo,
-            view,
-            public,
             log,
+            publish: Mutex::new(()),
+            public: RwLock::new(Pub { area: public, published: upto, failed: None, entries: 0, batches: 0 }),
+            pending: Mutex::new(VecDeque::new()),
+            free_blocks: AtomicU64::new(free),
+        });
+        let inner = Inner {
+            core: core.clone(),
+            view,
             tail: upto,
-            published: upto,
-            pending: VecDeque::new(),
+            reclaimed: upto,
             reserved: 0,
             chunk_size: opts.chunk_size.max(64 << 10),
-            publish_failed: None,
             next_generation: max_gen,
-            stats: Stats { recovered, ..Default::default() },
+            appended: 0,
+            recovered,
             shut: false,
         };
         let shared = Arc::new(Shared {
             inner: RwLock::new(inner),
+            core,
             signal: Mutex::new(Signal { kick: false, stop: false }),
             wake: Condvar::new(),
         });
@@ -870,7 +934,7 @@ impl Fs {
             }
             inner.maybe_free(ino)?;
         }
-        inner.publish(u64::MAX)?;
+        inner.publish_all()?;
         inner.shut = true;
         Ok(())
     }
@@ -1354,7 +1418,7 @@ impl Fs {
 
     /// Publish everything that is in the log.
     pub fn sync_all(&self) -> FsResult<()> {
-        self.wlock().publish(u64::MAX)
+        self.wlock().publish_all()
     }
 
     pub fn opendir(&self, cred: &Cred, ino: Ino, _flags: i32) -> FsResult<u64> {
@@ -1396,10 +1460,10 @@ impl Fs {
         let inner = self.rlock();
         let bfree = inner.space_available();
         StatFs {
-            blocks: inner.geo.data_blocks,
+            blocks: inner.core.geo.data_blocks,
             bfree,
             bavail: bfree,
-            files: inner.geo.inode_count - 1,
+            files: inner.core.geo.inode_count - 1,
             ffree: inner.view.inos.free(),
             bsize: BLOCK_SIZE as u32,
             namelen: NAME_MAX as u32,
@@ -1584,34 +1648,36 @@ impl Fs {
 
     pub fn status(&self) -> FsStatus {
         let inner = self.rlock();
-        let region = &inner.region;
+        let core = &self.shared.core;
+        let pb = core.public.read();
+        let region = &core.region;
         FsStatus {
             pm_path: self.pm_path.clone(),
             pm_size: region.len(),
             backing: region.backing().to_string(),
             persist_method: region.persist_method().to_string(),
             client: self.client,
-            log_capacity: inner.log.ring_bytes(),
-            log_used: inner.tail - inner.published,
-            unpublished_entries: inner.pending.len() as u64,
-            published_lsn: inner.published,
+            log_capacity: core.log.ring_bytes(),
+            log_used: inner.tail - inner.reclaimed,
+            unpublished_entries: core.pending.lock().iter().filter(|p| p.loc.end > pb.published).count() as u64,
+            published_lsn: pb.published,
             tail_lsn: inner.tail,
-            data_blocks: inner.geo.data_blocks,
-            free_blocks: inner.public.free_blocks(),
-            inodes: inner.geo.inode_count - 1,
+            data_blocks: core.geo.data_blocks,
+            free_blocks: pb.area.free_blocks(),
+            inodes: core.geo.inode_count - 1,
             free_inodes: inner.view.inos.free(),
-            entries_appended: inner.stats.appended,
-            entries_published: inner.stats.published,
-            publish_batches: inner.stats.batches,
-            recovered_entries: inner.stats.recovered,
-            publish_error: inner.publish_failed.clone(),
+            entries_appended: inner.appended,
+            entries_published: pb.entries,
+            publish_batches: pb.batches,
+            recovered_entries: inner.recovered,
+            publish_error: pb.failed.clone(),
         }
     }
 
     /// The PM backing and persist method (for benchmarks and status).
     pub fn pm_info(&self) -> (Backing, PersistMethod) {
-        let inner = self.rlock();
-        (inner.region.backing(), inner.region.persist_method())
+        let region = &self.shared.core.region;
+        (region.backing(), region.persist_method())
     }
 }
 
