@@ -10,7 +10,9 @@ fn main() {
     let mib: u64 = args.next().map(|s| s.parse().expect("MiB")).unwrap_or(256);
     let _ = std::fs::remove_file(&path);
     Fs::format(&path, &FormatOptions::for_size(1 << 30)).expect("format");
-    let fs = Fs::mount(FsOptions { pm_path: path.clone(), ..Default::default() }).expect("mount");
+    let bg = std::env::var_os("NO_BG").is_none();
+    let fs =
+        Fs::mount(FsOptions { pm_path: path.clone(), background_publish: bg, ..Default::default() }).expect("mount");
     let root = Cred::root();
     let (a, _) = fs.create(&root, ROOT_INO, b"f", 0o644, 0, libc::O_RDWR).expect("create");
     let buf = vec![7u8; 16384];

@@ -352,7 +352,7 @@ impl Inner {
 
     fn attr(&self, n: &Node) -> Attr {
         let img = &n.img;
-        let public = self.core.public.read().area.file_blocks(img.ino);
+        let public = n.pub_blocks;
         let unpublished = n.overlay.log_bytes().div_ceil(BLOCK_SIZE);
         let blocks = match n.img.mode & libc::S_IFMT {
             libc::S_IFREG | libc::S_IFLNK | libc::S_IFDIR => (public + unpublished) * (BLOCK_SIZE / 512),
@@ -437,10 +437,24 @@ impl Inner {
             return;
         }
         let mut released = 0;
+        let mut touched = Vec::new();
         {
             let mut q = self.core.pending.lock();
             while q.front().is_some_and(|p| p.loc.end <= published) {
-                released += q.pop_front().map(|p| p.est_blocks).unwrap_or(0);
+                if let Some(p) = q.pop_front() {
+                    released += p.est_blocks;
+                    touched.extend(p.records.iter().map(|r| r.target()));
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        {
+            let pb = self.core.public.read();
+            for ino in touched {
+                if let Some(n) = self.view.node_mut(ino) {
+                    n.pub_blocks = pb.area.file_blocks(ino);
+                }
             }
         }
         self.reserved = self.reserved.saturating_sub(released);
@@ -620,9 +634,12 @@ impl Inner {
         let first = off / BLOCK_SIZE;
         let last = (off + len).div_ceil(BLOCK_SIZE);
         let span = last - first;
-        if span > 64 {
-            // Large writes: count conservatively instead of walking the map block by block.
-            return Ok(span + span / 500 + 3);
+        let conservative = span + span / 500 + 3;
+        // While space is plentiful, reserve conservatively (as if no block were mapped) and
+        // leave the public area alone: its lock may be held by a publication batch. Only
+        // near full does the exact count matter.
+        if span > 64 || conservative.saturating_mul(4) < self.space_available() {
+            return Ok(conservative);
         }
         let mut need = 0;
         let public = self.core.public.read();
@@ -816,6 +833,7 @@ impl Fs {
         let mut max_gen = 1;
         for (ino, li) in &loaded.inodes {
             let mut n = Node::new(li.img);
+            n.pub_blocks = li.blocks;
             n.xattrs = li.xattrs.iter().cloned().collect();
             view.inos.mark(*ino);
             max_gen = max_gen.max(li.img.generation);

@@ -151,12 +151,14 @@ pub struct Node {
     pub lookups: u64,
     /// Open file handles.
     pub opens: u64,
+    /// Data blocks mapped in the public area (as of the last catch-up), for `st_blocks`.
+    pub pub_blocks: u64,
 }
 
 impl Node {
     pub fn new(img: InodeImage) -> Node {
         let dir = (img.mode & libc::S_IFMT == libc::S_IFDIR).then(Dir::default);
-        Node { img, xattrs: BTreeMap::new(), dir, overlay: Overlay::default(), lookups: 0, opens: 0 }
+        Node { img, xattrs: BTreeMap::new(), dir, overlay: Overlay::default(), lookups: 0, opens: 0, pub_blocks: 0 }
     }
 
     pub fn is_dir(&self) -> bool {

@@ -55,6 +55,8 @@ pub const CACHE_LINE: u64 = 64;
 pub const PAGE_SIZE: u64 = 4096;
 /// Smallest region [`PmRegion::create`] accepts.
 pub const MIN_REGION_SIZE: u64 = 1 << 20;
+/// Set to skip prefaulting tmpfs/DAX mappings at open.
+pub const NO_PREFAULT_ENV: &str = "LINEFS_NO_PREFAULT";
 /// Environment variable forcing the persist method of mapped regions.
 pub const PERSIST_ENV: &str = "LINEFS_PERSIST";
 /// `f_type` of tmpfs in statfs(2).
@@ -504,6 +506,18 @@ impl PmRegion {
             reason: "larger than the address space",
         })?;
         let map = MmapOptions::new().len(len).map_raw(&file).map_err(io_err(format!("mmap {}", path.display())))?;
+        if matches!(backing, Backing::Tmpfs | Backing::Dax) && std::env::var_os(NO_PREFAULT_ENV).is_none() {
+            // Real PM is memory the node owns; tmpfs allocates (and zeroes) a page at its
+            // first touch, which would otherwise land on the write path of whatever touches
+            // it first. Populate the whole mapping once, up front. Best effort: an old kernel
+            // without MADV_POPULATE_WRITE just faults lazily.
+            // SAFETY: madvise on the mapping we own, with its exact address and length; it
+            // does not change the mapping's contents.
+            let rc = unsafe { libc::madvise(map.as_mut_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
+            if rc != 0 {
+                tracing::debug!(error = %io::Error::last_os_error(), "PM prefault skipped");
+            }
+        }
         tracing::info!(
             path = %path.display(),
             size,
