@@ -6,11 +6,11 @@
 //! a FUSE passthrough of a directory next to the PM file, and runs the same workload on:
 //! 1. the node-local directory itself (no FUSE),
 //! 2. the FUSE passthrough of it (FUSE's own cost),
-//! 3. linefs.
+//! 3. linefs in host-only mode on one node (libfs publishes its own log; no replication yet).
 //!
-//! Rows for "linefs host-only" (libfs publishes and replicates itself, as Assise does) and
-//! "linefs + nicfs offload" are printed as pending until those modes exist; add them in
-//! [`Target`] and [`run`].
+//! Rows for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
+//! does) and "linefs + nicfs offload" are printed as pending until those modes exist; add
+//! them in [`Target`] and [`run`].
 //!
 //! Everything is torn down afterwards, on error too ([`Teardown`]).
 
@@ -76,14 +76,14 @@ impl Target {
         match self {
             Target::Local => "node-local directory (no FUSE)",
             Target::Passthrough => "FUSE passthrough of it",
-            Target::Linefs => "linefs (FUSE, libfs)",
+            Target::Linefs => "linefs host-only, 1 node",
         }
     }
 }
 
 /// Rows that exist in DESIGN section 8 but not yet in the code.
 const PENDING: [(&str, &str); 2] = [
-    ("linefs host-only", "not built yet (needs libfs publish + replicate in the host)"),
+    ("linefs host-only, 3 nodes", "not built yet (replication arrives with the cluster)"),
     ("linefs + nicfs offload", "not built yet (needs nicfs)"),
 ];
 

@@ -196,6 +196,8 @@ pub(crate) struct Core {
     /// Free data blocks of the public area, pending frees included (kept outside the
     /// public lock so that updates can check space while a batch is being published).
     free_blocks: AtomicU64,
+    /// Set when publication failed (mirrors `Pub::failed`, readable without the lock).
+    failed: std::sync::atomic::AtomicBool,
 }
 
 /// The publisher's side: the public area and the durable checkpoint.
@@ -242,6 +244,7 @@ impl Core {
             let res = area.validate(&p.records).and_then(|()| p.records.iter().try_for_each(|r| area.apply(r)));
             if let Err(e) = res {
                 pb.failed = Some(format!("entry at lsn {}: {e}", p.loc.lsn));
+                self.failed.store(true, Ordering::Release);
                 return Err(e.into());
             }
             upto = p.loc.end;
@@ -258,7 +261,7 @@ impl Core {
 
     /// Whether publication has failed (then updates are refused; the log stays intact).
     pub(crate) fn failed(&self) -> bool {
-        self.public.read().failed.is_some()
+        self.failed.load(Ordering::Acquire)
     }
 }
 
@@ -865,6 +868,7 @@ impl Fs {
             public: RwLock::new(Pub { area: public, published: upto, failed: None, entries: 0, batches: 0 }),
             pending: Mutex::new(VecDeque::new()),
             free_blocks: AtomicU64::new(free),
+            failed: std::sync::atomic::AtomicBool::new(false),
         });
         let inner = Inner {
             core: core.clone(),
