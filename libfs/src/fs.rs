@@ -1169,6 +1169,13 @@ impl Fs {
     pub fn link(&self, cred: &Cred, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         check_name(newname)?;
         let mut inner = self.wlock();
+        inner.node(ino)?;
+        // As Linux: the new name is checked first (EEXIST before EPERM for a directory).
+        let p = inner.writable_dir(cred, newparent)?;
+        if p.dir.as_ref().expect("dir").get(newname).is_some() {
+            return Err(FsError::Exists);
+        }
+        let mut pimg = p.img;
         let n = inner.node(ino)?;
         if n.is_dir() {
             return Err(FsError::Perm);
@@ -1180,11 +1187,6 @@ impl Fs {
             return Err(FsError::TooManyLinks);
         }
         let mut img = n.img;
-        let p = inner.writable_dir(cred, newparent)?;
-        if p.dir.as_ref().expect("dir").get(newname).is_some() {
-            return Err(FsError::Exists);
-        }
-        let mut pimg = p.img;
         let t = now();
         img.nlink += 1;
         img.ctime = t;
@@ -1288,11 +1290,15 @@ impl Fs {
             if !perm::sticky_allows(cred, &dp, &d.img) {
                 return Err(FsError::Perm);
             }
-            if exchange {
-                if d.is_dir() && parent != newparent && inner.view.is_ancestor(d.img.ino, parent) {
+            // The target is an ancestor of the source: Linux refuses to replace it
+            // (ENOTEMPTY: it holds the source), and to exchange them (EINVAL).
+            if d.is_dir() && parent != newparent && inner.view.is_ancestor(d.img.ino, parent) {
+                if exchange {
                     return Err(FsError::Invalid("directory moved into its own subtree"));
                 }
-            } else {
+                return Err(FsError::NotEmpty);
+            }
+            if !exchange {
                 match (s.is_dir(), d.is_dir()) {
                     (true, false) => return Err(FsError::NotDir),
                     (false, true) => return Err(FsError::IsDir),

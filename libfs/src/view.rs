@@ -261,6 +261,11 @@ impl View {
                     if let Some(old) = self.nodes.remove(&img.ino) {
                         n.lookups = old.lookups;
                     }
+                    // The number may have been freed by an entry not yet published: until
+                    // this one is, the public area still maps the old incarnation's blocks.
+                    // The new file reads as zeros wherever it has not written.
+                    n.overlay.insert(0, MAX_FILE_SIZE, Src::Zero, lsn);
+                    self.overlaid.insert(img.ino);
                     self.inos.mark(img.ino);
                     self.nodes.insert(img.ino, n);
                 } else if let Some(n) = self.nodes.get_mut(&img.ino) {
