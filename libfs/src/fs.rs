@@ -341,6 +341,22 @@ impl Inner {
         Ok(n)
     }
 
+    /// A directory the caller may look names up in (search permission).
+    fn searchable_dir(&self, cred: &Cred, ino: Ino) -> FsResult<&Node> {
+        let d = self.dir(ino)?;
+        if !perm::may(cred, &d.img, X_OK) {
+            return Err(FsError::Access);
+        }
+        Ok(d)
+    }
+
+    /// The inode `name` in `dir` names, looked up as path resolution does (search
+    /// permission first, then existence).
+    fn child(&self, cred: &Cred, dir: Ino, name: &[u8]) -> FsResult<Ino> {
+        let d = self.searchable_dir(cred, dir)?;
+        d.dir.as_ref().expect("dir").get(name).map(|e| e.0).ok_or(FsError::NotFound)
+    }
+
     /// A directory the caller may add entries to or remove entries from.
     fn writable_dir(&self, cred: &Cred, ino: Ino) -> FsResult<&Node> {
         let d = self.dir(ino)?;
@@ -519,10 +535,11 @@ impl Inner {
         symlink: Option<&[u8]>,
     ) -> FsResult<Ino> {
         check_name(name)?;
-        let p = self.writable_dir(cred, parent)?;
-        if p.dir.as_ref().expect("dir").get(name).is_some() {
+        // As Linux orders the checks: search permission, existence, write permission.
+        if self.child(cred, parent, name).is_ok() {
             return Err(FsError::Exists);
         }
+        let p = self.writable_dir(cred, parent)?;
         let mut pimg = p.img;
         let mut img = self.new_inode(cred, &pimg, mode, rdev)?;
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
@@ -1136,7 +1153,11 @@ impl Fs {
         flags: i32,
     ) -> FsResult<(Attr, u64)> {
         let mut inner = self.wlock();
-        let existing = inner.dir(parent)?.dir.as_ref().expect("dir").get(name).map(|e| e.0);
+        let existing = match inner.child(cred, parent, name) {
+            Ok(ino) => Some(ino),
+            Err(FsError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
         let ino = match existing {
             Some(_) if flags & libc::O_EXCL != 0 => return Err(FsError::Exists),
             Some(ino) => {
@@ -1170,12 +1191,12 @@ impl Fs {
         check_name(newname)?;
         let mut inner = self.wlock();
         inner.node(ino)?;
-        // As Linux: the new name is checked first (EEXIST before EPERM for a directory).
-        let p = inner.writable_dir(cred, newparent)?;
-        if p.dir.as_ref().expect("dir").get(newname).is_some() {
+        // As Linux: the new name is checked first (search permission, EEXIST), then write
+        // permission, then the source (EPERM for a directory).
+        if inner.child(cred, newparent, newname).is_ok() {
             return Err(FsError::Exists);
         }
-        let mut pimg = p.img;
+        let mut pimg = inner.writable_dir(cred, newparent)?.img;
         let n = inner.node(ino)?;
         if n.is_dir() {
             return Err(FsError::Perm);
@@ -1212,9 +1233,10 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         let mut inner = self.wlock();
-        let p = inner.writable_dir(cred, parent)?;
-        let (ino, _) = p.dir.as_ref().expect("dir").get(name).ok_or(FsError::NotFound)?;
-        let mut pimg = p.img;
+        // As Linux: lookup (search permission, ENOENT), then write permission, sticky bit,
+        // and the victim's type.
+        let ino = inner.child(cred, parent, name)?;
+        let mut pimg = inner.writable_dir(cred, parent)?.img;
         let victim = inner.node(ino)?.clone();
         if !perm::sticky_allows(cred, &pimg, &victim.img) {
             return Err(FsError::Perm);
@@ -1259,14 +1281,17 @@ impl Fs {
         check_name(name)?;
         check_name(newname)?;
         let mut inner = self.wlock();
-        let sp = inner.writable_dir(cred, parent)?.img;
-        let dp = inner.writable_dir(cred, newparent)?.img;
-        let (src, _) = inner.dir(parent)?.dir.as_ref().expect("dir").get(name).ok_or(FsError::NotFound)?;
-        let dst = inner.dir(newparent)?.dir.as_ref().expect("dir").get(newname).map(|e| e.0);
-        let s = inner.node(src)?.clone();
-        if !perm::sticky_allows(cred, &sp, &s.img) {
-            return Err(FsError::Perm);
-        }
+        // The checks run in the order Linux makes them (do_renameat2, vfs_rename), so that a
+        // call with several faults reports the same errno: lookups (search permission,
+        // ENOENT), the flags, the subtree traps, same inode, then write permission and the
+        // sticky bit on each side, the types, write permission on a moved directory, and
+        // last an occupied target directory.
+        let src = inner.child(cred, parent, name)?;
+        let dst = match inner.child(cred, newparent, newname) {
+            Ok(ino) => Some(ino),
+            Err(FsError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
         let exchange = flags & RENAME_EXCHANGE != 0;
         if exchange && dst.is_none() {
             return Err(FsError::NotFound);
@@ -1274,35 +1299,42 @@ impl Fs {
         if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
             return Err(FsError::Exists);
         }
-        if dst == Some(src) {
-            // Two names of one inode: POSIX says do nothing.
-            return Ok(());
-        }
-        // A directory may not move into its own subtree.
-        if s.is_dir() && parent != newparent && inner.view.is_ancestor(src, newparent) {
-            return Err(FsError::Invalid("directory moved into its own subtree"));
-        }
+        let s = inner.node(src)?.clone();
         let d = match dst {
             Some(d) => Some(inner.node(d)?.clone()),
             None => None,
         };
-        if let Some(d) = &d {
-            if !perm::sticky_allows(cred, &dp, &d.img) {
-                return Err(FsError::Perm);
-            }
-            // The target is an ancestor of the source: Linux refuses to replace it
-            // (ENOTEMPTY: it holds the source), and to exchange them (EINVAL).
-            if d.is_dir() && parent != newparent && inner.view.is_ancestor(d.img.ino, parent) {
+        // A directory may not move into its own subtree.
+        if s.is_dir() && parent != newparent && inner.view.is_ancestor(src, newparent) {
+            return Err(FsError::Invalid("directory moved into its own subtree"));
+        }
+        // The target is an ancestor of the source: Linux refuses to replace it (ENOTEMPTY:
+        // it holds the source), and to exchange them (EINVAL).
+        if let Some(d) = d.as_ref().filter(|d| d.is_dir() && parent != newparent) {
+            if inner.view.is_ancestor(d.img.ino, parent) {
                 if exchange {
                     return Err(FsError::Invalid("directory moved into its own subtree"));
                 }
                 return Err(FsError::NotEmpty);
             }
+        }
+        if dst == Some(src) {
+            // Two names of one inode: POSIX says do nothing.
+            return Ok(());
+        }
+        let sp = inner.writable_dir(cred, parent)?.img;
+        if !perm::sticky_allows(cred, &sp, &s.img) {
+            return Err(FsError::Perm);
+        }
+        let dp = inner.writable_dir(cred, newparent)?.img;
+        if let Some(d) = &d {
+            if !perm::sticky_allows(cred, &dp, &d.img) {
+                return Err(FsError::Perm);
+            }
             if !exchange {
                 match (s.is_dir(), d.is_dir()) {
                     (true, false) => return Err(FsError::NotDir),
                     (false, true) => return Err(FsError::IsDir),
-                    (true, true) if d.dir.as_ref().expect("dir").len() > 0 => return Err(FsError::NotEmpty),
                     _ => {}
                 }
             }
@@ -1315,6 +1347,9 @@ impl Fs {
             if exchange && d.as_ref().is_some_and(|d| d.is_dir() && !perm::may(cred, &d.img, W_OK)) {
                 return Err(FsError::Access);
             }
+        }
+        if !exchange && d.as_ref().is_some_and(|d| d.is_dir() && d.dir.as_ref().expect("dir").len() > 0) {
+            return Err(FsError::NotEmpty);
         }
         let t = now();
         let mut b = EntryBuilder::new();
@@ -1606,8 +1641,8 @@ impl Fs {
         Ok(())
     }
 
+    /// fallocate through an open handle: the open checked write permission.
     pub fn fallocate(&self, cred: &Cred, ino: Ino, off: u64, len: u64, mode: i32) -> FsResult<()> {
-        let _ = cred;
         if len == 0 {
             return Err(FsError::Invalid("fallocate of zero bytes"));
         }
@@ -1633,6 +1668,9 @@ impl Fs {
             return Err(FsError::Invalid("fallocate of a special file"));
         }
         let mut img = n.img;
+        // Like a write, fallocate by someone other than root drops setuid/setgid (Linux's
+        // file_modified).
+        img.mode = perm::killpriv(cred, img.mode);
         let t = now();
         let mut b = EntryBuilder::new();
         let mut est = 0;

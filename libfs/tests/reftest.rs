@@ -89,6 +89,13 @@ enum Op {
         path: usize,
         mode: u32,
     },
+    /// chown to root:root (`false`) or USER:USER.
+    Chown {
+        path: usize,
+        user: bool,
+    },
+    /// Make the following calls as USER (`true`) or as root.
+    Su(bool),
     /// Open a regular file and keep the handle.
     Open(usize),
     /// Write through the `i`-th held handle (the file may have lost all its names).
@@ -126,7 +133,10 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (p.clone(), 0..XATTR_NAMES.len(), 0usize..300, 0..XATTR_FLAGS.len())
             .prop_map(|(path, name, len, flags)| Op::SetXattr { path, name, len, flags }),
         1 => (p.clone(), 0..XATTR_NAMES.len()).prop_map(|(path, name)| Op::RemoveXattr { path, name }),
-        1 => (p.clone(), 0u32..0o10000).prop_map(|(path, mode)| Op::Chmod { path, mode }),
+        2 => (p.clone(), prop_oneof![0u32..0o10000, Just(0o777), Just(0o755), Just(0o1777), Just(0o2777)])
+            .prop_map(|(path, mode)| Op::Chmod { path, mode }),
+        1 => (p.clone(), any::<bool>()).prop_map(|(path, user)| Op::Chown { path, user }),
+        2 => any::<bool>().prop_map(Op::Su),
         2 => p.clone().prop_map(Op::Open),
         2 => (0..MAX_HELD, offset(), 1usize..20_000, any::<u8>())
             .prop_map(|(h, off, len, seed)| Op::WriteHeld { h, off, len, seed }),
@@ -154,11 +164,25 @@ enum MKind {
 #[derive(Debug, Clone)]
 struct MNode {
     kind: MKind,
+    /// Permission bits, setuid/setgid/sticky included.
     perm: u32,
+    uid: u32,
+    gid: u32,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 type Res = Result<(), i32>;
+
+/// The unprivileged user some sequences switch to.
+const USER: u32 = 1000;
+
+fn cred(user: bool) -> Cred {
+    if user {
+        Cred { uid: USER, gid: USER, groups: Vec::new() }
+    } else {
+        Cred::root()
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Model {
@@ -173,9 +197,24 @@ fn split(path: &str) -> (Vec<&str>, &str) {
     (comps, name)
 }
 
+/// Linux drops setuid, and setgid with group execute, when someone other than root writes.
+fn killpriv(u: &Cred, perm: u32) -> u32 {
+    if u.uid == 0 {
+        return perm;
+    }
+    let p = perm & !0o4000;
+    if p & 0o010 != 0 {
+        p & !0o2000
+    } else {
+        p
+    }
+}
+
 impl Model {
     fn new() -> Model {
-        Model { nodes: vec![MNode { kind: MKind::Dir(BTreeMap::new()), perm: 0o755, xattrs: BTreeMap::new() }] }
+        // The root is world-writable and sticky, like /tmp, so that both users work in it.
+        let root = MNode { kind: MKind::Dir(BTreeMap::new()), perm: 0o1777, uid: 0, gid: 0, xattrs: BTreeMap::new() };
+        Model { nodes: vec![root] }
     }
 
     fn children(&self, id: usize) -> Option<&BTreeMap<String, usize>> {
@@ -192,15 +231,47 @@ impl Model {
         }
     }
 
-    /// The directory that holds the path's last component, and that component.
-    fn parent<'p>(&self, path: &'p str) -> Result<(usize, &'p str), i32> {
+    /// POSIX access check (as root: everything but execute of a file without x bits).
+    fn may(&self, u: &Cred, id: usize, mask: u32) -> bool {
+        let n = &self.nodes[id];
+        if u.uid == 0 {
+            return mask & X_OK == 0 || n.perm & 0o111 != 0 || self.is_dir(id);
+        }
+        let bits = if u.uid == n.uid {
+            n.perm >> 6
+        } else if u.in_group(n.gid) {
+            n.perm >> 3
+        } else {
+            n.perm
+        } & 7;
+        bits & mask == mask
+    }
+
+    fn owner_or_root(&self, u: &Cred, id: usize) -> bool {
+        u.uid == 0 || u.uid == self.nodes[id].uid
+    }
+
+    /// The sticky-directory rule for removing `victim` from `dir`.
+    fn sticky_allows(&self, u: &Cred, dir: usize, victim: usize) -> bool {
+        self.nodes[dir].perm & 0o1000 == 0 || self.owner_or_root(u, dir) || self.owner_or_root(u, victim)
+    }
+
+    /// Path resolution of everything but the last component, as Linux does it: each
+    /// directory must be one and be searchable, each component must exist; the directory
+    /// holding the last component must be searchable too.
+    fn parent<'p>(&self, u: &Cred, path: &'p str) -> Result<(usize, &'p str), i32> {
         let (comps, name) = split(path);
         let mut cur = 0;
         for c in comps {
-            let ch = self.children(cur).ok_or(libc::ENOTDIR)?;
-            cur = *ch.get(c).ok_or(libc::ENOENT)?;
+            if !self.may(u, cur, X_OK) {
+                return Err(libc::EACCES);
+            }
+            cur = *self.children(cur).expect("dir").get(c).ok_or(libc::ENOENT)?;
+            self.children(cur).ok_or(libc::ENOTDIR)?;
         }
-        self.children(cur).ok_or(libc::ENOTDIR)?;
+        if !self.may(u, cur, X_OK) {
+            return Err(libc::EACCES);
+        }
         Ok((cur, name))
     }
 
@@ -208,8 +279,8 @@ impl Model {
         self.children(dir).and_then(|c| c.get(name).copied())
     }
 
-    fn resolve(&self, path: &str) -> Result<usize, i32> {
-        let (dir, name) = self.parent(path)?;
+    fn resolve(&self, u: &Cred, path: &str) -> Result<usize, i32> {
+        let (dir, name) = self.parent(u, path)?;
         self.lookup(dir, name).ok_or(libc::ENOENT)
     }
 
@@ -228,27 +299,50 @@ impl Model {
         }
     }
 
-    fn add(&mut self, path: &str, kind: MKind, perm: u32) -> Res {
-        let (dir, name) = self.parent(path)?;
+    fn add(&mut self, u: &Cred, path: &str, kind: MKind, perm: u32) -> Res {
+        let (dir, name) = self.parent(u, path)?;
         if self.lookup(dir, name).is_some() {
             return Err(libc::EEXIST);
         }
-        // A directory created in a setgid directory is setgid too.
-        let setgid = matches!(kind, MKind::Dir(_)) && self.nodes[dir].perm & 0o2000 != 0;
-        let perm = if setgid { perm | 0o2000 } else { perm };
-        self.nodes.push(MNode { kind, perm, xattrs: BTreeMap::new() });
+        if !self.may(u, dir, W_OK | X_OK) {
+            return Err(libc::EACCES);
+        }
+        // In a setgid directory, new nodes take its group, and new directories are setgid.
+        let p = &self.nodes[dir];
+        let setgid = p.perm & 0o2000 != 0;
+        let gid = if setgid { p.gid } else { u.gid };
+        let perm = if setgid && matches!(kind, MKind::Dir(_)) { perm | 0o2000 } else { perm };
+        self.nodes.push(MNode { kind, perm, uid: u.uid, gid, xattrs: BTreeMap::new() });
         let id = self.nodes.len() - 1;
         self.children_mut(dir).insert(name.to_string(), id);
         Ok(())
     }
 
-    /// The regular file at `path`, for data calls.
-    fn file(&mut self, path: &str) -> Result<&mut Vec<u8>, i32> {
-        let id = self.resolve(path)?;
+    /// The regular file at `path`, opened for writing (`open`: write permission) unless the
+    /// call checks permission itself (`truncate`).
+    fn file(&mut self, u: &Cred, path: &str, open: bool) -> Result<usize, i32> {
+        let id = self.resolve(u, path)?;
+        let opened = |m: &Model| if open && !m.may(u, id, W_OK) { Err(libc::EACCES) } else { Ok(()) };
+        match &self.nodes[id].kind {
+            MKind::Dir(_) => return Err(libc::EISDIR),
+            MKind::File(_) => opened(self)?,
+            _ => {
+                opened(self)?;
+                return Err(libc::EINVAL);
+            }
+        }
+        if !open && !self.may(u, id, W_OK) {
+            return Err(libc::EACCES);
+        }
+        let n = &mut self.nodes[id];
+        n.perm = killpriv(u, n.perm);
+        Ok(id)
+    }
+
+    fn data(&mut self, id: usize) -> &mut Vec<u8> {
         match &mut self.nodes[id].kind {
-            MKind::File(d) => Ok(d),
-            MKind::Dir(_) => Err(libc::EISDIR),
-            _ => Err(libc::EINVAL),
+            MKind::File(d) => d,
+            k => panic!("data of {k:?}"),
         }
     }
 
@@ -274,9 +368,15 @@ impl Model {
         }
     }
 
-    fn remove(&mut self, path: &str, dir: bool) -> Res {
-        let (parent, name) = self.parent(path)?;
+    fn remove(&mut self, u: &Cred, path: &str, dir: bool) -> Res {
+        let (parent, name) = self.parent(u, path)?;
         let id = self.lookup(parent, name).ok_or(libc::ENOENT)?;
+        if !self.may(u, parent, W_OK | X_OK) {
+            return Err(libc::EACCES);
+        }
+        if !self.sticky_allows(u, parent, id) {
+            return Err(libc::EPERM);
+        }
         match (dir, self.is_dir(id)) {
             (false, true) => return Err(libc::EISDIR),
             (true, false) => return Err(libc::ENOTDIR),
@@ -287,9 +387,10 @@ impl Model {
         Ok(())
     }
 
-    fn rename(&mut self, from: &str, to: &str, flags: u32) -> Res {
-        let (sp, sname) = self.parent(from)?;
-        let (dp, dname) = self.parent(to)?;
+    /// rename(2) with the checks in the order Linux makes them (do_renameat2, vfs_rename).
+    fn rename(&mut self, u: &Cred, from: &str, to: &str, flags: u32) -> Res {
+        let (sp, sname) = self.parent(u, from)?;
+        let (dp, dname) = self.parent(u, to)?;
         let src = self.lookup(sp, sname).ok_or(libc::ENOENT)?;
         let dst = self.lookup(dp, dname);
         let exchange = flags & RENAME_EXCHANGE != 0;
@@ -299,25 +400,51 @@ impl Model {
         if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
             return Err(libc::EEXIST);
         }
-        if dst == Some(src) {
-            return Ok(());
-        }
         // Neither name may move into its own subtree; a name whose target is an ancestor
-        // of the source cannot be replaced (Linux: EINVAL / ENOTEMPTY).
+        // of the source cannot be replaced.
         if self.is_dir(src) && self.is_ancestor(src, dp) {
             return Err(libc::EINVAL);
         }
+        if let Some(d) = dst.filter(|&d| self.is_dir(d) && self.is_ancestor(d, sp)) {
+            let _ = d;
+            return Err(if exchange { libc::EINVAL } else { libc::ENOTEMPTY });
+        }
+        if dst == Some(src) {
+            return Ok(());
+        }
+        if !self.may(u, sp, W_OK | X_OK) {
+            return Err(libc::EACCES);
+        }
+        if !self.sticky_allows(u, sp, src) {
+            return Err(libc::EPERM);
+        }
+        if !self.may(u, dp, W_OK | X_OK) {
+            return Err(libc::EACCES);
+        }
         if let Some(d) = dst {
-            if self.is_dir(d) && self.is_ancestor(d, sp) {
-                return Err(if exchange { libc::EINVAL } else { libc::ENOTEMPTY });
+            if !self.sticky_allows(u, dp, d) {
+                return Err(libc::EPERM);
             }
             if !exchange {
                 match (self.is_dir(src), self.is_dir(d)) {
                     (true, false) => return Err(libc::ENOTDIR),
                     (false, true) => return Err(libc::EISDIR),
-                    (true, true) if !self.children(d).expect("dir").is_empty() => return Err(libc::ENOTEMPTY),
                     _ => {}
                 }
+            }
+        }
+        // A directory moving to another parent has its ".." rewritten.
+        if sp != dp {
+            if self.is_dir(src) && !self.may(u, src, W_OK) {
+                return Err(libc::EACCES);
+            }
+            if exchange && dst.is_some_and(|d| self.is_dir(d) && !self.may(u, d, W_OK)) {
+                return Err(libc::EACCES);
+            }
+        }
+        if let Some(d) = dst {
+            if !exchange && self.is_dir(d) && !self.children(d).expect("dir").is_empty() {
+                return Err(libc::ENOTEMPTY);
             }
         }
         self.children_mut(sp).remove(sname);
@@ -329,11 +456,14 @@ impl Model {
         Ok(())
     }
 
-    fn link(&mut self, from: &str, to: &str) -> Res {
-        let src = self.resolve(from)?;
-        let (dp, dname) = self.parent(to)?;
+    fn link(&mut self, u: &Cred, from: &str, to: &str) -> Res {
+        let src = self.resolve(u, from)?;
+        let (dp, dname) = self.parent(u, to)?;
         if self.lookup(dp, dname).is_some() {
             return Err(libc::EEXIST);
+        }
+        if !self.may(u, dp, W_OK | X_OK) {
+            return Err(libc::EACCES);
         }
         if self.is_dir(src) {
             return Err(libc::EPERM);
@@ -342,16 +472,24 @@ impl Model {
         Ok(())
     }
 
-    fn xattr_allowed(&self, id: usize, name: &[u8]) -> Res {
-        if name.starts_with(b"user.") && !matches!(self.nodes[id].kind, MKind::File(_) | MKind::Dir(_)) {
+    /// Who may set or remove attribute `name` (Linux's xattr_permission).
+    fn xattr_allowed(&self, u: &Cred, id: usize, name: &[u8]) -> Res {
+        if name.starts_with(b"user.") {
+            if !matches!(self.nodes[id].kind, MKind::File(_) | MKind::Dir(_)) {
+                return Err(libc::EPERM);
+            }
+            if !self.may(u, id, W_OK) {
+                return Err(libc::EACCES);
+            }
+        } else if u.uid != 0 {
             return Err(libc::EPERM);
         }
         Ok(())
     }
 
-    fn setxattr(&mut self, path: &str, name: &[u8], value: Vec<u8>, flags: i32) -> Res {
-        let id = self.resolve(path)?;
-        self.xattr_allowed(id, name)?;
+    fn setxattr(&mut self, u: &Cred, path: &str, name: &[u8], value: Vec<u8>, flags: i32) -> Res {
+        let id = self.resolve(u, path)?;
+        self.xattr_allowed(u, id, name)?;
         let x = &mut self.nodes[id].xattrs;
         if flags & XATTR_CREATE != 0 && x.contains_key(name) {
             return Err(libc::EEXIST);
@@ -363,10 +501,46 @@ impl Model {
         Ok(())
     }
 
-    fn removexattr(&mut self, path: &str, name: &[u8]) -> Res {
-        let id = self.resolve(path)?;
-        self.xattr_allowed(id, name)?;
+    fn removexattr(&mut self, u: &Cred, path: &str, name: &[u8]) -> Res {
+        let id = self.resolve(u, path)?;
+        self.xattr_allowed(u, id, name)?;
         self.nodes[id].xattrs.remove(name).map(|_| ()).ok_or(libc::ENODATA)
+    }
+
+    fn chmod(&mut self, u: &Cred, path: &str, mode: u32) -> Res {
+        let id = self.resolve(u, path)?;
+        if !self.owner_or_root(u, id) {
+            return Err(libc::EPERM);
+        }
+        let n = &mut self.nodes[id];
+        n.perm = mode & 0o7777;
+        // Only members of the file's group may keep setgid.
+        if u.uid != 0 && !u.in_group(n.gid) {
+            n.perm &= !0o2000;
+        }
+        Ok(())
+    }
+
+    /// chown to `owner:owner`. Only root gives a file away; an owner may change its group to
+    /// one of theirs. A non-directory loses setuid (and setgid with group execute).
+    fn chown(&mut self, u: &Cred, path: &str, owner: u32) -> Res {
+        let id = self.resolve(u, path)?;
+        let n = &self.nodes[id];
+        if u.uid != 0 && (owner != n.uid || u.uid != n.uid || (owner != n.gid && !u.in_group(owner))) {
+            return Err(libc::EPERM);
+        }
+        let changed = owner != n.uid || owner != n.gid;
+        let is_dir = self.is_dir(id);
+        let n = &mut self.nodes[id];
+        n.uid = owner;
+        n.gid = owner;
+        if (changed || u.uid != 0) && !is_dir {
+            n.perm &= !0o4000;
+            if n.perm & 0o010 != 0 {
+                n.perm &= !0o2000;
+            }
+        }
+        Ok(())
     }
 
     /// Names of each node reachable from the root (the link count of a non-directory).
@@ -406,7 +580,17 @@ impl Model {
             MKind::Symlink(t) => (FileKind::Symlink, t.len() as u64, t.clone()),
             MKind::Fifo => (FileKind::Fifo, 0, Vec::new()),
         };
-        Entry { kind, perm: n.perm, nlink: self.nlink(id, counts), size, data, xattrs: n.xattrs.clone(), same_as: None }
+        Entry {
+            kind,
+            perm: n.perm,
+            uid: n.uid,
+            gid: n.gid,
+            nlink: self.nlink(id, counts),
+            size,
+            data,
+            xattrs: n.xattrs.clone(),
+            same_as: None,
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -437,6 +621,8 @@ impl Model {
 struct Entry {
     kind: FileKind,
     perm: u32,
+    uid: u32,
+    gid: u32,
     nlink: u32,
     /// Files and symlinks; directory sizes are not compared.
     size: u64,
@@ -498,7 +684,7 @@ fn fs_entry(fs: &Fs, a: &Attr) -> FsResult<Entry> {
         xattrs.insert(n.to_vec(), fs.getxattr(&root, a.ino, n)?);
     }
     let size = if a.kind == FileKind::Dir { 0 } else { a.size };
-    Ok(Entry { kind: a.kind, perm: a.perm, nlink: a.nlink, size, data, xattrs, same_as: None })
+    Ok(Entry { kind: a.kind, perm: a.perm, uid: a.uid, gid: a.gid, nlink: a.nlink, size, data, xattrs, same_as: None })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -515,6 +701,8 @@ struct Harness {
     fs: Option<Fs>,
     model: Model,
     held: Vec<Held>,
+    /// Who makes the calls: root, or [`USER`] after `Su(true)`.
+    cred: Cred,
 }
 
 fn errno(e: FsError) -> i32 {
@@ -532,7 +720,9 @@ impl Harness {
         let geo = Geometry::compute(&FormatParams::for_size(size)).expect("geometry");
         Fs::format_region(&region, &geo).expect("format");
         let fs = mount(&region);
-        Harness { region, fs: Some(fs), model: Model::new(), held: Vec::new() }
+        let sticky = SetAttr { mode: Some(0o1777), ..Default::default() };
+        fs.setattr(&Cred::root(), ROOT_INO, &sticky).expect("chmod /");
+        Harness { region, fs: Some(fs), model: Model::new(), held: Vec::new(), cred: Cred::root() }
     }
 
     fn fs(&self) -> &Fs {
@@ -540,150 +730,165 @@ impl Harness {
     }
 
     /// Resolve the directory holding `path`'s last component, as the kernel would: one
-    /// lookup per component, each balanced by a forget.
+    /// lookup per component, each balanced by a forget; the result must be a directory the
+    /// caller may search.
     fn parent<'p>(&self, path: &'p str) -> Result<(Ino, &'p str), i32> {
         let (comps, name) = split(path);
         let mut cur = ROOT_INO;
         for c in comps {
-            let a = self.fs().lookup(&Cred::root(), cur, c.as_bytes()).map_err(errno)?;
+            let a = self.fs().lookup(&self.cred, cur, c.as_bytes()).map_err(errno)?;
             self.fs().forget(a.ino, 1);
             cur = a.ino;
         }
-        // The kernel fails a path whose parent is not a directory before asking libfs.
         if self.fs().getattr(cur).map_err(errno)?.kind != FileKind::Dir {
             return Err(libc::ENOTDIR);
         }
+        self.fs().access(&self.cred, cur, X_OK).map_err(errno)?;
         Ok((cur, name))
     }
 
     fn resolve(&self, path: &str) -> Result<Attr, i32> {
         let (dir, name) = self.parent(path)?;
-        let a = self.fs().lookup(&Cred::root(), dir, name.as_bytes()).map_err(errno)?;
+        let a = self.fs().lookup(&self.cred, dir, name.as_bytes()).map_err(errno)?;
         // The caller uses the inode right away, as the kernel does between lookup and forget.
         self.fs().forget(a.ino, 1);
         Ok(a)
     }
 
+    /// Open `path` for writing, run `f` on the inode, close: write and fallocate come
+    /// through a handle, whose open checked permission.
+    fn through_handle(&self, path: &str, f: impl FnOnce(Ino) -> Res) -> Res {
+        let a = self.resolve(path)?;
+        let fh = self.fs().open(&self.cred, a.ino, libc::O_WRONLY).map_err(errno)?;
+        let res = f(a.ino);
+        self.fs().release(a.ino, fh);
+        res
+    }
+
     /// Apply `op` to libfs; the result as an errno.
     fn fs_apply(&mut self, op: &Op) -> Res {
-        let root = Cred::root();
+        let u = self.cred.clone();
+        let fs = self.fs();
         match op {
             Op::Create(p) => {
                 let (dir, name) = self.parent(PATHS[*p])?;
                 let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
-                let (a, fh) = self.fs().create(&root, dir, name.as_bytes(), 0o644, 0o022, flags).map_err(errno)?;
-                self.fs().release(a.ino, fh);
-                self.fs().forget(a.ino, 1);
+                let (a, fh) = fs.create(&u, dir, name.as_bytes(), 0o644, 0o022, flags).map_err(errno)?;
+                fs.release(a.ino, fh);
+                fs.forget(a.ino, 1);
                 Ok(())
             }
             Op::Mkdir(p) => {
                 let (dir, name) = self.parent(PATHS[*p])?;
-                let a = self.fs().mkdir(&root, dir, name.as_bytes(), 0o777, 0o022).map_err(errno)?;
-                self.fs().forget(a.ino, 1);
+                let a = fs.mkdir(&u, dir, name.as_bytes(), 0o777, 0o022).map_err(errno)?;
+                fs.forget(a.ino, 1);
                 Ok(())
             }
             Op::Mkfifo(p) => {
                 let (dir, name) = self.parent(PATHS[*p])?;
-                let a = self.fs().mknod(&root, dir, name.as_bytes(), libc::S_IFIFO | 0o640, 0, 0).map_err(errno)?;
-                self.fs().forget(a.ino, 1);
+                let a = fs.mknod(&u, dir, name.as_bytes(), libc::S_IFIFO | 0o640, 0, 0).map_err(errno)?;
+                fs.forget(a.ino, 1);
                 Ok(())
             }
             Op::Symlink(p, t) => {
                 let (dir, name) = self.parent(PATHS[*p])?;
-                let a = self.fs().symlink(&root, dir, name.as_bytes(), PATHS[*t].as_bytes()).map_err(errno)?;
-                self.fs().forget(a.ino, 1);
+                let a = fs.symlink(&u, dir, name.as_bytes(), PATHS[*t].as_bytes()).map_err(errno)?;
+                fs.forget(a.ino, 1);
                 Ok(())
             }
-            Op::Write { path, off, len, seed } => {
-                let a = self.resolve(PATHS[*path])?;
-                let n = self.fs().write(&root, a.ino, *off, &data(*len, *seed)).map_err(errno)?;
+            Op::Write { path, off, len, seed } => self.through_handle(PATHS[*path], |ino| {
+                let n = fs.write(&u, ino, *off, &data(*len, *seed)).map_err(errno)?;
                 assert_eq!(n as usize, *len, "short write");
                 Ok(())
-            }
+            }),
             Op::Truncate { path, size } => {
                 let a = self.resolve(PATHS[*path])?;
                 let set = SetAttr { size: Some(*size), ..Default::default() };
-                self.fs().setattr(&root, a.ino, &set).map(|_| ()).map_err(errno)
+                fs.setattr(&u, a.ino, &set).map(|_| ()).map_err(errno)
             }
-            Op::Fallocate { path, off, len, mode } => {
-                let a = self.resolve(PATHS[*path])?;
-                self.fs().fallocate(&root, a.ino, *off, *len, FALLOC_MODES[*mode]).map_err(errno)
-            }
+            Op::Fallocate { path, off, len, mode } => self.through_handle(PATHS[*path], |ino| {
+                fs.fallocate(&u, ino, *off, *len, FALLOC_MODES[*mode]).map_err(errno)
+            }),
             Op::Unlink(p) => {
                 let (dir, name) = self.parent(PATHS[*p])?;
-                self.fs().unlink(&root, dir, name.as_bytes()).map_err(errno)
+                fs.unlink(&u, dir, name.as_bytes()).map_err(errno)
             }
             Op::Rmdir(p) => {
                 let (dir, name) = self.parent(PATHS[*p])?;
-                self.fs().rmdir(&root, dir, name.as_bytes()).map_err(errno)
+                fs.rmdir(&u, dir, name.as_bytes()).map_err(errno)
             }
             Op::Rename { from, to, flags } => {
                 let (sdir, sname) = self.parent(PATHS[*from])?;
                 let (ddir, dname) = self.parent(PATHS[*to])?;
-                self.fs()
-                    .rename(&root, sdir, sname.as_bytes(), ddir, dname.as_bytes(), RENAME_FLAGS[*flags])
-                    .map_err(errno)
+                fs.rename(&u, sdir, sname.as_bytes(), ddir, dname.as_bytes(), RENAME_FLAGS[*flags]).map_err(errno)
             }
             Op::Link { from, to } => {
                 let a = self.resolve(PATHS[*from])?;
                 let (ddir, dname) = self.parent(PATHS[*to])?;
-                let l = self.fs().link(&root, a.ino, ddir, dname.as_bytes()).map_err(errno)?;
-                self.fs().forget(l.ino, 1);
+                let l = fs.link(&u, a.ino, ddir, dname.as_bytes()).map_err(errno)?;
+                fs.forget(l.ino, 1);
                 Ok(())
             }
             Op::SetXattr { path, name, len, flags } => {
                 let a = self.resolve(PATHS[*path])?;
                 let v = data(*len, *name as u8);
-                self.fs().setxattr(&root, a.ino, XATTR_NAMES[*name], &v, XATTR_FLAGS[*flags]).map_err(errno)
+                fs.setxattr(&u, a.ino, XATTR_NAMES[*name], &v, XATTR_FLAGS[*flags]).map_err(errno)
             }
             Op::RemoveXattr { path, name } => {
                 let a = self.resolve(PATHS[*path])?;
-                self.fs().removexattr(&root, a.ino, XATTR_NAMES[*name]).map_err(errno)
+                fs.removexattr(&u, a.ino, XATTR_NAMES[*name]).map_err(errno)
             }
             Op::Chmod { path, mode } => {
                 let a = self.resolve(PATHS[*path])?;
                 let set = SetAttr { mode: Some(*mode), ..Default::default() };
-                self.fs().setattr(&root, a.ino, &set).map(|_| ()).map_err(errno)
+                fs.setattr(&u, a.ino, &set).map(|_| ()).map_err(errno)
             }
-            Op::Open(_) | Op::WriteHeld { .. } | Op::Close(_) | Op::Publish | Op::Remount => {
+            Op::Chown { path, user } => {
+                let a = self.resolve(PATHS[*path])?;
+                let owner = if *user { USER } else { 0 };
+                let set = SetAttr { uid: Some(owner), gid: Some(owner), ..Default::default() };
+                fs.setattr(&u, a.ino, &set).map(|_| ()).map_err(errno)
+            }
+            Op::Open(_) | Op::WriteHeld { .. } | Op::Close(_) | Op::Su(_) | Op::Publish | Op::Remount => {
                 unreachable!("handled by step")
             }
         }
     }
 
     fn model_apply(&mut self, op: &Op) -> Res {
+        let u = &self.cred;
         let m = &mut self.model;
         match op {
-            Op::Create(p) => m.add(PATHS[*p], MKind::File(Vec::new()), 0o644),
-            Op::Mkdir(p) => m.add(PATHS[*p], MKind::Dir(BTreeMap::new()), 0o755),
-            Op::Mkfifo(p) => m.add(PATHS[*p], MKind::Fifo, 0o640),
-            Op::Symlink(p, t) => m.add(PATHS[*p], MKind::Symlink(PATHS[*t].as_bytes().to_vec()), 0o777),
+            Op::Create(p) => m.add(u, PATHS[*p], MKind::File(Vec::new()), 0o644),
+            Op::Mkdir(p) => m.add(u, PATHS[*p], MKind::Dir(BTreeMap::new()), 0o755),
+            Op::Mkfifo(p) => m.add(u, PATHS[*p], MKind::Fifo, 0o640),
+            Op::Symlink(p, t) => m.add(u, PATHS[*p], MKind::Symlink(PATHS[*t].as_bytes().to_vec()), 0o777),
             Op::Write { path, off, len, seed } => {
-                Model::write(m.file(PATHS[*path])?, *off, &data(*len, *seed));
+                let id = m.file(u, PATHS[*path], true)?;
+                Model::write(m.data(id), *off, &data(*len, *seed));
                 Ok(())
             }
             Op::Truncate { path, size } => {
-                m.file(PATHS[*path])?.resize(*size as usize, 0);
+                let id = m.file(u, PATHS[*path], false)?;
+                m.data(id).resize(*size as usize, 0);
                 Ok(())
             }
             Op::Fallocate { path, off, len, mode } => {
-                Model::fallocate(m.file(PATHS[*path])?, *off, *len, FALLOC_MODES[*mode]);
+                let id = m.file(u, PATHS[*path], true)?;
+                Model::fallocate(m.data(id), *off, *len, FALLOC_MODES[*mode]);
                 Ok(())
             }
-            Op::Unlink(p) => m.remove(PATHS[*p], false),
-            Op::Rmdir(p) => m.remove(PATHS[*p], true),
-            Op::Rename { from, to, flags } => m.rename(PATHS[*from], PATHS[*to], RENAME_FLAGS[*flags]),
-            Op::Link { from, to } => m.link(PATHS[*from], PATHS[*to]),
+            Op::Unlink(p) => m.remove(u, PATHS[*p], false),
+            Op::Rmdir(p) => m.remove(u, PATHS[*p], true),
+            Op::Rename { from, to, flags } => m.rename(u, PATHS[*from], PATHS[*to], RENAME_FLAGS[*flags]),
+            Op::Link { from, to } => m.link(u, PATHS[*from], PATHS[*to]),
             Op::SetXattr { path, name, len, flags } => {
-                m.setxattr(PATHS[*path], XATTR_NAMES[*name], data(*len, *name as u8), XATTR_FLAGS[*flags])
+                m.setxattr(u, PATHS[*path], XATTR_NAMES[*name], data(*len, *name as u8), XATTR_FLAGS[*flags])
             }
-            Op::RemoveXattr { path, name } => m.removexattr(PATHS[*path], XATTR_NAMES[*name]),
-            Op::Chmod { path, mode } => {
-                let id = m.resolve(PATHS[*path])?;
-                m.nodes[id].perm = mode & 0o7777;
-                Ok(())
-            }
-            Op::Open(_) | Op::WriteHeld { .. } | Op::Close(_) | Op::Publish | Op::Remount => {
+            Op::RemoveXattr { path, name } => m.removexattr(u, PATHS[*path], XATTR_NAMES[*name]),
+            Op::Chmod { path, mode } => m.chmod(u, PATHS[*path], *mode),
+            Op::Chown { path, user } => m.chown(u, PATHS[*path], if *user { USER } else { 0 }),
+            Op::Open(_) | Op::WriteHeld { .. } | Op::Close(_) | Op::Su(_) | Op::Publish | Op::Remount => {
                 unreachable!("handled by step")
             }
         }
@@ -693,12 +898,17 @@ impl Harness {
     fn step(&mut self, i: usize, op: &Op) -> Result<(), String> {
         match op {
             Op::Open(p) => {
-                let (m, f) = (self.model.resolve(PATHS[*p]), self.resolve(PATHS[*p]));
+                let u = self.cred.clone();
+                let (m, f) = (self.model.resolve(&u, PATHS[*p]), self.resolve(PATHS[*p]));
                 match (m, f) {
                     (Ok(id), Ok(a)) if matches!(self.model.nodes[id].kind, MKind::File(_)) => {
                         if self.held.len() < MAX_HELD {
-                            let fh = self.fs().open(&Cred::root(), a.ino, libc::O_RDWR).map_err(|e| e.to_string())?;
-                            self.held.push(Held { model: id, ino: a.ino, fh });
+                            let want = if self.model.may(&u, id, R_OK | W_OK) { Ok(()) } else { Err(libc::EACCES) };
+                            match (want, self.fs().open(&u, a.ino, libc::O_RDWR)) {
+                                (Ok(()), Ok(fh)) => self.held.push(Held { model: id, ino: a.ino, fh }),
+                                (Err(w), Err(g)) if w == g.errno() => {}
+                                (w, g) => return Err(format!("step {i} {op:?}: model {w:?}, libfs {g:?}")),
+                            }
                         }
                     }
                     (Ok(_), Ok(_)) => {}
@@ -709,14 +919,14 @@ impl Harness {
             Op::WriteHeld { h, off, len, seed } => {
                 if let Some(held) = self.held.get(*h) {
                     let bytes = data(*len, *seed);
-                    let n = self.fs().write(&Cred::root(), held.ino, *off, &bytes).map_err(|e| e.to_string())?;
+                    let n = self.fs().write(&self.cred, held.ino, *off, &bytes).map_err(|e| e.to_string())?;
                     if n as usize != *len {
                         return Err(format!("step {i} {op:?}: short write {n}"));
                     }
-                    match &mut self.model.nodes[held.model].kind {
-                        MKind::File(d) => Model::write(d, *off, &bytes),
-                        k => return Err(format!("held handle on {k:?}")),
-                    }
+                    let id = held.model;
+                    let perm = killpriv(&self.cred, self.model.nodes[id].perm);
+                    self.model.nodes[id].perm = perm;
+                    Model::write(self.model.data(id), *off, &bytes);
                 }
             }
             Op::Close(h) => {
@@ -725,6 +935,7 @@ impl Harness {
                     self.fs().release(held.ino, held.fh);
                 }
             }
+            Op::Su(user) => self.cred = cred(*user),
             Op::Publish => self.fs().sync_all().map_err(|e| format!("step {i}: publish: {e}"))?,
             Op::Remount => {
                 // Held files close with the process; unlinked ones are freed.
@@ -736,7 +947,7 @@ impl Harness {
                 let want = self.model_apply(op);
                 let got = self.fs_apply(op);
                 if want != got {
-                    return Err(format!("step {i} {op:?}: model {want:?}, libfs {got:?}"));
+                    return Err(format!("step {i} {op:?} as uid {}: model {want:?}, libfs {got:?}", self.cred.uid));
                 }
             }
         }
@@ -765,7 +976,7 @@ impl Harness {
             let w = self.model.entry(h.model, &counts);
             let a = self.fs().getattr(h.ino).map_err(|e| format!("after step {i}: held inode {}: {e}", h.ino))?;
             let g = fs_entry(self.fs(), &a).map_err(|e| format!("after step {i}: held inode {}: {e}", h.ino))?;
-            if (w.nlink, w.size, &w.data) != (g.nlink, g.size, &g.data) {
+            if (w.nlink, w.size, &w.data, w.perm) != (g.nlink, g.size, &g.data, g.perm) {
                 return Err(format!(
                     "after step {i} {op:?}: held inode {}: model {}, libfs {}",
                     h.ino,
@@ -781,9 +992,11 @@ impl Harness {
 fn brief(e: &Entry) -> String {
     let first_diff = |d: &[u8]| d.iter().take(16).map(|b| format!("{b:02x}")).collect::<String>();
     format!(
-        "{:?} perm {:o} nlink {} size {} data[..16] {} xattrs {} same_as {:?}",
+        "{:?} perm {:o} owner {}:{} nlink {} size {} data[..16] {} xattrs {} same_as {:?}",
         e.kind,
         e.perm,
+        e.uid,
+        e.gid,
         e.nlink,
         e.size,
         first_diff(&e.data),
@@ -944,5 +1157,34 @@ fn regression_reused_inode_number_reads_zeros_not_the_old_incarnation() {
         Op::Unlink(9),
         Op::Create(0),
         Op::Write { path: 0, off: 1, len: 1, seed: 0 },
+    ]);
+}
+
+#[test]
+fn unprivileged_user_in_a_sticky_directory() {
+    // Root makes a file and a private directory in the sticky root; the user may not remove
+    // or rename root's file, nor enter the private directory, but owns what it creates, and
+    // its writes drop the setuid bit that root set on its file.
+    check(&[
+        Op::Create(0),
+        Op::Mkdir(3),
+        Op::Chmod { path: 3, mode: 0o700 },
+        Op::Mkdir(9),
+        Op::Chown { path: 9, user: true },
+        Op::Su(true),
+        Op::Unlink(0),
+        Op::Rename { from: 0, to: 1, flags: 0 },
+        Op::Create(4),
+        Op::Create(10),
+        Op::Chmod { path: 10, mode: 0o4755 },
+        Op::Write { path: 10, off: 3, len: 10, seed: 1 },
+        Op::Chown { path: 10, user: false },
+        Op::Rename { from: 10, to: 1, flags: 0 },
+        Op::Su(false),
+        Op::Chmod { path: 1, mode: 0o6775 },
+        Op::Su(true),
+        Op::Fallocate { path: 1, off: 0, len: 100, mode: 0 },
+        Op::SetXattr { path: 1, name: 2, len: 5, flags: 0 },
+        Op::Remount,
     ]);
 }
