@@ -96,6 +96,7 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
     let mut cfg = MountConfig::default();
     cfg.apply_options(&req.options).map_err(|e| fail(format!("-o: {e}")))?;
     let mountpoint = check_mountpoint(&req.mountpoint)?;
+    prune_unmounted(dir, reg)?;
     if req.backend == Backend::Linefs {
         if let Some(other) = reg.mounts.iter().find(|m| m.node == req.node && m.backend == Backend::Linefs) {
             return Err(match other.state {
@@ -132,6 +133,33 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
     reg.mounts.push(rec.clone());
     dir.save_registry(reg)?;
     Ok(rec)
+}
+
+/// Drops the records of mounts that were unmounted from outside (`umount MOUNTPOINT`, as
+/// xfstests does): the daemon noticed, is publishing its log and exits. Waits for it, because
+/// the node's PM file stays locked until it has; the next mount of the node can then open it.
+/// A record whose mount is still attached (a live daemon, or a dead one that left an
+/// unreachable mount for `restart-host`) is kept.
+fn prune_unmounted(dir: &ClusterDir, reg: &mut Registry) -> CliResult<()> {
+    let stale = |rec: &MountRec| rec.state == MountState::Mounted && !procs::fuse_mounted_at(&rec.mountpoint);
+    if !reg.mounts.iter().any(stale) {
+        return Ok(());
+    }
+    for rec in reg.mounts.iter().filter(|r| stale(r)) {
+        if procs::is_our_daemon(rec.pid) && !procs::wait_exit(rec.pid, STOP_WAIT) {
+            return Err(fail(format!(
+                "daemon pid {} of the unmounted {} did not exit within {} s (see {})",
+                rec.pid,
+                rec.mountpoint.display(),
+                STOP_WAIT.as_secs(),
+                rec.log.display()
+            )));
+        }
+        let _ = std::fs::remove_file(&rec.pid_file);
+        let _ = std::fs::remove_file(&rec.status_file);
+    }
+    reg.mounts.retain(|r| !stale(r));
+    dir.save_registry(reg)
 }
 
 /// `linefs mount`.
