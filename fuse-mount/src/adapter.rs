@@ -25,7 +25,7 @@ use fuser::{
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use libfs::{Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
+use libfs::{AtimePolicy, Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
 use tracing::{debug, debug_span};
 
 use crate::creds::CredCache;
@@ -40,13 +40,36 @@ pub const MAX_WRITE: u32 = 1 << 20;
 pub struct LinefsFuse {
     fs: Arc<Fs>,
     creds: CredCache,
+    /// When reads update a file's access time (FUSE leaves it to the file system).
+    atime: AtimePolicy,
+    /// The same for listings of directories (`nodiratime`).
+    diratime: AtimePolicy,
 }
 
 impl LinefsFuse {
     /// An adapter serving `fs`. The caller keeps its own `Arc` to shut the file system down
     /// after the session has ended.
     pub fn new(fs: Arc<Fs>) -> LinefsFuse {
-        LinefsFuse { fs, creds: CredCache::new() }
+        LinefsFuse { fs, creds: CredCache::new(), atime: AtimePolicy::Relative, diratime: AtimePolicy::Relative }
+    }
+
+    /// Sets how reads of files and listings of directories update access times (from the
+    /// mount options: `noatime`, `nodiratime`, `relatime`, `strictatime`, `ro`).
+    pub fn with_atime(mut self, files: AtimePolicy, dirs: AtimePolicy) -> LinefsFuse {
+        self.atime = files;
+        self.diratime = dirs;
+        self
+    }
+
+    /// Records an access before the reply, so that a stat after the read sees it (the kernel
+    /// drops its cached atime when a read completes). A failure does not fail the read.
+    fn accessed(&self, ino: u64, policy: AtimePolicy) {
+        if policy == AtimePolicy::Never {
+            return;
+        }
+        if let Err(e) = self.fs.touch_atime(ino, policy) {
+            debug!(ino, error = %e, "access time not updated");
+        }
     }
 
     fn cred(&self, req: &Request) -> libfs::Cred {
@@ -290,7 +313,10 @@ impl Filesystem for LinefsFuse {
     ) {
         let _s = debug_span!("read", ino = ino.0, offset, size).entered();
         match self.fs.read(ino.0, offset, size) {
-            Ok(data) => reply.data(&data),
+            Ok(data) => {
+                self.accessed(ino.0, self.atime);
+                reply.data(&data)
+            }
             Err(e) => reply.error(errno("read", &e)),
         }
     }
@@ -351,6 +377,9 @@ impl Filesystem for LinefsFuse {
         let _s = debug_span!("readdir", ino = ino.0, offset).entered();
         match self.fs.readdir(ino.0, offset) {
             Ok(entries) => {
+                if offset == 0 {
+                    self.accessed(ino.0, self.diratime);
+                }
                 for e in &entries {
                     let name = OsStr::from_bytes(&e.name);
                     if reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), name) {

@@ -184,8 +184,9 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     } else {
         let pm = args.pm.clone().unwrap_or_default();
         let opts = FsOptions { pm_path: pm.clone(), client: args.client, ..FsOptions::default() };
+        let (files, dirs) = cfg.atime_policies();
         let fs = Arc::new(Fs::mount(opts).map_err(|source| DaemonError::Open { path: pm, source })?);
-        let session = match mount::mount(LinefsFuse::new(fs.clone()), &args.mountpoint, &cfg) {
+        let session = match mount::mount(LinefsFuse::new(fs.clone()).with_atime(files, dirs), &args.mountpoint, &cfg) {
             Ok(s) => s,
             Err(e) => {
                 if let Err(se) = fs.shutdown() {

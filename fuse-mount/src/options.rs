@@ -7,6 +7,7 @@
 //! Kernel FUSE options (`max_read=N`, `blksize=N`) are passed through. Anything else is
 //! rejected with its name, so that a typo does not silently mount with the wrong semantics.
 
+use libfs::AtimePolicy;
 use thiserror::Error;
 
 /// A bad mount option.
@@ -170,6 +171,21 @@ impl MountConfig {
         Ok(())
     }
 
+    /// How reads of files and listings of directories update access times: never on a
+    /// read-only or `noatime` mount, always with `strictatime`, else as `relatime` (Linux's
+    /// default); `nodiratime` turns it off for directories.
+    pub fn atime_policies(&self) -> (AtimePolicy, AtimePolicy) {
+        let files = if self.read_only || self.noatime {
+            AtimePolicy::Never
+        } else if self.relatime == Some(false) {
+            AtimePolicy::Strict
+        } else {
+            AtimePolicy::Relative
+        };
+        let dirs = if self.nodiratime { AtimePolicy::Never } else { files };
+        (files, dirs)
+    }
+
     /// The `mount(2)` file-system type: `fuse.SUBTYPE` or `fuse`.
     pub fn fstype(&self) -> String {
         match &self.subtype {
@@ -260,6 +276,20 @@ mod tests {
         assert!(c.read_only && !c.default_permissions);
         assert_eq!(c.kernel_options, vec!["max_read=4096".to_string()]);
         assert!(c.ms_flags() & libc::MS_RDONLY != 0);
+    }
+
+    #[test]
+    fn atime_policies() {
+        let policies = |opts: &str| {
+            let mut c = MountConfig::default();
+            c.apply_options(&[opts]).unwrap();
+            c.atime_policies()
+        };
+        assert_eq!(policies("rw"), (AtimePolicy::Relative, AtimePolicy::Relative));
+        assert_eq!(policies("strictatime"), (AtimePolicy::Strict, AtimePolicy::Strict));
+        assert_eq!(policies("strictatime,nodiratime"), (AtimePolicy::Strict, AtimePolicy::Never));
+        assert_eq!(policies("noatime"), (AtimePolicy::Never, AtimePolicy::Never));
+        assert_eq!(policies("ro,strictatime"), (AtimePolicy::Never, AtimePolicy::Never));
     }
 
     #[test]

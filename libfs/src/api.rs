@@ -165,3 +165,17 @@ pub const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 pub const R_OK: u32 = 4;
 pub const W_OK: u32 = 2;
 pub const X_OK: u32 = 1;
+
+/// When reading a file or listing a directory updates its access time (the mount's
+/// `noatime`, `relatime` and `strictatime` options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimePolicy {
+    /// `noatime`: never.
+    Never,
+    /// `relatime` (Linux's default): when the access time is not after the modification or
+    /// change time, or is more than a day old.
+    #[default]
+    Relative,
+    /// `strictatime`: on every access.
+    Strict,
+}

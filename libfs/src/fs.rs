@@ -288,6 +288,10 @@ pub struct Fs {
     _lock: Option<std::fs::File>,
 }
 
+/// `relatime` also updates an access time older than this, however it compares with
+/// mtime and ctime (as Linux does).
+const RELATIME_SECS: i64 = 24 * 3600;
+
 fn now() -> Timespec {
     to_ts(SystemTime::now())
 }
@@ -1011,6 +1015,36 @@ impl Fs {
 
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
         self.rlock().attr_of(ino)
+    }
+
+    /// Records an access to `ino` (a read of its data or a listing of a directory) in its
+    /// access time, as the mount's atime option says; changes nothing else (not ctime).
+    /// Returns whether the access time changed. Under `Relative`, the common case (a file
+    /// read again after its access time was set) only takes the read lock.
+    pub fn touch_atime(&self, ino: Ino, policy: AtimePolicy) -> FsResult<bool> {
+        let t = now();
+        let due = |img: &InodeImage| match policy {
+            AtimePolicy::Never => false,
+            AtimePolicy::Strict => img.atime != t,
+            AtimePolicy::Relative => {
+                img.atime <= img.mtime || img.atime <= img.ctime || img.atime.sec + RELATIME_SECS <= t.sec
+            }
+        };
+        if !due(&self.rlock().node(ino)?.img) {
+            return Ok(false);
+        }
+        let mut inner = self.wlock();
+        let mut img = inner.node(ino)?.img;
+        // Checked again: another access may have updated it meanwhile.
+        if !due(&img) {
+            return Ok(false);
+        }
+        img.atime = t;
+        let mut b = EntryBuilder::new();
+        b.inode(&img, false);
+        inner.commit(&b, 0)?;
+        self.kick(&inner);
+        Ok(true)
     }
 
     pub fn setattr(&self, cred: &Cred, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
