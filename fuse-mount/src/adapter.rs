@@ -164,6 +164,12 @@ impl Filesystem for LinefsFuse {
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
             debug!(?missing, "kernel lacks FUSE_ATOMIC_O_TRUNC");
         }
+        // Export support: the kernel may rebuild an inode from a file handle
+        // (open_by_handle_at, NFS export) by looking up "." of its number and ".." of a
+        // directory, which libfs answers.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+            debug!(?missing, "kernel lacks FUSE_EXPORT_SUPPORT");
+        }
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
@@ -494,7 +500,9 @@ impl Filesystem for LinefsFuse {
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let _s = debug_span!("lseek", ino = ino.0, offset, whence).entered();
         let Ok(off) = u64::try_from(offset) else {
-            reply.error(Errno::EINVAL);
+            // The kernel only forwards SEEK_DATA and SEEK_HOLE; Linux file systems answer
+            // those with ENXIO for a negative offset, as for one past the end.
+            reply.error(Errno::ENXIO);
             return;
         };
         match self.fs.lseek(ino.0, off, whence) {

@@ -987,6 +987,19 @@ impl Fs {
             return Err(FsError::NameTooLong);
         }
         let mut inner = self.wlock();
+        if name == b"." && !inner.node(parent)?.is_dir() {
+            // Only a file-handle lookup (the kernel's export support, open_by_handle_at)
+            // asks for "." of a non-directory: it rebuilds an inode from its number. A file
+            // with no name left is stale there, as on local file systems.
+            if inner.node(parent)?.img.nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            let attr = inner.attr_of(parent)?;
+            if let Some(n) = inner.view.node_mut(parent) {
+                n.lookups += 1;
+            }
+            return Ok(attr);
+        }
         let p = inner.dir(parent)?;
         if !perm::may(cred, &p.img, X_OK) {
             return Err(FsError::Access);
