@@ -33,8 +33,16 @@ pub fn sticky_allows(cred: &Cred, dir: &InodeImage, victim: &InodeImage) -> bool
     dir.mode & libc::S_ISVTX == 0 || cred.uid == 0 || cred.uid == dir.uid || cred.uid == victim.uid
 }
 
-/// The access mask an `open` with `flags` needs.
+/// Linux's `__FMODE_EXEC` open flag: the kernel opens a file this way to execute it
+/// (execve, uselib), and FUSE passes the flag through in its open request.
+pub const FMODE_EXEC: i32 = 0x20;
+
+/// The access mask an `open` with `flags` needs: an open to execute a file needs execute
+/// permission, not read permission (a mode 0711 program runs for everyone).
 pub fn open_mask(flags: i32) -> u32 {
+    if flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
+        return X_OK;
+    }
     let mut m = match flags & libc::O_ACCMODE {
         libc::O_RDONLY => R_OK,
         libc::O_WRONLY => W_OK,

@@ -257,3 +257,22 @@ fn access_time_follows_the_atime_policy() {
     assert_eq!(fs.getattr(a.ino).unwrap().atime, strict.atime);
     assert_eq!(fs.getattr(a.ino).unwrap().ctime, before.ctime);
 }
+
+/// xfstests generic/126: the kernel opens a program to execute it with O_RDONLY plus
+/// __FMODE_EXEC (0x20); that open needs execute permission, not read permission.
+#[test]
+fn open_to_execute_needs_execute_permission_only() {
+    const FMODE_EXEC: i32 = 0x20;
+    let (_r, fs) = fresh(64 << 20);
+    let root = Cred::root();
+    let other = Cred { uid: 12, gid: 100, groups: vec![] };
+    let (f, fh) = fs.create(&root, ROOT_INO, b"prog", 0o001, 0, libc::O_WRONLY).unwrap();
+    fs.release(f.ino, fh);
+    let fh = fs.open(&other, f.ino, libc::O_RDONLY | FMODE_EXEC).unwrap();
+    fs.release(f.ino, fh);
+    assert_eq!(fs.open(&other, f.ino, libc::O_RDONLY).unwrap_err().errno(), libc::EACCES);
+    // Without the execute bit, executing is refused as well.
+    let (g, fh) = fs.create(&root, ROOT_INO, b"data", 0o004, 0, libc::O_WRONLY).unwrap();
+    fs.release(g.ino, fh);
+    assert_eq!(fs.open(&other, g.ino, libc::O_RDONLY | FMODE_EXEC).unwrap_err().errno(), libc::EACCES);
+}
