@@ -157,6 +157,22 @@ pub(crate) struct Pending {
 
 /// Blocks kept free for publication's own metadata (indirect, directory, xattr blocks).
 const META_RESERVE: u64 = 64;
+/// Block pointers per indirect block.
+const PTRS_PER_BLOCK: u64 = BLOCK_SIZE / 8;
+
+/// Most indirect blocks that mapping `span` new data blocks of one file may need: one per
+/// PTRS_PER_BLOCK data blocks, one per PTRS_PER_BLOCK² at the next level, plus a partly
+/// filled block at each of the three levels where the range starts or ends mid-block.
+fn index_blocks(span: u64) -> u64 {
+    span.div_ceil(PTRS_PER_BLOCK) + span.div_ceil(PTRS_PER_BLOCK * PTRS_PER_BLOCK) + 3
+}
+
+/// How many data blocks `free` free blocks can hold once their indirect blocks are paid
+/// for: what statfs reports as free, so that a file as large as `df` says fits does fit.
+fn data_capacity(free: u64) -> u64 {
+    let index = free.div_ceil(PTRS_PER_BLOCK + 1) + free.div_ceil(PTRS_PER_BLOCK * PTRS_PER_BLOCK) + 3;
+    free.saturating_sub(index)
+}
 /// Most links one inode may have.
 const LINK_MAX: u32 = 65000;
 /// Largest value of one extended attribute.
@@ -658,7 +674,7 @@ impl Inner {
         let first = off / BLOCK_SIZE;
         let last = (off + len).div_ceil(BLOCK_SIZE);
         let span = last - first;
-        let conservative = span + span / 500 + 3;
+        let conservative = span + index_blocks(span);
         // While space is plentiful, reserve conservatively (as if no block were mapped) and
         // leave the public area alone: its lock may be held by a publication batch. Only
         // near full does the exact count matter.
@@ -1568,7 +1584,7 @@ impl Fs {
 
     pub fn statfs(&self) -> StatFs {
         let inner = self.rlock();
-        let bfree = inner.space_available();
+        let bfree = data_capacity(inner.space_available());
         StatFs {
             blocks: inner.core.geo.data_blocks,
             bfree,

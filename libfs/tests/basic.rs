@@ -276,3 +276,19 @@ fn open_to_execute_needs_execute_permission_only() {
     fs.release(g.ino, fh);
     assert_eq!(fs.open(&other, g.ino, libc::O_RDONLY | FMODE_EXEC).unwrap_err().errno(), libc::EACCES);
 }
+
+/// xfstests generic/103: a file as large as statfs says is free, less a little, can be
+/// preallocated (the free count leaves room for the indirect blocks such a file needs).
+#[test]
+fn preallocating_what_statfs_reports_free_succeeds() {
+    let (_r, fs) = fresh(64 << 20);
+    let root = Cred::root();
+    let (a, _) = fs.create(&root, ROOT_INO, b"spc", 0o644, 0, libc::O_RDWR).unwrap();
+    let s = fs.statfs();
+    assert!(s.bavail > 1000, "a 64 MiB region has space: {}", s.bavail);
+    let len = (s.bavail - 8) * s.bsize as u64;
+    fs.fallocate(&root, a.ino, 0, len, 0).unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().size, len);
+    fs.sync_all().unwrap();
+    assert!(fs.statfs().bavail <= 8, "statfs still reports {} free blocks", fs.statfs().bavail);
+}
