@@ -149,7 +149,7 @@ pub struct StatFs {
 /// `rename` flags (Linux values).
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
-/// RENAME_WHITEOUT is not supported (EINVAL).
+/// Leave a whiteout (a character device 0:0) in place of the source, atomically (overlayfs).
 pub const RENAME_WHITEOUT: u32 = 4;
 
 /// `setxattr` flags (Linux values).

@@ -1335,11 +1335,18 @@ impl Fs {
         newname: &[u8],
         flags: u32,
     ) -> FsResult<()> {
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
             return Err(FsError::Invalid("unsupported rename flags"));
         }
         if flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0 {
             return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        if flags & RENAME_WHITEOUT != 0 && flags & RENAME_EXCHANGE != 0 {
+            return Err(FsError::Invalid("RENAME_WHITEOUT with RENAME_EXCHANGE"));
+        }
+        // The kernel has checked CAP_MKNOD; a whiteout is a device node all the same.
+        if flags & RENAME_WHITEOUT != 0 && cred.uid != 0 {
+            return Err(FsError::Perm);
         }
         check_name(name)?;
         check_name(newname)?;
@@ -1430,6 +1437,7 @@ impl Fs {
             p.ctime = t;
         }
         let s_dir = s.is_dir();
+        let mut whiteout = None;
         if exchange {
             let d = d.expect("exchange target");
             let mut dimg = d.img;
@@ -1451,8 +1459,16 @@ impl Fs {
             b.inode(&simg, false);
             b.inode(&dimg, false);
         } else {
-            b.dirent(parent, name, 0, 0);
-            pimgs[si].size = pimgs[si].size.saturating_sub(32);
+            if flags & RENAME_WHITEOUT != 0 {
+                // The source's name now holds a whiteout, in the same entry as the move.
+                let wimg = inner.new_inode(cred, &pimgs[si], libc::S_IFCHR, 0)?;
+                whiteout = Some(wimg.ino);
+                b.inode(&wimg, true);
+                b.dirent(parent, name, wimg.ino, dtype_of_mode(wimg.mode));
+            } else {
+                b.dirent(parent, name, 0, 0);
+                pimgs[si].size = pimgs[si].size.saturating_sub(32);
+            }
             match &d {
                 Some(d) => {
                     // The replaced inode loses a name (a replaced directory is empty).
@@ -1483,7 +1499,12 @@ impl Fs {
         for p in &pimgs {
             b.inode(p, false);
         }
-        inner.commit(&b, 1)?;
+        if let Err(e) = inner.commit(&b, 1) {
+            if let Some(ino) = whiteout {
+                inner.view.inos.release(ino);
+            }
+            return Err(e);
+        }
         self.kick(&inner);
         Ok(())
     }

@@ -292,3 +292,33 @@ fn preallocating_what_statfs_reports_free_succeeds() {
     fs.sync_all().unwrap();
     assert!(fs.statfs().bavail <= 8, "statfs still reports {} free blocks", fs.statfs().bavail);
 }
+
+/// xfstests generic/078: RENAME_WHITEOUT moves the file and leaves a whiteout (a character
+/// device 0:0) under the old name, in one entry; the result survives a remount.
+#[test]
+fn rename_whiteout_leaves_a_whiteout() {
+    let (region, fs) = fresh(64 << 20);
+    let root = Cred::root();
+    let (f, fh) = fs.create(&root, ROOT_INO, b"foo", 0o644, 0, libc::O_WRONLY).unwrap();
+    fs.release(f.ino, fh);
+    let d = fs.mkdir(&root, ROOT_INO, b"d", 0o755, 0).unwrap();
+    fs.rename(&root, ROOT_INO, b"foo", d.ino, b"bar", RENAME_WHITEOUT).unwrap();
+    let check = |fs: &Fs| {
+        let w = fs.lookup(&root, ROOT_INO, b"foo").unwrap();
+        assert_eq!(w.kind, FileKind::CharDev);
+        assert_eq!(w.rdev, 0);
+        assert_eq!(fs.lookup(&root, d.ino, b"bar").unwrap().ino, f.ino);
+    };
+    check(&fs);
+    let names = |fs: &Fs| fs.readdir(ROOT_INO, 0).unwrap().len();
+    let before = names(&fs);
+    let fs = remount(&region, fs);
+    check(&fs);
+    assert_eq!(names(&fs), before);
+    // Only with CAP_MKNOD, and never with RENAME_EXCHANGE.
+    let user = Cred { uid: 1000, gid: 1000, groups: vec![] };
+    let e = fs.rename(&user, d.ino, b"bar", d.ino, b"baz", RENAME_WHITEOUT).unwrap_err();
+    assert_eq!(e.errno(), libc::EPERM);
+    let e = fs.rename(&root, d.ino, b"bar", ROOT_INO, b"foo", RENAME_WHITEOUT | RENAME_EXCHANGE).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+}
