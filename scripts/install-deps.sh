@@ -5,6 +5,7 @@ set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 dpkg -s libfuse3-dev >/dev/null 2>&1 || need+=(libfuse3-dev)
+dpkg -s libleveldb-dev >/dev/null 2>&1 || need+=(libleveldb-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 
 if [ "${#need[@]}" -gt 0 ]; then

@@ -14,6 +14,11 @@
 //!
 //! Everything is torn down afterwards, on error too ([`Teardown`]).
 
+mod filebench;
+mod leveldb;
+
+pub use filebench::Personality;
+
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,6 +40,10 @@ pub enum BenchName {
     Seqwrite,
     /// 16 KiB append + fsync, repeated; latency avg/p50/p99/p99.9.
     Fsync,
+    /// The real LevelDB (C API), db_bench's workloads; µs/op and MB/s.
+    Leveldb,
+    /// Filebench's varmail/fileserver/webserver flows (--personality); ops/s and MB/s.
+    Filebench,
 }
 
 impl BenchName {
@@ -42,6 +51,8 @@ impl BenchName {
         match self {
             BenchName::Seqwrite => "seqwrite",
             BenchName::Fsync => "fsync",
+            BenchName::Leveldb => "leveldb",
+            BenchName::Filebench => "filebench",
         }
     }
 }
@@ -54,25 +65,35 @@ pub struct BenchArgs {
     pub count: u64,
     pub pm_dir: Option<PathBuf>,
     pub pm_size: Option<u64>,
+    /// leveldb: number of key/value pairs.
+    pub num: u64,
+    /// filebench: which flow.
+    pub personality: Personality,
+    /// filebench: seconds of timed run per target.
+    pub duration: u64,
+    /// filebench: files in the set (default: the personality's).
+    pub nfiles: Option<usize>,
+    /// filebench: worker threads (default: the personality's).
+    pub threads: Option<usize>,
 }
 
 /// The systems measured, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
+pub(crate) enum Target {
     Local,
     Passthrough,
     Linefs,
 }
 
 impl Target {
-    fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Target::Local => "local",
             Target::Passthrough => "fuse-passthrough",
             Target::Linefs => "linefs",
         }
     }
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Target::Local => "node-local directory (no FUSE)",
             Target::Passthrough => "FUSE passthrough of it",
@@ -199,104 +220,175 @@ impl Drop for Teardown {
     }
 }
 
+/// The bench's temporary one-node cluster with linefs and the passthrough mounted, and the
+/// three target directories; dropping it tears everything down.
+pub(crate) struct Testbed {
+    /// (target, directory to run the workload in), in report order.
+    pub targets: Vec<(Target, PathBuf)>,
+    pub pm_file: PathBuf,
+    /// The linefs mount's status file's "libfs" object (PM backing, persist method).
+    pub libfs_status: Value,
+    _teardown: Teardown,
+}
+
+impl Testbed {
+    /// Sets up in DIR/bench-<pid>, the PM file and the local directory in `pm_dir`
+    /// (default DIR/pm); `pm_size` bytes of PM.
+    pub(crate) fn new(dir: &ClusterDir, pm_dir: Option<&Path>, pm_size: u64) -> CliResult<Testbed> {
+        let pid = std::process::id();
+        let pm_dir = match pm_dir {
+            Some(p) => p.to_path_buf(),
+            None => dir.root.join("pm"),
+        };
+        std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
+        let pm_dir = crate::procs::absolute(&pm_dir)?;
+        let bench = ClusterDir::new(&dir.root.join(format!("bench-{pid}")))?;
+        let local = pm_dir.join(format!("bench-{pid}-local"));
+        let pm_file = pm_dir.join(format!("bench-{pid}.pm"));
+        let mut teardown = Teardown { bench: bench.clone(), paths: vec![local.clone()] };
+        if pm_file.exists() {
+            return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
+        }
+        teardown.paths.push(pm_file.clone());
+        std::fs::create_dir_all(&local).ctx(|| format!("{}: create", local.display()))?;
+        cluster::create(&bench, &pm_dir, std::slice::from_ref(&pm_file), pm_size, None, None)?;
+
+        let mnt_linefs = bench.root.join("mnt-linefs");
+        let mnt_pt = bench.root.join("mnt-passthrough");
+        for m in [&mnt_linefs, &mnt_pt] {
+            std::fs::create_dir_all(m).ctx(|| format!("{}: create", m.display()))?;
+        }
+        let (linefs_rec, _pt_rec) = {
+            let _lock = bench.lock()?;
+            let mut reg = bench.registry()?;
+            let req = |backend, source: &Path, mountpoint: &Path| MountRequest {
+                node: 0,
+                backend,
+                source: source.to_path_buf(),
+                mountpoint: mountpoint.to_path_buf(),
+                options: Vec::new(),
+                consistency: "linefs".to_string(),
+            };
+            let l = mounts::mount_locked(&bench, &mut reg, req(Backend::Linefs, &pm_file, &mnt_linefs))?;
+            let p = mounts::mount_locked(&bench, &mut reg, req(Backend::Passthrough, &local, &mnt_pt))?;
+            (l, p)
+        };
+        let libfs_status: Value = std::fs::read_to_string(&linefs_rec.status_file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|v| v["libfs"].clone())
+            .unwrap_or(Value::Null);
+        Ok(Testbed {
+            targets: vec![(Target::Local, local), (Target::Passthrough, mnt_pt), (Target::Linefs, mnt_linefs)],
+            pm_file,
+            libfs_status,
+            _teardown: teardown,
+        })
+    }
+
+    /// A field of the libfs status ("backing", "persist_method").
+    pub(crate) fn field(&self, k: &str) -> String {
+        self.libfs_status[k].as_str().unwrap_or("unknown").to_string()
+    }
+}
+
+/// What every report starts with: when, how, and what PM the linefs target had.
+pub(crate) struct Header {
+    pub date: String,
+    pub command: String,
+    pub pm_file: PathBuf,
+    pub backing: String,
+    pub persist_method: String,
+}
+
+impl Header {
+    pub(crate) fn new(bed: &Testbed) -> Header {
+        Header {
+            date: utc_date(unix_now()),
+            command: command_line(),
+            pm_file: bed.pm_file.clone(),
+            backing: bed.field("backing"),
+            persist_method: bed.field("persist_method"),
+        }
+    }
+
+    /// The table's opening lines, ending with a blank line.
+    pub(crate) fn table(&self, name: &str, workload: &str) -> String {
+        let mut o = String::new();
+        o.push_str(&format!("linefs bench {} — {}\n", name, self.date));
+        o.push_str(&format!("command:  {}\n", self.command));
+        o.push_str(&format!("workload: {}\n", workload));
+        o.push_str(&format!(
+            "PM:       {} (backing: {}, persist: {})\n\n",
+            self.pm_file.display(),
+            self.backing,
+            self.persist_method
+        ));
+        o
+    }
+
+    pub(crate) fn pm_json(&self) -> Value {
+        json!({ "file": self.pm_file, "backing": self.backing, "persist_method": self.persist_method })
+    }
+}
+
+/// The pending rows, as table lines.
+pub(crate) fn pending_table() -> String {
+    PENDING.iter().map(|(k, why)| format!("{k:<34} {why}\n")).collect()
+}
+
+pub(crate) fn pending_json() -> Value {
+    PENDING.iter().map(|(k, why)| json!({"target": k, "status": why})).collect::<Vec<_>>().into()
+}
+
 /// Runs a benchmark; returns the report (table or JSON).
 pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
+    match args.name {
+        BenchName::Leveldb => return leveldb::run(dir, args),
+        BenchName::Filebench => return filebench::run(dir, args),
+        BenchName::Seqwrite | BenchName::Fsync => {}
+    }
     if args.size == 0 || args.count == 0 {
         return Err(fail("--size and --count must be positive"));
     }
-    let pid = std::process::id();
-    let pm_dir = match &args.pm_dir {
-        Some(p) => p.clone(),
-        None => dir.root.join("pm"),
-    };
-    std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
-    let pm_dir = crate::procs::absolute(&pm_dir)?;
-    let bench = ClusterDir::new(&dir.root.join(format!("bench-{pid}")))?;
-    let local = pm_dir.join(format!("bench-{pid}-local"));
-    let pm_file = pm_dir.join(format!("bench-{pid}.pm"));
-    let mut teardown = Teardown { bench: bench.clone(), paths: vec![local.clone()] };
-    if pm_file.exists() {
-        return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
-    }
-    teardown.paths.push(pm_file.clone());
-    std::fs::create_dir_all(&local).ctx(|| format!("{}: create", local.display()))?;
     let pm_size = args.pm_size.unwrap_or_else(|| {
         let need = match args.name {
             BenchName::Seqwrite => args.size,
-            BenchName::Fsync => args.count * WRITE_SIZE as u64,
+            _ => args.count * WRITE_SIZE as u64,
         };
         need.saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
     });
-    cluster::create(&bench, &pm_dir, std::slice::from_ref(&pm_file), pm_size, None, None)?;
-
-    let mnt_linefs = bench.root.join("mnt-linefs");
-    let mnt_pt = bench.root.join("mnt-passthrough");
-    for m in [&mnt_linefs, &mnt_pt] {
-        std::fs::create_dir_all(m).ctx(|| format!("{}: create", m.display()))?;
-    }
-    let (linefs_rec, _pt_rec) = {
-        let _lock = bench.lock()?;
-        let mut reg = bench.registry()?;
-        let req = |backend, source: &Path, mountpoint: &Path| MountRequest {
-            node: 0,
-            backend,
-            source: source.to_path_buf(),
-            mountpoint: mountpoint.to_path_buf(),
-            options: Vec::new(),
-            consistency: "linefs".to_string(),
-        };
-        let l = mounts::mount_locked(&bench, &mut reg, req(Backend::Linefs, &pm_file, &mnt_linefs))?;
-        let p = mounts::mount_locked(&bench, &mut reg, req(Backend::Passthrough, &local, &mnt_pt))?;
-        (l, p)
-    };
-    let libfs_status: Value = std::fs::read_to_string(&linefs_rec.status_file)
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .map(|v| v["libfs"].clone())
-        .unwrap_or(Value::Null);
+    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size)?;
+    let header = Header::new(&bed);
 
     let mut results = Vec::new();
-    for (target, path) in [(Target::Local, &local), (Target::Passthrough, &mnt_pt), (Target::Linefs, &mnt_linefs)] {
+    for (target, path) in &bed.targets {
+        let target = *target;
         if !args.json {
             eprintln!("linefs: bench {}: running on {} ...", args.name.as_str(), target.label());
         }
         let figures = match args.name {
             BenchName::Seqwrite => seqwrite(path, args.size)?,
-            BenchName::Fsync => fsync_latency(path, args.count)?,
+            _ => fsync_latency(path, args.count)?,
         };
         results.push((target, figures));
     }
-    drop(teardown);
+    drop(bed);
 
-    let report = Report {
-        name: args.name,
-        args: args.clone(),
-        date: utc_date(unix_now()),
-        command: command_line(),
-        pm_file,
-        libfs_status,
-        results,
-    };
+    let report = Report { name: args.name, args: args.clone(), header, results };
     Ok(if args.json { report.json().to_string() } else { report.table() })
 }
 
 struct Report {
     name: BenchName,
     args: BenchArgs,
-    date: String,
-    command: String,
-    pm_file: PathBuf,
-    libfs_status: Value,
+    header: Header,
     results: Vec<(Target, Figures)>,
 }
 
 impl Report {
     fn linefs(&self) -> Option<&Figures> {
         self.results.iter().find(|(t, _)| *t == Target::Linefs).map(|(_, f)| f)
-    }
-
-    fn field(&self, k: &str) -> String {
-        self.libfs_status[k].as_str().unwrap_or("unknown").to_string()
     }
 
     /// linefs's headline figure divided by `f`'s.
@@ -310,7 +402,7 @@ impl Report {
                 "one file, 16 KiB sequential writes, {} total, fsync at the end (timed)",
                 human_size(self.args.size)
             ),
-            BenchName::Fsync => {
+            _ => {
                 format!("16 KiB append + fsync, {} times, one file; latency of each pair", self.args.count)
             }
         }
@@ -329,34 +421,21 @@ impl Report {
             .collect();
         json!({
             "bench": self.name.as_str(),
-            "date": self.date,
-            "command": self.command,
+            "date": self.header.date,
+            "command": self.header.command,
             "workload": self.workload(),
             "ratio_meaning": match self.name {
                 BenchName::Seqwrite => "linefs MB/s / target MB/s",
-                BenchName::Fsync => "linefs mean latency / target mean latency",
+                _ => "linefs mean latency / target mean latency",
             },
-            "pm": {
-                "file": self.pm_file,
-                "backing": self.field("backing"),
-                "persist_method": self.field("persist_method"),
-            },
+            "pm": self.header.pm_json(),
             "results": results,
-            "pending": PENDING.iter().map(|(k, why)| json!({"target": k, "status": why})).collect::<Vec<_>>(),
+            "pending": pending_json(),
         })
     }
 
     fn table(&self) -> String {
-        let mut o = String::new();
-        o.push_str(&format!("linefs bench {} — {}\n", self.name.as_str(), self.date));
-        o.push_str(&format!("command:  {}\n", self.command));
-        o.push_str(&format!("workload: {}\n", self.workload()));
-        o.push_str(&format!(
-            "PM:       {} (backing: {}, persist: {})\n\n",
-            self.pm_file.display(),
-            self.field("backing"),
-            self.field("persist_method")
-        ));
+        let mut o = self.header.table(self.name.as_str(), &self.workload());
         match self.name {
             BenchName::Seqwrite => {
                 o.push_str(&format!("{:<34} {:>10} {:>16}\n", "target", "MB/s", "linefs/target"));
@@ -364,7 +443,7 @@ impl Report {
                     o.push_str(&format!("{:<34} {:>10.1} {:>16.3}\n", t.label(), f.mb_s(), self.ratio(f)));
                 }
             }
-            BenchName::Fsync => {
+            _ => {
                 o.push_str(&format!(
                     "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}\n",
                     "target (µs)", "avg", "p50", "p99", "p99.9", "ops/s", "linefs/target"
@@ -385,12 +464,10 @@ impl Report {
                 }
             }
         }
-        for (k, why) in PENDING {
-            o.push_str(&format!("{k:<34} {why}\n"));
-        }
+        o.push_str(&pending_table());
         o.push_str(match self.name {
             BenchName::Seqwrite => "\nlinefs/target: linefs MB/s divided by the target's (>1: linefs faster)\n",
-            BenchName::Fsync => "\nlinefs/target: linefs mean latency divided by the target's (<1: linefs faster)\n",
+            _ => "\nlinefs/target: linefs mean latency divided by the target's (<1: linefs faster)\n",
         });
         o
     }

@@ -125,6 +125,21 @@ enum Verb {
         /// Size of the bench's PM file (default: enough for the workload, at least 1G).
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         pm_size: Option<u64>,
+        /// leveldb: number of key/value pairs (db_bench's --num; the LineFS paper used 1M).
+        #[arg(long, default_value_t = 100_000, value_name = "N")]
+        num: u64,
+        /// filebench: the personality (workload flow) to run.
+        #[arg(long, value_enum, default_value = "varmail")]
+        personality: bench::Personality,
+        /// filebench: seconds of timed run on each target.
+        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        duration: u64,
+        /// filebench: number of files in the file set (default: the personality's).
+        #[arg(long, value_name = "N")]
+        nfiles: Option<usize>,
+        /// filebench: number of worker threads (default: the personality's).
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -169,9 +184,22 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::RestartHost { node, dir } => mounts::restart_host(&ClusterDir::new(&dir.dir)?, node),
         Verb::KillNic { .. } | Verb::RestartNic { .. } => Err(fail("nicfs is not built yet")),
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
-        Verb::Bench { name, json, size, count, pm_dir, pm_size, dir } => {
+        Verb::Bench { name, json, size, count, pm_dir, pm_size, num, personality, duration, nfiles, threads, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            bench::run(&d, &bench::BenchArgs { name, json, size, count, pm_dir, pm_size })
+            let args = bench::BenchArgs {
+                name,
+                json,
+                size,
+                count,
+                pm_dir,
+                pm_size,
+                num,
+                personality,
+                duration,
+                nfiles,
+                threads,
+            };
+            bench::run(&d, &args)
         }
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();
