@@ -73,7 +73,7 @@ fn positive(v: &Value, key: &str, what: &str) {
 }
 
 /// The report's row for each target, in order.
-fn rows<'a>(report: &'a Value) -> Vec<&'a Value> {
+fn rows(report: &Value) -> Vec<&Value> {
     let results = report["results"].as_array().expect("results array");
     let keys: Vec<&str> = results.iter().map(|r| r["target"].as_str().unwrap_or("?")).collect();
     assert_eq!(keys, TARGETS, "targets");
