@@ -9,3 +9,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Build the binaries the integration tests drive (linefs, linefs-fuse).
 cargo build --workspace --bins
 cargo test --workspace -- --test-threads=2
+# The crash suite's bounded slice: every single step, a sample of pairs and triples, every
+# crash state of each recovered and checked (a few minutes on 2 cores).
+target/debug/linefs crash-suite --quick

@@ -6,6 +6,7 @@
 
 mod bench;
 mod cluster;
+mod crashsuite;
 mod mounts;
 mod procs;
 mod status;
@@ -143,6 +144,26 @@ enum Verb {
         #[command(flatten)]
         dir: DirArg,
     },
+    /// Crash suite: ACE-style workloads on traced PM, every crash state recovered and checked.
+    CrashSuite {
+        /// The bounded slice CI runs (all single steps, a sample of pairs and triples).
+        #[arg(long)]
+        quick: bool,
+        #[arg(long)]
+        json: bool,
+        /// Seed of the sampled triples and random crash subsets.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Worker threads (default: the number of CPUs).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Run only the workload with this id (as printed with a violation).
+        #[arg(long, value_name = "ID")]
+        only: Option<usize>,
+        /// List the workloads instead of running them.
+        #[arg(long)]
+        list: bool,
+    },
     /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
     #[command(hide = true)]
     FuseDaemon(fuse_mount::daemon::DaemonArgs),
@@ -161,6 +182,7 @@ impl Verb {
             Verb::RestartNic { .. } => "restart-nic",
             Verb::Down { .. } => "down",
             Verb::Bench { .. } => "bench",
+            Verb::CrashSuite { .. } => "crash-suite",
             Verb::FuseDaemon(_) => "fuse-daemon",
         }
     }
@@ -200,6 +222,9 @@ fn run(verb: Verb) -> CliResult<String> {
                 threads,
             };
             bench::run(&d, &args)
+        }
+        Verb::CrashSuite { quick, json, seed, threads, only, list } => {
+            crashsuite::run(&crashsuite::Args { quick, json, seed, threads, only, list })
         }
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();

@@ -821,25 +821,39 @@ impl Fs {
         let published = log.published_lsn()?;
         // Recovery: re-publish every committed entry after the checkpoint.
         let scan = log.scan(published)?;
-        let mut upto = published;
-        let mut recovered = 0;
+        let mut entries = Vec::new();
         for loc in &scan.entries {
             let payload = log.read_payload(loc)?;
-            let records = match decode_records(&payload, loc.payload_off) {
-                Ok(r) => r,
+            match decode_records(&payload, loc.payload_off) {
+                Ok(r) => entries.push((loc, r)),
                 Err(e) => {
                     tracing::error!(lsn = loc.lsn, error = %e, "malformed log entry: recovery stops here");
                     break;
                 }
-            };
+            }
+        }
+        // A crash during publication leaves the public area ahead of the checkpoint; the
+        // inodes the suffix frees or creates may already be in their later state.
+        let unsettled: std::collections::HashSet<u64> = entries
+            .iter()
+            .flat_map(|(_, recs)| recs.iter())
+            .filter_map(|r| match r {
+                Record::FreeInode { ino } => Some(*ino),
+                Record::Inode { fresh: true, img } => Some(img.ino),
+                _ => None,
+            })
+            .collect();
+        let mut upto = published;
+        let mut recovered = 0;
+        for (loc, records) in &entries {
             // Validate the whole entry first: it is published entirely or not at all. An
             // invalid entry (a bug or a forged log) stops the mount before anything changes.
-            if let Err(e) = public.validate(&records) {
+            if let Err(e) = public.validate_with(records, &unsettled) {
                 tracing::error!(lsn = loc.lsn, client = opts.client, error = %e, "invalid log entry; refusing to mount");
                 return Err(FsError::InvalidLog { client: opts.client, lsn: loc.lsn, why: e.to_string() });
             }
-            for r in &records {
-                public.apply(r)?;
+            for r in records {
+                public.apply_replayed(r, &unsettled)?;
             }
             upto = loc.end;
             recovered += 1;

@@ -697,19 +697,40 @@ impl PublicArea {
     /// that an entry is published entirely or not at all. Records may depend on earlier
     /// records of the same entry (a file created and written in one entry).
     pub fn validate(&self, records: &[Record]) -> Result<()> {
+        self.validate_with(records, &HashSet::new())
+    }
+
+    /// [`PublicArea::validate`] for recovery. A crash in the middle of a publication batch
+    /// leaves the public area *ahead* of the checkpoint: later entries of the batch may
+    /// already have freed an inode, or freed it and created another file in its place, that
+    /// an earlier entry still writes to. Replaying the suffix converges all the same (the
+    /// records are blind post-images, and a block freed in the batch is not reused before
+    /// the checkpoint), so for the inodes in `unsettled` — those the suffix itself frees or
+    /// creates — whether they are allocated, and as what, is not held against an entry;
+    /// everything else is checked as usual.
+    pub fn validate_with(&self, records: &[Record], unsettled: &HashSet<u64>) -> Result<()> {
+        // ino -> Some(Some(mode)): allocated; Some(None): free; None: unknown (unsettled).
         let mut local: HashMap<u64, Option<u32>> = HashMap::new();
-        let mode_of = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<Option<u32>> {
+        let mode_of = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<Option<Option<u32>>> {
             if ino == 0 || ino >= self.geo.inode_count {
                 return Err(invalid(ino, "inode number out of range"));
             }
             if let Some(m) = local.get(&ino) {
-                return Ok(*m);
+                return Ok(Some(*m));
+            }
+            if unsettled.contains(&ino) {
+                return Ok(None);
             }
             let m = self.read_inode(ino)?.img.mode;
-            Ok((m != 0).then_some(m))
+            Ok(Some((m != 0).then_some(m)))
         };
-        let live = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<u32> {
-            mode_of(local, ino)?.ok_or_else(|| invalid(ino, "inode is not allocated")).map(|m| m & libc::S_IFMT)
+        // The file type of a live inode (None: unsettled, any type is accepted).
+        let live = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<Option<u32>> {
+            match mode_of(local, ino)? {
+                None => Ok(None),
+                Some(None) => Err(invalid(ino, "inode is not allocated")),
+                Some(Some(m)) => Ok(Some(m & libc::S_IFMT)),
+            }
         };
         for rec in records {
             match rec {
@@ -720,8 +741,8 @@ impl PublicArea {
                     let cur = mode_of(&local, img.ino)?;
                     if !fresh {
                         match cur {
-                            None => return Err(invalid(img.ino, "attributes for an unallocated inode")),
-                            Some(m) if m & libc::S_IFMT != img.mode & libc::S_IFMT => {
+                            Some(None) => return Err(invalid(img.ino, "attributes for an unallocated inode")),
+                            Some(Some(m)) if m & libc::S_IFMT != img.mode & libc::S_IFMT => {
                                 return Err(invalid(img.ino, "file type changed"))
                             }
                             _ => {}
@@ -730,7 +751,7 @@ impl PublicArea {
                     local.insert(img.ino, Some(img.mode));
                 }
                 Record::Dirent { dir, ino, .. } => {
-                    if live(&local, *dir)? != libc::S_IFDIR {
+                    if live(&local, *dir)?.is_some_and(|k| k != libc::S_IFDIR) {
                         return Err(invalid(*dir, "directory entry in a non-directory"));
                     }
                     if *ino != 0 {
@@ -739,7 +760,7 @@ impl PublicArea {
                 }
                 Record::Write { ino, len, data_off, .. } => {
                     let k = live(&local, *ino)?;
-                    if k != libc::S_IFREG && k != libc::S_IFLNK {
+                    if k.is_some_and(|k| k != libc::S_IFREG && k != libc::S_IFLNK) {
                         return Err(invalid(*ino, "data write to a non-file"));
                     }
                     if data_off.checked_add(*len).is_none_or(|e| e > self.region.len()) {
@@ -750,7 +771,7 @@ impl PublicArea {
                     live(&local, *ino)?;
                 }
                 Record::Alloc { ino, .. } => {
-                    if live(&local, *ino)? != libc::S_IFREG {
+                    if live(&local, *ino)?.is_some_and(|k| k != libc::S_IFREG) {
                         return Err(invalid(*ino, "allocation for a non-file"));
                     }
                 }
@@ -770,6 +791,22 @@ impl PublicArea {
             }
         }
         Ok(())
+    }
+
+    /// Apply one record of a recovery replay (see [`PublicArea::validate_with`]): a record
+    /// for an `unsettled` inode that the public area, being ahead of the checkpoint, has
+    /// already freed or recreated as another type is skipped — a later record of the replay
+    /// frees or recreates that inode again. Returns whether the record was applied. Records
+    /// are refused before anything is written, so a skipped record changed nothing.
+    pub fn apply_replayed(&mut self, rec: &Record, unsettled: &HashSet<u64>) -> Result<bool> {
+        match self.apply(rec) {
+            Ok(()) => Ok(true),
+            Err(PublishError::Invalid { ino, why }) if unsettled.contains(&ino) => {
+                tracing::debug!(ino, %why, "replay: record for an inode the public area is ahead on; skipped");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Apply one record. Writes are persisted but not fenced; the caller fences and then

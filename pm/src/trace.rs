@@ -415,11 +415,15 @@ pub struct CrashOpts {
     pub seed: u64,
     /// Also generate images where one pending line is only partly written.
     pub torn_words: bool,
+    /// In the non-exhaustive case, the per-line images (each line alone, all but each line,
+    /// each prefix, each torn line) are made for at most this many lines, evenly spaced in
+    /// store order (a 16 KiB log entry leaves 256 lines pending before its fence).
+    pub line_cap: usize,
 }
 
 impl Default for CrashOpts {
     fn default() -> Self {
-        CrashOpts { max_exhaustive: 8, samples: 32, seed: 0, torn_words: false }
+        CrashOpts { max_exhaustive: 8, samples: 32, seed: 0, torn_words: false, line_cap: usize::MAX }
     }
 }
 
@@ -502,6 +506,18 @@ impl CrashPoint {
     pub fn images(&self, opts: &CrashOpts) -> impl Iterator<Item = CrashImage> + '_ {
         let n = self.pending.len();
         let mut rng = StdRng::seed_from_u64(opts.seed);
+        // The lines (or prefix lengths) that get per-line images: all, or `line_cap` of them
+        // evenly spaced.
+        let cap = opts.line_cap.max(1);
+        let spaced = move |len: usize| -> Vec<usize> {
+            if len <= cap {
+                (0..len).collect()
+            } else {
+                let mut v: Vec<usize> = (0..cap).map(|k| k * len / cap).collect();
+                v.dedup();
+                v
+            }
+        };
         let exhaustive = n <= opts.max_exhaustive.min(EXHAUSTIVE_HARD_LIMIT) || n <= 2;
         let subsets: Box<dyn Iterator<Item = Selection>> = if exhaustive {
             Box::new((0..1u64 << n).map(move |mask| Selection {
@@ -524,19 +540,21 @@ impl CrashPoint {
             Box::new(
                 [sel("none".into(), vec![false; n]), sel("all".into(), vec![true; n])]
                     .into_iter()
-                    .chain((0..n).map(move |i| {
+                    .chain(spaced(n).into_iter().map(move |i| {
                         let mut v = vec![false; n];
                         v[i] = true;
                         sel(format!("single {i}"), v)
                     }))
-                    .chain((0..n).map(move |i| {
+                    .chain(spaced(n).into_iter().map(move |i| {
                         let mut v = vec![true; n];
                         v[i] = false;
                         sel(format!("all but {i}"), v)
                     }))
                     // Prefixes of length 1 and n-1 are a single / an all-but-one.
                     .chain(
-                        (2..n.saturating_sub(1))
+                        spaced(n.saturating_sub(3))
+                            .into_iter()
+                            .map(move |k| k + 2)
                             .map(move |k| sel(format!("prefix {k}"), (0..n).map(|i| i < k).collect())),
                     )
                     .chain(random),
@@ -544,7 +562,9 @@ impl CrashPoint {
         };
         let mut torn = Vec::new();
         if opts.torn_words {
-            for (i, line) in self.pending.iter().enumerate() {
+            let lines = if exhaustive { (0..n).collect() } else { spaced(n) };
+            for i in lines {
+                let line = &self.pending[i];
                 let words = line.live.len().div_ceil(WORD_SIZE);
                 if words < 2 {
                     continue;
@@ -747,7 +767,7 @@ mod tests {
         t.checkpoint("12 dirty");
         let p = &t.crash_points()[0];
         assert_eq!(p.pending_count(), n);
-        let o = CrashOpts { max_exhaustive: 8, samples: 10, seed: 7, torn_words: false };
+        let o = CrashOpts { max_exhaustive: 8, samples: 10, seed: 7, ..CrashOpts::default() };
         let imgs: Vec<_> = p.images(&o).collect();
         // none + all + n singles + n all-but-one + (n - 3) prefixes + up to 10 random
         let structured = 2 + n + n + (n - 3);
@@ -906,7 +926,7 @@ mod tests {
             expects.push((live.clone(), stable.clone()));
             let points = t.crash_points();
             prop_assert_eq!(points.len(), expects.len());
-            let o = CrashOpts { max_exhaustive: 6, samples: 8, seed, torn_words: true };
+            let o = CrashOpts { max_exhaustive: 6, samples: 8, seed, torn_words: true, ..CrashOpts::default() };
             for (p, (live, stable)) in points.iter().zip(expects) {
                 let e = Expect { live, stable, history: history.clone() };
                 let durable = p.durable_image();
