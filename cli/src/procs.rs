@@ -95,8 +95,11 @@ pub fn last_log_line(log: &Path) -> String {
         .unwrap_or_else(|| "(log is empty)".to_string())
 }
 
-/// Spawns the daemon detached from our session (own session, stdin `/dev/null`, output
-/// appended to `log`) and waits up to `timeout` for its readiness byte.
+/// Spawns the daemon detached from our session (own session, working directory `/`, stdin
+/// `/dev/null`, output appended to `log`) and waits up to `timeout` for its readiness byte.
+/// The working directory matters: a daemon started from inside another mount (xfstests
+/// mounts SCRATCH while its shell sits in TEST) would keep that mount busy for its lifetime.
+/// Every path handed to the daemon is absolute.
 pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Duration) -> CliResult<Spawned> {
     let (rd, wr) = pipe().ctx(|| "creating the readiness pipe")?;
     let out = OpenOptions::new().create(true).append(true).open(log).ctx(|| format!("{}: open log", log.display()))?;
@@ -107,6 +110,7 @@ pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Durat
         .args(args)
         .arg("--ready-fd")
         .arg(wfd.to_string())
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
