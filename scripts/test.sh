@@ -12,3 +12,7 @@ cargo test --workspace -- --test-threads=2
 # The crash suite's bounded slice: every single step, a sample of pairs and triples, every
 # crash state of each recovered and checked (a few minutes on 2 cores).
 target/debug/linefs crash-suite --quick
+# One minute of the kill -9 soak: fsynced files must survive SIGKILLs of the mount.
+soak_dir=$(mktemp -d)
+target/debug/linefs soak --minutes 1 --dir "$soak_dir"
+rm -rf "$soak_dir"

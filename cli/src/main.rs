@@ -9,6 +9,7 @@ mod cluster;
 mod crashsuite;
 mod mounts;
 mod procs;
+mod soak;
 mod status;
 mod util;
 
@@ -164,6 +165,21 @@ enum Verb {
         #[arg(long)]
         list: bool,
     },
+    /// kill -9 soak: a writer fsyncs files into a manifest while the mount is killed and
+    /// remounted at random moments; every acknowledged file must survive.
+    Soak {
+        /// How long to run (fractions allowed).
+        #[arg(long, default_value_t = 5.0)]
+        minutes: f64,
+        /// Where the soak's PM file goes (default DIR/pm).
+        #[arg(long, value_name = "PMDIR")]
+        pm_dir: Option<PathBuf>,
+        /// Seed of the kill intervals.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
     #[command(hide = true)]
     FuseDaemon(fuse_mount::daemon::DaemonArgs),
@@ -183,6 +199,7 @@ impl Verb {
             Verb::Down { .. } => "down",
             Verb::Bench { .. } => "bench",
             Verb::CrashSuite { .. } => "crash-suite",
+            Verb::Soak { .. } => "soak",
             Verb::FuseDaemon(_) => "fuse-daemon",
         }
     }
@@ -225,6 +242,9 @@ fn run(verb: Verb) -> CliResult<String> {
         }
         Verb::CrashSuite { quick, json, seed, threads, only, list } => {
             crashsuite::run(&crashsuite::Args { quick, json, seed, threads, only, list })
+        }
+        Verb::Soak { minutes, pm_dir, seed, dir } => {
+            soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed })
         }
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();
