@@ -308,6 +308,17 @@ pub struct Fs {
 /// mtime and ctime (as Linux does).
 const RELATIME_SECS: i64 = 24 * 3600;
 
+/// Whether changing a file's mode from `old` to `new` only clears setuid and/or setgid. After
+/// a write, truncate or fallocate by someone else, the kernel drops those bits; a FUSE kernel
+/// that leaves privilege killing to it (no FUSE_HANDLE_KILLPRIV) asks for exactly this
+/// change in the writer's name, so whoever may write the file may make it; a chmod(2) by a
+/// non-owner never reaches here (the kernel refuses it first under default_permissions).
+fn drops_only_privs(old: u32, new: u32) -> bool {
+    let (old, new) = (old & 0o7777, new & 0o7777);
+    let dropped = old & !new;
+    new & !old == 0 && dropped != 0 && dropped & !(libc::S_ISUID | libc::S_ISGID) == 0
+}
+
 fn now() -> Timespec {
     to_ts(SystemTime::now())
 }
@@ -1099,7 +1110,7 @@ impl Fs {
         let mut b = EntryBuilder::new();
         let mut est = 0;
         if let Some(mode) = set.mode {
-            if !is_owner {
+            if !is_owner && !(drops_only_privs(img.mode, mode) && (set.via_handle || perm::may(cred, &img, W_OK))) {
                 return Err(FsError::Perm);
             }
             let mut m = mode & 0o7777;
