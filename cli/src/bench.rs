@@ -12,7 +12,7 @@
 //! does) and "linefs + nicfs offload" are printed as pending until those modes exist; add
 //! them in [`Target`] and [`run`].
 //!
-//! Everything is torn down afterwards, on error too ([`Teardown`]).
+//! Everything is torn down afterwards, on error too ([`TempCluster`]).
 
 mod filebench;
 mod leveldb;
@@ -27,7 +27,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, Backend, ClusterDir};
+use crate::cluster::{self, Backend, ClusterDir, TempCluster};
 use crate::mounts::{self, MountRequest};
 use crate::util::{command_line, fail, human_size, unix_now, utc_date, CliResult, Context};
 
@@ -196,30 +196,6 @@ fn fsync_latency(dir: &Path, count: u64) -> CliResult<Figures> {
     Ok(Figures::Lat { hist, secs })
 }
 
-/// Removes the bench's cluster, mounts, PM file and local directory when dropped.
-struct Teardown {
-    bench: ClusterDir,
-    paths: Vec<PathBuf>,
-}
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        if self.bench.desc_path().exists() {
-            if let Err(e) = cluster::down(&self.bench) {
-                eprintln!("linefs: bench: teardown: {e}");
-            }
-        }
-        for p in self.paths.iter().chain(std::iter::once(&self.bench.root)) {
-            let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
-            if let Err(e) = res {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    eprintln!("linefs: bench: teardown: {}: {e}", p.display());
-                }
-            }
-        }
-    }
-}
-
 /// The bench's temporary one-node cluster with linefs and the passthrough mounted, and the
 /// three target directories; dropping it tears everything down.
 pub(crate) struct Testbed {
@@ -228,7 +204,7 @@ pub(crate) struct Testbed {
     pub pm_file: PathBuf,
     /// The linefs mount's status file's "libfs" object (PM backing, persist method).
     pub libfs_status: Value,
-    _teardown: Teardown,
+    _teardown: TempCluster,
 }
 
 impl Testbed {
@@ -245,7 +221,7 @@ impl Testbed {
         let bench = ClusterDir::new(&dir.root.join(format!("bench-{pid}")))?;
         let local = pm_dir.join(format!("bench-{pid}-local"));
         let pm_file = pm_dir.join(format!("bench-{pid}.pm"));
-        let mut teardown = Teardown { bench: bench.clone(), paths: vec![local.clone()] };
+        let mut teardown = TempCluster { dir: bench.clone(), paths: vec![local.clone()], what: "bench" };
         if pm_file.exists() {
             return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
         }

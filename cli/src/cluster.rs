@@ -330,3 +330,30 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
         desc.pm_dir.display()
     ))
 }
+
+/// A cluster that lives only as long as a command (a benchmark, the soak): on drop it is
+/// brought down and its directory removed, with the extra `paths` (PM files, local
+/// directories), on error paths too. `what` names the command in the messages.
+pub struct TempCluster {
+    pub dir: ClusterDir,
+    pub paths: Vec<PathBuf>,
+    pub what: &'static str,
+}
+
+impl Drop for TempCluster {
+    fn drop(&mut self) {
+        if self.dir.desc_path().exists() {
+            if let Err(e) = down(&self.dir) {
+                eprintln!("linefs: {}: teardown: {e}", self.what);
+            }
+        }
+        for p in self.paths.iter().chain(std::iter::once(&self.dir.root)) {
+            let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+            if let Err(e) = res {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!("linefs: {}: teardown: {}: {e}", self.what, p.display());
+                }
+            }
+        }
+    }
+}

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{self, ClusterDir};
+use crate::cluster::{self, ClusterDir, TempCluster};
 use crate::mounts;
 use crate::util::{fail, CliResult, Context};
 
@@ -93,30 +93,6 @@ fn verify(dir: &Path, manifest: &Manifest, when: &str) -> CliResult<usize> {
     Ok(list.len())
 }
 
-/// Removes the soak's cluster, PM file and manifest when dropped.
-struct Teardown {
-    dir: ClusterDir,
-    paths: Vec<PathBuf>,
-}
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        if self.dir.desc_path().exists() {
-            if let Err(e) = cluster::down(&self.dir) {
-                eprintln!("linefs: soak: teardown: {e}");
-            }
-        }
-        for p in self.paths.iter().chain(std::iter::once(&self.dir.root)) {
-            let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
-            if let Err(e) = res {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    eprintln!("linefs: soak: teardown: {}: {e}", p.display());
-                }
-            }
-        }
-    }
-}
-
 pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     if a.minutes.is_nan() || a.minutes <= 0.0 {
         return Err(fail("--minutes must be positive"));
@@ -130,7 +106,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     if pm_file.exists() {
         return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
     }
-    let _teardown = Teardown { dir: soak.clone(), paths: vec![pm_file.clone()] };
+    let _teardown = TempCluster { dir: soak.clone(), paths: vec![pm_file.clone()], what: "soak" };
     cluster::create(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE, None, None)?;
     let mnt = soak.root.join("mnt");
     std::fs::create_dir_all(&mnt).ctx(|| format!("{}: create", mnt.display()))?;
