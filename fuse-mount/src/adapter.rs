@@ -379,9 +379,9 @@ impl Filesystem for LinefsFuse {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let _s = debug_span!("readdir", ino = ino.0, offset).entered();
-        match self.fs.readdir(ino.0, offset) {
+        match self.fs.readdir_stream(ino.0, fh.0, offset) {
             Ok(entries) => {
                 if offset == 0 {
                     self.accessed(ino.0, self.diratime);

@@ -298,6 +298,8 @@ pub struct Fs {
     shared: Arc<Shared>,
     publisher: Mutex<Option<JoinHandle<()>>>,
     next_fh: AtomicU64,
+    /// Open directory streams: handle → the first cookie the stream does not return.
+    dir_streams: Mutex<std::collections::HashMap<u64, u64>>,
     pm_path: String,
     client: u32,
     /// Keeps the advisory lock on the PM file (one mount per node for now).
@@ -967,6 +969,7 @@ impl Fs {
             shared,
             publisher: Mutex::new(publisher),
             next_fh: AtomicU64::new(1),
+            dir_streams: Mutex::new(std::collections::HashMap::new()),
             pm_path: region.path().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into()),
             client: opts.client,
             _lock: None,
@@ -1599,10 +1602,34 @@ impl Fs {
         if !perm::may(cred, &n.img, R_OK) {
             return Err(FsError::Access);
         }
-        Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let limit = n.dir.as_ref().expect("dir").next_cookie();
+        self.dir_streams.lock().insert(fh, limit);
+        Ok(fh)
     }
 
+    /// All entries after `offset` (a cookie), as they are now.
     pub fn readdir(&self, ino: Ino, offset: u64) -> FsResult<Vec<DirEntry>> {
+        self.readdir_upto(ino, offset, u64::MAX)
+    }
+
+    /// readdir through the stream `fh` of [`Fs::opendir`]: entries added after the stream
+    /// was opened (or rewound, `offset` 0) are not returned. Otherwise a program that
+    /// renames each entry it reads (away and back, as generic/736 does) meets it again at
+    /// the end of the directory, forever.
+    pub fn readdir_stream(&self, ino: Ino, fh: u64, offset: u64) -> FsResult<Vec<DirEntry>> {
+        let limit = {
+            let mut streams = self.dir_streams.lock();
+            if offset == 0 {
+                let now = self.rlock().dir(ino)?.dir.as_ref().expect("dir").next_cookie();
+                streams.insert(fh, now);
+            }
+            streams.get(&fh).copied().unwrap_or(u64::MAX)
+        };
+        self.readdir_upto(ino, offset, limit)
+    }
+
+    fn readdir_upto(&self, ino: Ino, offset: u64, limit: u64) -> FsResult<Vec<DirEntry>> {
         let inner = self.rlock();
         let n = inner.dir(ino)?;
         let d = n.dir.as_ref().expect("dir");
@@ -1618,7 +1645,8 @@ impl Fs {
                 name: b"..".to_vec(),
             });
         }
-        for (&c, name) in d.order.range(offset.max(FIRST_COOKIE - 1) + 1..) {
+        let from = offset.max(FIRST_COOKIE - 1) + 1;
+        for (&c, name) in d.order.range(from..limit.max(from)) {
             let (child, _) = d.get(name).expect("indexed");
             let kind = inner.view.node(child).map(|c| kind_of(c.img.mode)).unwrap_or(FileKind::File);
             out.push(DirEntry { ino: child, offset: c, kind, name: name.clone() });
@@ -1626,7 +1654,9 @@ impl Fs {
         Ok(out)
     }
 
-    pub fn releasedir(&self, _ino: Ino, _fh: u64) {}
+    pub fn releasedir(&self, _ino: Ino, fh: u64) {
+        self.dir_streams.lock().remove(&fh);
+    }
 
     pub fn statfs(&self) -> StatFs {
         let inner = self.rlock();

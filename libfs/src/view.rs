@@ -135,6 +135,11 @@ impl Dir {
         self.names.get(name).map(|&(i, t, _)| (i, t))
     }
 
+    /// The cookie the next entry added will get: every entry present now has a smaller one.
+    pub fn next_cookie(&self) -> u64 {
+        self.next_cookie.max(FIRST_COOKIE)
+    }
+
     pub fn len(&self) -> usize {
         self.names.len()
     }

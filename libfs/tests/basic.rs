@@ -322,3 +322,41 @@ fn rename_whiteout_leaves_a_whiteout() {
     let e = fs.rename(&root, d.ino, b"bar", ROOT_INO, b"foo", RENAME_WHITEOUT | RENAME_EXCHANGE).unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL);
 }
+
+#[test]
+fn renaming_each_entry_while_reading_a_directory_stream_ends() {
+    // generic/736: read a directory through one stream, renaming every entry read away and
+    // back. Each rename gives the name a new cookie past the end; the stream must not meet
+    // it again, or the reader never finishes.
+    let (_r, fs) = fresh(64 << 20);
+    let root = Cred::root();
+    let d = fs.mkdir(&root, ROOT_INO, b"d", 0o755, 0).unwrap();
+    let n = 300;
+    for i in 0..n {
+        let (a, fh) = fs.create(&root, d.ino, format!("f{i}").as_bytes(), 0o644, 0, libc::O_RDWR).unwrap();
+        fs.release(a.ino, fh);
+    }
+    let fh = fs.opendir(&root, d.ino, 0).unwrap();
+    let (mut offset, mut seen) = (0, 0);
+    loop {
+        // A small batch at a time, as the kernel asks.
+        let batch: Vec<DirEntry> = fs.readdir_stream(d.ino, fh, offset).unwrap().into_iter().take(7).collect();
+        if batch.is_empty() {
+            break;
+        }
+        for e in batch {
+            offset = e.offset;
+            seen += 1;
+            assert!(seen <= n + 2, "the stream keeps returning renamed entries");
+            if e.name != b"." && e.name != b".." {
+                fs.rename(&root, d.ino, &e.name, d.ino, b"TEMPFILE", 0).unwrap();
+                fs.rename(&root, d.ino, b"TEMPFILE", d.ino, &e.name, 0).unwrap();
+            }
+        }
+    }
+    fs.releasedir(d.ino, fh);
+    assert_eq!(seen, n + 2);
+    // A new stream (or a rewind) sees every entry once.
+    let fh = fs.opendir(&root, d.ino, 0).unwrap();
+    assert_eq!(fs.readdir_stream(d.ino, fh, 0).unwrap().len(), n + 2);
+}
