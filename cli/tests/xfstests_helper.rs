@@ -156,3 +156,32 @@ fn mount_helper_as_xfstests_uses_it() {
     assert_eq!(fs::read(mnt.join("new")).unwrap(), b"fresh");
     ok(&state, "umount", &[src]);
 }
+
+/// `xfstests/run --count LOG` on check logs of the three shapes a run leaves: a finished run,
+/// one interrupted in the middle of a test (the test is in check's "Ran:" list but must not
+/// count as passed), and one killed before check printed its summary.
+#[test]
+fn run_counts_an_interrupted_test_as_interrupted() {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../xfstests/run");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let count = |name: &str, log: &str| -> String {
+        let path = dir.path().join(name);
+        fs::write(&path, log).expect("write log");
+        let out = Command::new("bash").arg(&run).arg("--count").arg(&path).output().expect("run xfstests/run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let finished = "generic/001 3s ...  2s\ngeneric/002       [not run] no\n\
+        generic/003 1s ... - output mismatch (see x)\ngeneric/004        4s\n\
+        Ran: generic/001 generic/002 generic/003 generic/004\nNot run: generic/002\n\
+        Failures: generic/003\nFailed 1 of 4 tests\n";
+    assert_eq!(count("finished", finished), "xfstests: 2 passed, 1 failed, 1 not run, 0 interrupted");
+    let interrupted = "generic/001 3s ...  2s\ngeneric/002       [not run] no\ngeneric/003 9s ...\n\
+        Ran: generic/001 generic/002 generic/003\nInterrupted!\nNot run: generic/002\nPassed all 3 tests\n";
+    assert_eq!(count("interrupted", interrupted), "xfstests: 1 passed, 0 failed, 1 not run, 1 interrupted");
+    let killed = "generic/001 3s ...  2s\ngeneric/002 1s ... - output mismatch (see x)\ngeneric/003 9s ...";
+    assert_eq!(
+        count("killed", killed),
+        "xfstests: 1 passed, 1 failed, 0 not run, 1 interrupted (check did not finish: counted from its per-test lines)"
+    );
+}
