@@ -177,6 +177,16 @@ fn data_capacity(free: u64) -> u64 {
 const LINK_MAX: u32 = 65000;
 /// Largest value of one extended attribute.
 const XATTR_VALUE_MAX: usize = 65536;
+/// The attribute holding a file's capabilities (setcap(8)).
+const XATTR_CAPS: &[u8] = b"security.capability";
+
+/// What an extended-attribute call does, for its permission check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum XattrOp {
+    Read,
+    Set,
+    Remove,
+}
 
 /// The front end: the view and the log tail. Updates hold it exclusively, reads share it.
 ///
@@ -1682,7 +1692,8 @@ impl Fs {
         Ok(())
     }
 
-    fn xattr_check(cred: &Cred, n: &Node, name: &[u8], write: bool) -> FsResult<()> {
+    fn xattr_check(cred: &Cred, n: &Node, name: &[u8], op: XattrOp) -> FsResult<()> {
+        let write = op != XattrOp::Read;
         if name.is_empty() {
             return Err(FsError::Invalid("empty attribute name"));
         }
@@ -1703,7 +1714,12 @@ impl Fs {
                 return Err(if write { FsError::Perm } else { FsError::NoAttr });
             }
         } else if name.starts_with(b"security.") {
-            if write && cred.uid != 0 && !perm::owner_or_root(cred, &n.img) {
+            // Removing file capabilities is what every write does (Linux's file_remove_privs,
+            // which the kernel performs as the writer, through a removexattr, before it sends
+            // a write or fallocate to a FUSE file system): whoever may write the file may
+            // remove them.
+            let killpriv = op == XattrOp::Remove && name == XATTR_CAPS && perm::may(cred, &n.img, W_OK);
+            if write && cred.uid != 0 && !perm::owner_or_root(cred, &n.img) && !killpriv {
                 return Err(FsError::Perm);
             }
         } else {
@@ -1715,7 +1731,7 @@ impl Fs {
     pub fn setxattr(&self, cred: &Cred, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
         let mut inner = self.wlock();
         let n = inner.node(ino)?;
-        Fs::xattr_check(cred, n, name, true)?;
+        Fs::xattr_check(cred, n, name, XattrOp::Set)?;
         if value.len() > XATTR_VALUE_MAX {
             return Err(FsError::AttrTooBig);
         }
@@ -1744,7 +1760,7 @@ impl Fs {
     pub fn getxattr(&self, cred: &Cred, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         let inner = self.rlock();
         let n = inner.node(ino)?;
-        Fs::xattr_check(cred, n, name, false)?;
+        Fs::xattr_check(cred, n, name, XattrOp::Read)?;
         n.xattrs.get(name).cloned().ok_or(FsError::NoAttr)
     }
 
@@ -1765,7 +1781,7 @@ impl Fs {
     pub fn removexattr(&self, cred: &Cred, ino: Ino, name: &[u8]) -> FsResult<()> {
         let mut inner = self.wlock();
         let n = inner.node(ino)?;
-        Fs::xattr_check(cred, n, name, true)?;
+        Fs::xattr_check(cred, n, name, XattrOp::Remove)?;
         if !n.xattrs.contains_key(name) {
             return Err(FsError::NoAttr);
         }

@@ -1,7 +1,8 @@
 //! Dropping setuid/setgid after someone else's write: the FUSE kernel asks for it as a mode
 //! change in the writer's name (xfstests generic/684, 685: fallocate by an unprivileged user
 //! on a setuid file failed with EPERM). Allowed to whoever may write the file, only when it
-//! clears nothing but those bits.
+//! clears nothing but those bits. Likewise the file capabilities (security.capability),
+//! which the kernel removes before another user's write or fallocate (generic/688).
 
 use libfs::*;
 use linefs_pm::layout::{FormatParams, Geometry};
@@ -43,4 +44,31 @@ fn a_writer_may_drop_setuid_and_setgid_but_not_chmod() {
     fs.release(g.ino, gh);
     assert!(matches!(chmod(&fs, &user, g.ino, 0o0644), Err(FsError::Perm)));
     assert_eq!(fs.getattr(g.ino).unwrap().perm, 0o6644);
+}
+
+#[test]
+fn a_writer_may_remove_file_capabilities_but_no_other_security_attribute() {
+    let fs = fresh(32 << 20);
+    let root = Cred::root();
+    let user = Cred { uid: 1000, gid: 1000, groups: Vec::new() };
+    let caps = b"security.capability";
+    let (f, fh) = fs.create(&root, ROOT_INO, b"f", 0o666, 0, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh);
+    fs.setxattr(&root, f.ino, caps, b"\x01\x00\x00\x02", 0).unwrap();
+    fs.setxattr(&root, f.ino, b"security.other", b"x", 0).unwrap();
+
+    // Not the owner: may not set capabilities nor remove another security attribute.
+    assert!(matches!(fs.setxattr(&user, f.ino, caps, b"y", 0), Err(FsError::Perm)));
+    assert!(matches!(fs.removexattr(&user, f.ino, b"security.other"), Err(FsError::Perm)));
+    // May write the file, so may remove its capabilities (what the write would do anyway).
+    fs.removexattr(&user, f.ino, caps).unwrap();
+    assert!(matches!(fs.getxattr(&root, f.ino, caps), Err(FsError::NoAttr)));
+    assert_eq!(fs.getxattr(&root, f.ino, b"security.other").unwrap(), b"x");
+
+    // Someone who may not write the file may not.
+    let (g, gh) = fs.create(&root, ROOT_INO, b"g", 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(g.ino, gh);
+    fs.setxattr(&root, g.ino, caps, b"\x01\x00\x00\x02", 0).unwrap();
+    assert!(matches!(fs.removexattr(&user, g.ino, caps), Err(FsError::Perm)));
+    assert!(fs.getxattr(&root, g.ino, caps).is_ok());
 }
