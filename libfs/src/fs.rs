@@ -412,12 +412,37 @@ impl Inner {
         Ok(d)
     }
 
+    /// The data blocks a file maps once its log is published (for `st_blocks`): the public
+    /// ones plus those its unpublished writes and preallocations add. A few unpublished
+    /// blocks are looked up in the public block map, so that writing into preallocated or
+    /// already written blocks does not count them twice; many are counted as new (an upper
+    /// bound, until publication, rather than a walk of the map on every stat).
+    fn mapped_blocks(&self, n: &Node) -> u64 {
+        const EXACT_UP_TO: u64 = 256;
+        let ranges = n.unpublished_blocks();
+        let pending: u64 = ranges.iter().map(|(a, b)| b - a).sum();
+        if n.fresh.is_some() {
+            // Nothing of this file is public yet.
+            return pending;
+        }
+        if pending == 0 || pending > EXACT_UP_TO {
+            return n.pub_blocks + pending;
+        }
+        let public = self.core.public.read();
+        let mut new = 0;
+        for idx in ranges.iter().flat_map(|&(a, b)| a..b) {
+            // An unreadable block map (corrupt PM) counts the block as new.
+            if !public.area.is_mapped(n.img.ino, idx).unwrap_or(false) {
+                new += 1;
+            }
+        }
+        n.pub_blocks + new
+    }
+
     fn attr(&self, n: &Node) -> Attr {
         let img = &n.img;
-        let public = n.pub_blocks;
-        let unpublished = n.overlay.log_bytes().div_ceil(BLOCK_SIZE);
         let blocks = match n.img.mode & libc::S_IFMT {
-            libc::S_IFREG | libc::S_IFLNK | libc::S_IFDIR => (public + unpublished) * (BLOCK_SIZE / 512),
+            libc::S_IFREG | libc::S_IFLNK | libc::S_IFDIR => self.mapped_blocks(n) * (BLOCK_SIZE / 512),
             _ => 0,
         };
         Attr {

@@ -84,10 +84,48 @@ impl Overlay {
     pub fn trim(&mut self, lsn: u64) {
         self.segs.retain(|_, seg| seg.lsn >= lsn);
     }
+}
 
-    /// Bytes of unpublished data held in the log.
-    pub fn log_bytes(&self) -> u64 {
-        self.segs.iter().filter(|(_, g)| matches!(g.src, Src::Log(_))).map(|(s, g)| g.end - s).sum()
+/// Block size the file data is mapped in.
+const BLOCK: u64 = linefs_pm::layout::BLOCK_SIZE;
+
+/// Unpublished preallocations of one file: block ranges [first, end) with the LSN of the
+/// entry that made each. Truncation and hole punching cut them as publication will.
+#[derive(Debug, Default, Clone)]
+pub struct Allocs {
+    pub ranges: Vec<(u64, u64, u64)>,
+}
+
+impl Allocs {
+    fn add(&mut self, off: u64, end: u64, lsn: u64) {
+        if off < end {
+            self.ranges.push((off / BLOCK, end.div_ceil(BLOCK), lsn));
+        }
+    }
+
+    /// Remove blocks [a, b) from every range.
+    fn cut(&mut self, a: u64, b: u64) {
+        if a >= b {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.ranges.len());
+        for &(s, e, lsn) in &self.ranges {
+            if e <= a || s >= b {
+                out.push((s, e, lsn));
+                continue;
+            }
+            if s < a {
+                out.push((s, a, lsn));
+            }
+            if e > b {
+                out.push((b, e, lsn));
+            }
+        }
+        self.ranges = out;
+    }
+
+    fn trim(&mut self, lsn: u64) {
+        self.ranges.retain(|r| r.2 >= lsn);
     }
 }
 
@@ -158,12 +196,49 @@ pub struct Node {
     pub opens: u64,
     /// Data blocks mapped in the public area (as of the last catch-up), for `st_blocks`.
     pub pub_blocks: u64,
+    /// Unpublished preallocations (fallocate), for `st_blocks`.
+    pub allocs: Allocs,
+    /// LSN of the unpublished entry that created this incarnation of the inode number: until
+    /// it is published the public area knows nothing of it (or only an earlier file's blocks).
+    pub fresh: Option<u64>,
 }
 
 impl Node {
+    /// The file blocks that unpublished entries write or preallocate, as sorted, disjoint
+    /// ranges of block indices: what publication may add to the blocks the file maps.
+    pub fn unpublished_blocks(&self) -> Vec<(u64, u64)> {
+        let mut r: Vec<(u64, u64)> = self
+            .overlay
+            .segs
+            .iter()
+            .filter(|(_, g)| matches!(g.src, Src::Log(_)))
+            .map(|(&s, g)| (s / BLOCK, g.end.div_ceil(BLOCK)))
+            .chain(self.allocs.ranges.iter().map(|&(a, b, _)| (a, b)))
+            .collect();
+        r.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(r.len());
+        for (a, b) in r {
+            match out.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => out.push((a, b)),
+            }
+        }
+        out
+    }
+
     pub fn new(img: InodeImage) -> Node {
         let dir = (img.mode & libc::S_IFMT == libc::S_IFDIR).then(Dir::default);
-        Node { img, xattrs: BTreeMap::new(), dir, overlay: Overlay::default(), lookups: 0, opens: 0, pub_blocks: 0 }
+        Node {
+            img,
+            xattrs: BTreeMap::new(),
+            dir,
+            overlay: Overlay::default(),
+            lookups: 0,
+            opens: 0,
+            pub_blocks: 0,
+            allocs: Allocs::default(),
+            fresh: None,
+        }
     }
 
     pub fn is_dir(&self) -> bool {
@@ -233,7 +308,7 @@ impl InoAlloc {
 pub struct View {
     pub nodes: HashMap<u64, Node>,
     pub inos: InoAlloc,
-    /// Inodes whose overlay is non-empty.
+    /// Inodes whose overlay or unpublished preallocations are non-empty.
     overlaid: HashSet<u64>,
 }
 
@@ -270,6 +345,7 @@ impl View {
                     // this one is, the public area still maps the old incarnation's blocks.
                     // The new file reads as zeros wherever it has not written.
                     n.overlay.insert(0, MAX_FILE_SIZE, Src::Zero, lsn);
+                    n.fresh = Some(lsn);
                     self.overlaid.insert(img.ino);
                     self.inos.mark(img.ino);
                     self.nodes.insert(img.ino, n);
@@ -291,11 +367,24 @@ impl View {
             }
             Record::Truncate { ino, size } => {
                 self.overlay(*ino, *size, MAX_FILE_SIZE, Src::Zero, lsn);
+                if let Some(n) = self.nodes.get_mut(ino) {
+                    // Blocks past the last one holding a byte of the file are freed.
+                    n.allocs.cut(size.div_ceil(BLOCK), u64::MAX);
+                }
             }
             Record::Punch { ino, off, len } => {
                 self.overlay(*ino, *off, off + len, Src::Zero, lsn);
+                if let Some(n) = self.nodes.get_mut(ino) {
+                    // Blocks wholly inside the hole are freed; partial ones are zeroed.
+                    n.allocs.cut(off.div_ceil(BLOCK), off.saturating_add(*len) / BLOCK);
+                }
             }
-            Record::Alloc { .. } => {}
+            Record::Alloc { ino, off, len } => {
+                if let Some(n) = self.nodes.get_mut(ino) {
+                    n.allocs.add(*off, off.saturating_add(*len), lsn);
+                    self.overlaid.insert(*ino);
+                }
+            }
             Record::Xattrs { ino, attrs } => {
                 if let Some(n) = self.nodes.get_mut(ino) {
                     n.xattrs = attrs.iter().cloned().collect();
@@ -316,13 +405,17 @@ impl View {
         }
     }
 
-    /// Entries before `lsn` are published: drop their overlay segments.
+    /// Entries before `lsn` are published: drop their overlay segments and preallocations.
     pub fn trim(&mut self, lsn: u64) {
         let nodes = &mut self.nodes;
         self.overlaid.retain(|ino| match nodes.get_mut(ino) {
             Some(n) => {
                 n.overlay.trim(lsn);
-                !n.overlay.segs.is_empty()
+                n.allocs.trim(lsn);
+                if n.fresh.is_some_and(|f| f < lsn) {
+                    n.fresh = None;
+                }
+                !n.overlay.segs.is_empty() || !n.allocs.ranges.is_empty() || n.fresh.is_some()
             }
             None => false,
         });

@@ -360,3 +360,43 @@ fn renaming_each_entry_while_reading_a_directory_stream_ends() {
     let fh = fs.opendir(&root, d.ino, 0).unwrap();
     assert_eq!(fs.readdir_stream(d.ino, fh, 0).unwrap().len(), n + 2);
 }
+
+/// st_blocks counts what the file maps once published, the same before and after
+/// publication: preallocated blocks count at once, and writing into them, or into blocks
+/// already written, adds nothing (xfstests generic/568 saw a file "grow" by writing into
+/// its preallocation).
+#[test]
+fn st_blocks_counts_preallocation_and_does_not_count_a_block_twice() {
+    let (region, fs) = fresh(64 << 20);
+    let root = Cred::root();
+    let sectors = |fs: &Fs, ino| fs.getattr(ino).unwrap().blocks;
+    let (a, fh) = fs.create(&root, ROOT_INO, b"f", 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(a.ino, fh);
+    assert_eq!(sectors(&fs, a.ino), 0);
+    // Two bytes across a block boundary preallocate two blocks.
+    fs.fallocate(&root, a.ino, 4095, 2, 0).unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16);
+    fs.write(&root, a.ino, 4095, b"xy").unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16);
+    fs.sync_all().unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16);
+    // Writing into published blocks adds nothing; a new block adds one.
+    fs.write(&root, a.ino, 0, &[7u8; 8192]).unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16);
+    fs.write(&root, a.ino, 8192, &[7u8; 100]).unwrap();
+    assert_eq!(sectors(&fs, a.ino), 24);
+    // Preallocation past EOF (KEEP_SIZE) then a truncate that drops it before publication.
+    fs.fallocate(&root, a.ino, 1 << 20, 4 << 12, libc::FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(sectors(&fs, a.ino), 24 + 32);
+    fs.setattr(&root, a.ino, &SetAttr { size: Some(8192), ..Default::default() }).unwrap();
+    fs.sync_all().unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16);
+    // A punched preallocation, the same before and after publication and after remount.
+    fs.fallocate(&root, a.ino, 16384, 4 << 12, 0).unwrap();
+    fs.fallocate(&root, a.ino, 16384, 2 << 12, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16 + 16);
+    fs.sync_all().unwrap();
+    assert_eq!(sectors(&fs, a.ino), 16 + 16);
+    let fs = remount(&region, fs);
+    assert_eq!(sectors(&fs, a.ino), 16 + 16);
+}
