@@ -17,7 +17,9 @@ use crate::view::{Node, Src, View, FIRST_COOKIE};
 use linefs_pm::layout::{FormatParams, Geometry, Superblock, BLOCK_SIZE};
 use linefs_pm::oplog::{AppendError, EntryLoc, LogSlot, ScanStop};
 use linefs_pm::public::{dtype_of_mode, PublicArea, XATTR_SPACE};
-use linefs_pm::record::{decode_records, valid_name, EntryBuilder, InodeImage, Record, Timespec, MAX_FILE_SIZE};
+use linefs_pm::record::{
+    decode_records, valid_name, xattrs_len, EntryBuilder, InodeImage, Record, Timespec, MAX_FILE_SIZE, XATTR_VALUE_MAX,
+};
 use linefs_pm::region::{Backing, PersistMethod};
 use linefs_pm::PmRegion;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -176,7 +178,6 @@ fn data_capacity(free: u64) -> u64 {
 /// Most links one inode may have.
 const LINK_MAX: u32 = 65000;
 /// Largest value of one extended attribute.
-const XATTR_VALUE_MAX: usize = 65536;
 /// The attribute holding a file's capabilities (setcap(8)).
 const XATTR_CAPS: &[u8] = b"security.capability";
 
@@ -1769,9 +1770,8 @@ impl Fs {
         }
         let mut attrs = n.xattrs.clone();
         attrs.insert(name.to_vec(), value.to_vec());
-        let used: usize = attrs.iter().map(|(k, v)| 4 + k.len() + v.len()).sum();
-        if used > XATTR_SPACE {
-            return Err(FsError::NoSpace("extended attributes exceed 4 KiB per inode"));
+        if xattrs_len(attrs.iter().map(|(k, v)| (&k[..], &v[..]))) > XATTR_SPACE {
+            return Err(FsError::NoSpace("extended attributes exceed 254 KiB per inode"));
         }
         let mut img = n.img;
         img.ctime = now();

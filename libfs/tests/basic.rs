@@ -400,3 +400,37 @@ fn st_blocks_counts_preallocation_and_does_not_count_a_block_twice() {
     let fs = remount(&region, fs);
     assert_eq!(sectors(&fs, a.ino), 16 + 16);
 }
+
+/// Extended attributes beyond one block: a thousand small ones and a value of Linux's
+/// 64 KiB maximum (xfstests generic/020), kept across publication and remount; one byte
+/// more is E2BIG, and more than an inode may hold is ENOSPC.
+#[test]
+fn many_and_large_extended_attributes() {
+    let (region, fs) = fresh(64 << 20);
+    let root = Cred::root();
+    let (a, fh) = fs.create(&root, ROOT_INO, b"f", 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(a.ino, fh);
+    for i in 0..1000 {
+        fs.setxattr(&root, a.ino, format!("user.attribute_{i}").as_bytes(), format!("value_{i}").as_bytes(), 0)
+            .unwrap();
+    }
+    let big: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+    fs.setxattr(&root, a.ino, b"user.big", &big, 0).unwrap();
+    assert!(matches!(fs.setxattr(&root, a.ino, b"user.bigger", &vec![0; 65537], 0), Err(FsError::AttrTooBig)));
+    fs.setxattr(&root, a.ino, b"user.big2", &big, 0).unwrap();
+    fs.setxattr(&root, a.ino, b"user.big3", &big, 0).unwrap();
+    assert!(matches!(fs.setxattr(&root, a.ino, b"user.big4", &big, 0), Err(FsError::NoSpace(_))));
+    fs.removexattr(&root, a.ino, b"user.big3").unwrap();
+    let check = |fs: &Fs| {
+        assert_eq!(fs.getxattr(&root, a.ino, b"user.big").unwrap(), big);
+        assert_eq!(fs.getxattr(&root, a.ino, b"user.attribute_999").unwrap(), b"value_999");
+        let names = fs.listxattr(&root, a.ino).unwrap();
+        assert_eq!(names.iter().filter(|&&c| c == 0).count(), 1002);
+        assert!(matches!(fs.getxattr(&root, a.ino, b"user.big3"), Err(FsError::NoAttr)));
+    };
+    check(&fs);
+    fs.sync_all().unwrap();
+    check(&fs);
+    let fs = remount(&region, fs);
+    check(&fs);
+}

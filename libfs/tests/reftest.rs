@@ -130,7 +130,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => p.clone().prop_map(Op::Rmdir),
         3 => (p.clone(), p.clone(), 0..RENAME_FLAGS.len()).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
         2 => (p.clone(), p.clone()).prop_map(|(from, to)| Op::Link { from, to }),
-        2 => (p.clone(), 0..XATTR_NAMES.len(), 0usize..300, 0..XATTR_FLAGS.len())
+        // Values up to Linux's maximum (64 KiB): the three names together span a chain of
+        // xattr blocks.
+        2 => (p.clone(), 0..XATTR_NAMES.len(), prop_oneof![3 => 0usize..300, 1 => 30_000usize..=65_536], 0..XATTR_FLAGS.len())
             .prop_map(|(path, name, len, flags)| Op::SetXattr { path, name, len, flags }),
         1 => (p.clone(), 0..XATTR_NAMES.len()).prop_map(|(path, name)| Op::RemoveXattr { path, name }),
         2 => (p.clone(), prop_oneof![0u32..0o10000, Just(0o777), Just(0o755), Just(0o1777), Just(0o2777)])

@@ -42,7 +42,9 @@ use crate::region::{PmError, PmRegion};
 /// Size of every block of the PM file.
 pub const BLOCK_SIZE: u64 = 4096;
 /// Persisted format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: extended attributes in a chain of blocks (up to 254 KiB per inode) and 32-bit value
+/// lengths in XATTRS records.
+pub const FORMAT_VERSION: u32 = 2;
 /// Magic at offset 0 of a linefs PM file.
 pub const MAGIC: &[u8; 8] = b"LINEFSPM";
 /// Size of one on-PM inode.
@@ -264,10 +266,6 @@ impl Superblock {
         region.read(0, &mut b)?;
         Superblock::decode(&b, region.len())
     }
-}
-
-pub(crate) fn le16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
 }
 
 pub(crate) fn le32(b: &[u8], off: usize) -> u32 {

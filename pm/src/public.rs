@@ -8,7 +8,7 @@
 //! ```text
 //! off len field
 //!   0 120 attributes, encoded as crate::record::InodeImage (ino, size, parent, mode, …)
-//! 120   8 xattr block (0 = no extended attributes)
+//! 120   8 first xattr block (0 = no extended attributes)
 //! 128 120 block-map roots: 12 direct block pointers, then single, double and triple
 //!         indirect pointers (0 = hole)
 //! 248   4 reserved 0
@@ -31,15 +31,25 @@
 //! 268   4 crc32c over bytes 0..268 (a slot that fails it is free)
 //! ```
 //!
-//! Xattr block (one 4 KiB block per inode that has extended attributes):
+//! Extended attributes: the inode's attributes encoded as one *stream* (the entries of an
+//! XATTRS record, see [`crate::record`]: name_len u8 | reserved [3] | value_len u32 | name |
+//! value), at most [`XATTR_SPACE`] bytes, cut into a chain of xattr blocks:
 //!
 //! ```text
-//!   0   4 magic   b"LFXA"
-//!   4   4 count
-//!   8   4 used    bytes of entries after the header
-//!  12   4 crc32c  over bytes 0..12, then the entries
-//!  16   … entries: name_len u8 | reserved u8 | value_len u16 | name | value
+//!   0   4 magic       b"LFX2"
+//!   4   4 used        stream bytes in this block (1..=4064)
+//!   8   8 next        next block of the chain (0 = last)
+//!  16   4 total       first block: stream bytes in the whole chain (else 0)
+//!  20   4 count       first block: number of attributes (else 0)
+//!  24   4 stream_crc  first block: crc32c of the whole stream (else 0)
+//!  28   4 crc32c      over bytes 0..28, then this block's stream bytes
+//!  32   … stream bytes
 //! ```
+//!
+//! Publication rewrites a chain in place, appending newly allocated blocks (written and
+//! fenced before the pointer to them) and freeing the surplus; a crash in the middle leaves
+//! blocks of two versions, which the per-block and whole-stream checksums reveal, and
+//! recovery's replay of the log rewrites it.
 //!
 //! # Idempotent publication
 //!
@@ -56,8 +66,10 @@
 //!   (the log's published LSN) is durable, so no crash state has two owners of one block;
 //! * the block allocator is not persisted: it is rebuilt at load from the block maps.
 
-use crate::layout::{le16, le32, le64, FormatError, Geometry, BLOCK_SIZE, INODE_SIZE};
-use crate::record::{dtype, InodeImage, Record, INODE_IMAGE_LEN, NAME_MAX};
+use crate::layout::{le32, le64, FormatError, Geometry, BLOCK_SIZE, INODE_SIZE};
+use crate::record::{
+    dtype, get_xattrs, put_xattr, xattrs_len, InodeImage, Record, INODE_IMAGE_LEN, NAME_MAX, XATTR_VALUE_MAX,
+};
 use crate::region::PmRegion;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -68,9 +80,15 @@ const NDIRECT: u64 = 12;
 /// Directory slot size and slots per block.
 pub const DIRENT_SIZE: u64 = 272;
 pub const DIRENTS_PER_BLOCK: u64 = 15;
-const XATTR_MAGIC: &[u8; 4] = b"LFXA";
-/// Bytes available for the entries of one inode's xattr block.
-pub const XATTR_SPACE: usize = BLOCK_SIZE as usize - 16;
+const XATTR_MAGIC: &[u8; 4] = b"LFX2";
+const XATTR_HEADER: usize = 32;
+/// Stream bytes one xattr block holds.
+const XATTR_PAYLOAD: usize = BLOCK_SIZE as usize - XATTR_HEADER;
+/// Longest xattr chain.
+const XATTR_MAX_BLOCKS: usize = 64;
+/// Most bytes the encoded extended attributes of one inode may take (64 blocks, 254 KiB:
+/// room for e.g. three values of Linux's maximum 64 KiB, or thousands of small ones).
+pub const XATTR_SPACE: usize = XATTR_MAX_BLOCKS * XATTR_PAYLOAD;
 
 /// Errors while publishing a record: the record is invalid for the current public state
 /// (only possible with a buggy or hostile log writer), the public area is full, or PM
@@ -235,6 +253,15 @@ impl Allocator {
         Some(self.first + i)
     }
 
+    /// Give back a block just allocated that nothing persisted points to.
+    fn unclaim(&mut self, block: u64) {
+        let i = block - self.first;
+        if self.test(i) {
+            self.used[(i / 64) as usize] &= !(1 << (i % 64));
+            self.free += 1;
+        }
+    }
+
     fn release(&mut self) {
         for b in std::mem::take(&mut self.pending) {
             let i = b - self.first;
@@ -256,6 +283,18 @@ pub struct PublicArea {
     /// during publication, to be rewritten by recovery; any left afterwards are corrupt.
     suspect_inodes: HashSet<u64>,
     suspect_xattrs: HashSet<u64>,
+}
+
+/// Whether a set of extended attributes can be published: names of 1..=255 bytes, values of
+/// at most [`XATTR_VALUE_MAX`], at most [`XATTR_SPACE`] bytes encoded.
+fn check_xattrs(ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+    if attrs.iter().any(|(n, v)| n.is_empty() || n.len() > NAME_MAX || v.len() > XATTR_VALUE_MAX) {
+        return Err(invalid(ino, "extended attribute name or value of invalid length"));
+    }
+    if xattrs_len(attrs.iter().map(|(n, v)| (&n[..], &v[..]))) > XATTR_SPACE {
+        return Err(invalid(ino, "extended attributes exceed the xattr space of an inode"));
+    }
+    Ok(())
 }
 
 fn invalid(ino: u64, why: impl Into<String>) -> PublishError {
@@ -361,8 +400,14 @@ impl PublicArea {
                 pa.nblocks.insert(ino, blocks);
                 let mut xattrs = Vec::new();
                 if inode.xattr != 0 {
-                    pa.claim(ino, inode.xattr)?;
-                    match pa.read_xattrs(inode.xattr)? {
+                    if !pa.geo.is_data_block(inode.xattr) {
+                        return Err(corrupt(ino, format!("xattr block pointer {} outside the data area", inode.xattr)));
+                    }
+                    let (chain, attrs) = pa.read_xattrs(inode.xattr)?;
+                    for b in chain {
+                        pa.claim(ino, b)?;
+                    }
+                    match attrs {
                         Some(x) => xattrs = x,
                         None => {
                             pa.suspect_xattrs.insert(ino);
@@ -486,31 +531,44 @@ impl PublicArea {
         Ok(out)
     }
 
-    fn read_xattrs(&self, block: u64) -> Result<Option<XattrList>, FormatError> {
+    /// Follow the xattr chain from `first`: the blocks it is made of (up to and including
+    /// the first that fails its checks, whose `next` is not followed) and the attributes, or
+    /// `None` if a block or the stream fails its checks (torn by a crash, or corrupt).
+    fn read_xattrs(&self, first: u64) -> Result<(Vec<u64>, Option<XattrList>), FormatError> {
+        let mut chain = Vec::new();
+        let mut stream = Vec::new();
+        let (mut total, mut count, mut stream_crc) = (0, 0, 0);
         let mut b = vec![0u8; BLOCK_SIZE as usize];
-        self.region.read(block * BLOCK_SIZE, &mut b)?;
-        let used = le32(&b, 8) as usize;
-        if &b[0..4] != XATTR_MAGIC || used > XATTR_SPACE {
-            return Ok(None);
-        }
-        if crc32c::crc32c_append(crc32c::crc32c(&b[..12]), &b[16..16 + used]) != le32(&b, 12) {
-            return Ok(None);
-        }
-        let mut out = Vec::new();
-        let mut p = 16;
-        for _ in 0..le32(&b, 4) {
-            if p + 4 > 16 + used {
-                return Ok(None);
+        let mut blk = first;
+        loop {
+            chain.push(blk);
+            self.region.read(blk * BLOCK_SIZE, &mut b)?;
+            let used = le32(&b, 4) as usize;
+            if &b[0..4] != XATTR_MAGIC || used == 0 || used > XATTR_PAYLOAD {
+                return Ok((chain, None));
             }
-            let nl = b[p] as usize;
-            let vl = le16(&b, p + 2) as usize;
-            if p + 4 + nl + vl > 16 + used {
-                return Ok(None);
+            let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..28]), &b[XATTR_HEADER..XATTR_HEADER + used]);
+            if crc != le32(&b, 28) {
+                return Ok((chain, None));
             }
-            out.push((b[p + 4..p + 4 + nl].to_vec(), b[p + 4 + nl..p + 4 + nl + vl].to_vec()));
-            p += 4 + nl + vl;
+            if chain.len() == 1 {
+                (total, count, stream_crc) = (le32(&b, 16) as usize, le32(&b, 20) as usize, le32(&b, 24));
+            }
+            stream.extend_from_slice(&b[XATTR_HEADER..XATTR_HEADER + used]);
+            let next = le64(&b, 8);
+            if next == 0 {
+                break;
+            }
+            // A pointer that passed the checksum but leads nowhere sensible: corrupt.
+            if !self.geo.is_data_block(next) || chain.len() >= XATTR_MAX_BLOCKS || chain.contains(&next) {
+                return Ok((chain, None));
+            }
+            blk = next;
         }
-        Ok(Some(out))
+        if stream.len() != total || crc32c::crc32c(&stream) != stream_crc {
+            return Ok((chain, None));
+        }
+        Ok((chain, get_xattrs(&stream, count)))
     }
 
     /// Read inode `ino` from the table (checksum not required: callers hold it live).
@@ -777,10 +835,7 @@ impl PublicArea {
                 }
                 Record::Xattrs { ino, attrs } => {
                     live(&local, *ino)?;
-                    let used: usize = attrs.iter().map(|(n, v)| 4 + n.len() + v.len()).sum();
-                    if used > XATTR_SPACE {
-                        return Err(invalid(*ino, "extended attributes exceed the xattr block"));
-                    }
+                    check_xattrs(*ino, attrs)?;
                 }
                 Record::FreeInode { ino } => {
                     if *ino <= 1 || *ino >= self.geo.inode_count {
@@ -1040,42 +1095,66 @@ impl PublicArea {
 
     fn apply_xattrs(&mut self, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
+        check_xattrs(ino, attrs)?;
         self.suspect_xattrs.remove(&ino);
+        let old = if inode.xattr != 0 { self.read_xattrs(inode.xattr)?.0 } else { Vec::new() };
         if attrs.is_empty() {
+            for b in old {
+                self.free_block(ino, b, false);
+            }
             if inode.xattr != 0 {
-                self.free_block(ino, inode.xattr, false);
                 inode.xattr = 0;
                 self.write_inode(&inode)?;
             }
             return Ok(());
         }
-        let used: usize = attrs.iter().map(|(n, v)| 4 + n.len() + v.len()).sum();
-        if used > XATTR_SPACE || attrs.iter().any(|(n, v)| n.is_empty() || n.len() > 255 || v.len() > 65535) {
-            return Err(invalid(ino, "extended attributes exceed the xattr block"));
-        }
-        let mut b = vec![0u8; BLOCK_SIZE as usize];
-        b[0..4].copy_from_slice(XATTR_MAGIC);
-        b[4..8].copy_from_slice(&(attrs.len() as u32).to_le_bytes());
-        b[8..12].copy_from_slice(&(used as u32).to_le_bytes());
-        let mut p = 16;
+        let mut stream = Vec::with_capacity(xattrs_len(attrs.iter().map(|(n, v)| (&n[..], &v[..]))));
         for (n, v) in attrs {
-            b[p] = n.len() as u8;
-            b[p + 2..p + 4].copy_from_slice(&(v.len() as u16).to_le_bytes());
-            b[p + 4..p + 4 + n.len()].copy_from_slice(n);
-            b[p + 4 + n.len()..p + 4 + n.len() + v.len()].copy_from_slice(v);
-            p += 4 + n.len() + v.len();
+            put_xattr(&mut stream, n, v);
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..12]), &b[16..16 + used]);
-        b[12..16].copy_from_slice(&crc.to_le_bytes());
-        if inode.xattr != 0 {
-            self.region.write(inode.xattr * BLOCK_SIZE, &b)?;
-            self.region.persist(inode.xattr * BLOCK_SIZE, BLOCK_SIZE)?;
-        } else {
-            let nb = self.alloc.alloc(None).ok_or(PublishError::NoSpace)?;
-            self.region.write(nb * BLOCK_SIZE, &b)?;
-            self.region.persist(nb * BLOCK_SIZE, BLOCK_SIZE)?;
+        let need = stream.len().div_ceil(XATTR_PAYLOAD);
+        // Reuse the old chain's blocks in place, allocate the rest.
+        let reused = need.min(old.len());
+        let mut chain = old[..reused].to_vec();
+        while chain.len() < need {
+            match self.alloc.alloc(chain.last().map(|b| b + 1)) {
+                Some(b) => chain.push(b),
+                None => {
+                    // Give back what this call took; nothing points to it yet.
+                    for &b in &chain[reused..] {
+                        self.alloc.unclaim(b);
+                    }
+                    return Err(PublishError::NoSpace);
+                }
+            }
+        }
+        let mut img = vec![0u8; BLOCK_SIZE as usize];
+        // New blocks first, fenced before any pointer to them; then the reused ones.
+        for pass in [reused..need, 0..reused] {
+            for i in pass {
+                let part = &stream[i * XATTR_PAYLOAD..((i + 1) * XATTR_PAYLOAD).min(stream.len())];
+                img.fill(0);
+                img[0..4].copy_from_slice(XATTR_MAGIC);
+                img[4..8].copy_from_slice(&(part.len() as u32).to_le_bytes());
+                img[8..16].copy_from_slice(&chain.get(i + 1).copied().unwrap_or(0).to_le_bytes());
+                if i == 0 {
+                    img[16..20].copy_from_slice(&(stream.len() as u32).to_le_bytes());
+                    img[20..24].copy_from_slice(&(attrs.len() as u32).to_le_bytes());
+                    img[24..28].copy_from_slice(&crc32c::crc32c(&stream).to_le_bytes());
+                }
+                img[XATTR_HEADER..XATTR_HEADER + part.len()].copy_from_slice(part);
+                let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..28]), part);
+                img[28..32].copy_from_slice(&crc.to_le_bytes());
+                self.region.write(chain[i] * BLOCK_SIZE, &img)?;
+                self.region.persist(chain[i] * BLOCK_SIZE, BLOCK_SIZE)?;
+            }
             self.region.fence();
-            inode.xattr = nb;
+        }
+        for &b in &old[reused..] {
+            self.free_block(ino, b, false);
+        }
+        if inode.xattr != chain[0] {
+            inode.xattr = chain[0];
             self.write_inode(&inode)?;
         }
         Ok(())
@@ -1085,7 +1164,9 @@ impl PublicArea {
         let ino = inode.img.ino;
         self.free_range(inode, 0, u64::MAX)?;
         if inode.xattr != 0 {
-            self.free_block(ino, inode.xattr, false);
+            for b in self.read_xattrs(inode.xattr)?.0 {
+                self.free_block(ino, b, false);
+            }
             inode.xattr = 0;
         }
         self.dirs.remove(&ino);
@@ -1239,6 +1320,60 @@ mod tests {
         let (_, loaded) = PublicArea::load(region, geo).unwrap();
         assert_eq!(loaded.dirs[&1].len(), 1);
         assert_eq!(loaded.dirs[&1][0].name, b"b");
+    }
+
+    #[test]
+    fn xattr_chains_grow_shrink_reload_and_reveal_a_torn_block() {
+        let (region, geo) = setup();
+        let (mut pa, _) = PublicArea::load(region.clone(), geo).unwrap();
+        let mut b = EntryBuilder::new();
+        b.inode(&file(2), true);
+        apply(&mut pa, &b);
+        let base = pa.free_blocks();
+        let set = |pa: &mut PublicArea, attrs: &XattrList| {
+            let mut b = EntryBuilder::new();
+            b.xattrs(2, attrs.iter().map(|(n, v)| (&n[..], &v[..])));
+            apply(pa, &b);
+        };
+        let loaded =
+            |region: &Arc<PmRegion>| PublicArea::load(region.clone(), geo).unwrap().1.inodes[&2].xattrs.clone();
+        // A thousand small attributes and one value of the 64 KiB maximum.
+        let mut attrs: XattrList = (0..1000)
+            .map(|i| (format!("user.attribute_{i}").into_bytes(), format!("value_{i}").into_bytes()))
+            .collect();
+        attrs.push((b"user.big".to_vec(), (0..65536u32).map(|i| (i * 13) as u8).collect()));
+        set(&mut pa, &attrs);
+        let blocks = xattrs_len(attrs.iter().map(|(n, v)| (&n[..], &v[..]))).div_ceil(XATTR_PAYLOAD) as u64;
+        assert!(blocks > 20);
+        assert_eq!(base - pa.free_blocks(), blocks);
+        assert_eq!(loaded(&region), attrs);
+        // Shrink to one block (the surplus is freed), grow again, remove all.
+        set(&mut pa, &attrs[..10].to_vec());
+        assert_eq!(base - pa.free_blocks(), 1);
+        assert_eq!(loaded(&region), attrs[..10].to_vec());
+        set(&mut pa, &attrs);
+        assert_eq!(base - pa.free_blocks(), blocks);
+        let (pa2, _) = PublicArea::load(region.clone(), geo).unwrap();
+        assert_eq!(pa2.free_blocks(), pa.free_blocks());
+        // A torn block in the middle of the chain: the inode is suspect until rewritten.
+        let first = pa.read_inode(2).unwrap().xattr;
+        let (chain, _) = pa.read_xattrs(first).unwrap();
+        region.write(chain[5] * BLOCK_SIZE + 100, b"torn").unwrap();
+        let (mut pa3, l3) = PublicArea::load(region.clone(), geo).unwrap();
+        assert!(l3.inodes[&2].xattrs.is_empty());
+        assert!(pa3.check_suspects().is_err());
+        set(&mut pa3, &attrs);
+        pa3.check_suspects().unwrap();
+        assert_eq!(loaded(&region), attrs);
+        let (pa4, _) = PublicArea::load(region.clone(), geo).unwrap();
+        assert_eq!(pa4.free_blocks(), base - blocks);
+        set(&mut pa3, &Vec::new());
+        assert_eq!(pa3.free_blocks(), base);
+        assert!(loaded(&region).is_empty());
+        // More than an inode may hold is refused.
+        let huge: XattrList = (0..5).map(|i| (format!("user.{i}").into_bytes(), vec![1u8; 65536])).collect();
+        assert!(pa3.apply(&Record::Xattrs { ino: 2, attrs: huge }).is_err());
+        assert!(pa3.apply(&Record::Xattrs { ino: 2, attrs: vec![(b"user.v".to_vec(), vec![0; 65537])] }).is_err());
     }
 
     #[test]

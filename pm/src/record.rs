@@ -32,16 +32,54 @@
 //! PUNCH               0 ino u64 | 8 offset u64 | 16 len u64   (reads as zeros afterwards)
 //! ALLOC               0 ino u64 | 8 offset u64 | 16 len u64   (allocate, zero-filled)
 //! XATTRS              0 ino u64 | 8 count u32 | 12 reserved u32 | then count times:
-//!                     name_len u8 | reserved u8 | value_len u16 | name | value
+//!                     name_len u8 | reserved [3] | value_len u32 | name | value
+//!                     (the same entry encoding as the public area's xattr stream)
 //! FREE_INODE          0 ino u64
 //! ```
 
-use crate::layout::{le16, le32, le64, FormatError};
+use crate::layout::{le32, le64, FormatError};
 
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
-/// Largest value of one extended attribute.
-pub const XATTR_VALUE_MAX: usize = 65535;
+/// Largest value of one extended attribute (Linux's XATTR_SIZE_MAX).
+pub const XATTR_VALUE_MAX: usize = 65536;
+/// Bytes before the name of one encoded extended attribute.
+pub const XATTR_ENTRY_HEADER: usize = 8;
+
+/// Encoded size of a set of extended attributes (entries only).
+pub fn xattrs_len<'a>(attrs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> usize {
+    attrs.into_iter().map(|(n, v)| XATTR_ENTRY_HEADER + n.len() + v.len()).sum()
+}
+
+/// Append one attribute: name_len u8 | reserved [3] | value_len u32 | name | value.
+pub fn put_xattr(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.push(name.len() as u8);
+    out.extend_from_slice(&[0; 3]);
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
+}
+
+/// Decode `count` attributes that must fill `b` exactly; `None` if they do not, or if a
+/// name is empty or a value longer than [`XATTR_VALUE_MAX`].
+pub fn get_xattrs(b: &[u8], count: usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut attrs = Vec::with_capacity(count.min(1024));
+    let mut q = 0;
+    for _ in 0..count {
+        if q + XATTR_ENTRY_HEADER > b.len() {
+            return None;
+        }
+        let nl = b[q] as usize;
+        let vl = le32(b, q + 4) as usize;
+        let start = q + XATTR_ENTRY_HEADER;
+        if nl == 0 || vl > XATTR_VALUE_MAX || start + nl + vl > b.len() {
+            return None;
+        }
+        attrs.push((b[start..start + nl].to_vec(), b[start + nl..start + nl + vl].to_vec()));
+        q = start + nl + vl;
+    }
+    (q == b.len()).then_some(attrs)
+}
 
 /// Directory-entry types (the `DT_*` values of `readdir`).
 pub mod dtype {
@@ -298,18 +336,14 @@ impl EntryBuilder {
 
     /// The complete set of extended attributes of `ino` after this entry.
     pub fn xattrs<'a>(&mut self, ino: u64, attrs: impl IntoIterator<Item = (&'a [u8], &'a [u8])> + Clone) {
-        let len: usize = 16 + attrs.clone().into_iter().map(|(n, v)| 4 + n.len() + v.len()).sum::<usize>();
-        let s = self.begin(RecordKind::Xattrs, 0, len);
+        let mut enc = Vec::with_capacity(xattrs_len(attrs.clone()));
         let mut count = 0u32;
-        let mut p = s + 16;
         for (n, v) in attrs {
-            self.buf[p] = n.len() as u8;
-            self.buf[p + 2..p + 4].copy_from_slice(&(v.len() as u16).to_le_bytes());
-            self.buf[p + 4..p + 4 + n.len()].copy_from_slice(n);
-            self.buf[p + 4 + n.len()..p + 4 + n.len() + v.len()].copy_from_slice(v);
-            p += 4 + n.len() + v.len();
+            put_xattr(&mut enc, n, v);
             count += 1;
         }
+        let s = self.begin(RecordKind::Xattrs, 0, 16 + enc.len());
+        self.buf[s + 16..s + 16 + enc.len()].copy_from_slice(&enc);
         self.buf[s..s + 8].copy_from_slice(&ino.to_le_bytes());
         self.buf[s + 8..s + 12].copy_from_slice(&count.to_le_bytes());
         self.end();
@@ -405,24 +439,9 @@ pub fn decode_records(payload: &[u8], payload_off: u64) -> Result<Vec<Record>, F
                 if b.len() < 16 {
                     return Err(corrupt(format!("xattrs at {p}: too short")));
                 }
-                let count = le32(b, 8) as usize;
-                let mut attrs = Vec::with_capacity(count.min(256));
-                let mut q = 16;
-                for _ in 0..count {
-                    if q + 4 > b.len() {
-                        return Err(corrupt(format!("xattrs at {p}: truncated")));
-                    }
-                    let nl = b[q] as usize;
-                    let vl = le16(b, q + 2) as usize;
-                    if nl == 0 || q + 4 + nl + vl > b.len() {
-                        return Err(corrupt(format!("xattrs at {p}: bad lengths")));
-                    }
-                    attrs.push((b[q + 4..q + 4 + nl].to_vec(), b[q + 4 + nl..q + 4 + nl + vl].to_vec()));
-                    q += 4 + nl + vl;
-                }
-                if q != b.len() {
-                    return Err(corrupt(format!("xattrs at {p}: trailing bytes")));
-                }
+                let Some(attrs) = get_xattrs(&b[16..], le32(b, 8) as usize) else {
+                    return Err(corrupt(format!("xattrs at {p}: bad lengths")));
+                };
                 Record::Xattrs { ino: le64(b, 0), attrs }
             }
             8 => {
