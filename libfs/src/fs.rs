@@ -1633,13 +1633,15 @@ impl Fs {
     }
 
     pub fn opendir(&self, cred: &Cred, ino: Ino, _flags: i32) -> FsResult<u64> {
-        let inner = self.rlock();
-        let n = inner.dir(ino)?;
-        if !perm::may(cred, &n.img, R_OK) {
-            return Err(FsError::Access);
-        }
+        let limit = {
+            let inner = self.rlock();
+            let n = inner.dir(ino)?;
+            if !perm::may(cred, &n.img, R_OK) {
+                return Err(FsError::Access);
+            }
+            n.dir.as_ref().expect("dir").next_cookie()
+        };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let limit = n.dir.as_ref().expect("dir").next_cookie();
         self.dir_streams.lock().insert(fh, limit);
         Ok(fh)
     }
@@ -1654,13 +1656,15 @@ impl Fs {
     /// renames each entry it reads (away and back, as generic/736 does) meets it again at
     /// the end of the directory, forever.
     pub fn readdir_stream(&self, ino: Ino, fh: u64, offset: u64) -> FsResult<Vec<DirEntry>> {
-        let limit = {
-            let mut streams = self.dir_streams.lock();
-            if offset == 0 {
-                let now = self.rlock().dir(ino)?.dir.as_ref().expect("dir").next_cookie();
-                streams.insert(fh, now);
-            }
-            streams.get(&fh).copied().unwrap_or(u64::MAX)
+        // Lock order: `dir_streams` is never held while waiting for the view's lock, nor the
+        // other way round. Holding both in opposite orders here and in opendir deadlocked
+        // the mount as soon as a writer queued for the view between them (xfstests 631).
+        let limit = if offset == 0 {
+            let now = self.rlock().dir(ino)?.dir.as_ref().expect("dir").next_cookie();
+            self.dir_streams.lock().insert(fh, now);
+            now
+        } else {
+            self.dir_streams.lock().get(&fh).copied().unwrap_or(u64::MAX)
         };
         self.readdir_upto(ino, offset, limit)
     }
