@@ -16,7 +16,7 @@ use crate::perm;
 use crate::view::{Node, Src, View, FIRST_COOKIE};
 use linefs_pm::layout::{FormatParams, Geometry, Superblock, BLOCK_SIZE};
 use linefs_pm::oplog::{AppendError, EntryLoc, LogSlot, ScanStop};
-use linefs_pm::public::{dtype_of_mode, PublicArea, XATTR_SPACE};
+use linefs_pm::public::{dtype_of_mode, xattr_chain_blocks, PublicArea, XATTR_SPACE};
 use linefs_pm::record::{
     decode_records, valid_name, xattrs_len, EntryBuilder, InodeImage, Record, Timespec, MAX_FILE_SIZE, XATTR_VALUE_MAX,
 };
@@ -1774,7 +1774,8 @@ impl Fs {
         }
         let mut attrs = n.xattrs.clone();
         attrs.insert(name.to_vec(), value.to_vec());
-        if xattrs_len(attrs.iter().map(|(k, v)| (&k[..], &v[..]))) > XATTR_SPACE {
+        let len = xattrs_len(attrs.iter().map(|(k, v)| (&k[..], &v[..])));
+        if len > XATTR_SPACE {
             return Err(FsError::NoSpace("extended attributes exceed 254 KiB per inode"));
         }
         let mut img = n.img;
@@ -1782,7 +1783,10 @@ impl Fs {
         let mut b = EntryBuilder::new();
         b.xattrs(ino, attrs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
         b.inode(&img, false);
-        inner.commit(&b, 1)?;
+        // Publication writes the whole chain; blocks it reuses are counted too (an upper bound,
+        // like every reservation), so that a full file system refuses the call here rather
+        // than leaving publication without space for an acknowledged entry.
+        inner.commit(&b, xattr_chain_blocks(len))?;
         Ok(())
     }
 

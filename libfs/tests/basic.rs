@@ -477,3 +477,41 @@ fn directory_streams_and_writers_do_not_deadlock() {
     });
     rx.recv_timeout(std::time::Duration::from_secs(30)).expect("deadlock: the threads did not stop");
 }
+
+/// Large extended attributes on a nearly full file system (xfstests generic/103): each call
+/// either fits or fails with ENOSPC; none is acknowledged without the space its publication
+/// needs (setxattr once reserved one block for a chain of up to 64, publication then ran out
+/// of space, every later update failed and recovery could not mount the node).
+#[test]
+fn large_xattrs_on_a_full_file_system_fail_cleanly() {
+    let (region, fs) = fresh(32 << 20);
+    let root = Cred::root();
+    let mut files = Vec::new();
+    for i in 0..64 {
+        let (a, fh) = fs.create(&root, ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, libc::O_RDWR).unwrap();
+        fs.release(a.ino, fh);
+        files.push(a.ino);
+    }
+    let st = fs.statfs();
+    let (s, fh) = fs.create(&root, ROOT_INO, b"spc", 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(s.ino, fh);
+    let fill = (st.bavail * st.bsize as u64).saturating_sub(512 << 10);
+    fs.fallocate(&root, s.ino, 0, fill, 0).unwrap();
+    let value = vec![b'x'; 65536];
+    let mut stored = 0;
+    for &ino in &files {
+        match fs.setxattr(&root, ino, b"user.test", &value, 0) {
+            Ok(()) => stored += 1,
+            Err(FsError::NoSpace(_)) => {}
+            Err(e) => panic!("setxattr: {e}"),
+        }
+    }
+    assert!(stored < 64, "all 64 values of 64 KiB fitted in 512 KiB");
+    fs.sync_all().unwrap();
+    for i in 0..files.len() {
+        fs.unlink(&root, ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    let fs = remount(&region, fs);
+    fs.unlink(&root, ROOT_INO, b"spc").unwrap();
+    fs.sync_all().unwrap();
+}

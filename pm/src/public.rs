@@ -90,6 +90,11 @@ const XATTR_MAX_BLOCKS: usize = 64;
 /// room for e.g. three values of Linux's maximum 64 KiB, or thousands of small ones).
 pub const XATTR_SPACE: usize = XATTR_MAX_BLOCKS * XATTR_PAYLOAD;
 
+/// Blocks of the xattr chain that holds `len` bytes of encoded attributes.
+pub fn xattr_chain_blocks(len: usize) -> u64 {
+    len.div_ceil(XATTR_PAYLOAD) as u64
+}
+
 /// Errors while publishing a record: the record is invalid for the current public state
 /// (only possible with a buggy or hostile log writer), the public area is full, or PM
 /// access failed.
@@ -1112,7 +1117,7 @@ impl PublicArea {
         for (n, v) in attrs {
             put_xattr(&mut stream, n, v);
         }
-        let need = stream.len().div_ceil(XATTR_PAYLOAD);
+        let need = xattr_chain_blocks(stream.len()) as usize;
         // Reuse the old chain's blocks in place, allocate the rest.
         let reused = need.min(old.len());
         let mut chain = old[..reused].to_vec();
