@@ -10,25 +10,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../fuse-mount/tests/support/fuse.rs"]
+mod support;
+use support::fuse_available;
+
 use serde_json::Value;
 
 const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
 const RUN_LIMIT: Duration = Duration::from_secs(40);
 const TARGETS: [&str; 3] = ["local", "fuse-passthrough", "linefs"];
-
-fn fuse_available() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse does not exist");
-        return false;
-    }
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!("skipped: fusermount3 is not installed");
-    }
-    found
-}
 
 /// Runs `linefs bench ARGS --json --dir DIR`, bounded by RUN_LIMIT; returns its JSON report.
 fn bench(dir: &Path, args: &[&str]) -> Value {

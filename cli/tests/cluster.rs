@@ -8,21 +8,11 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output};
 
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
+#[path = "../../fuse-mount/tests/support/fuse.rs"]
+mod support;
+use support::fuse_available;
 
-fn fuse_available() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse does not exist");
-        return false;
-    }
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!("skipped: fusermount3 is not installed");
-    }
-    found
-}
+const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
 
 fn linefs(dir: &Path, args: &[&str]) -> Output {
     // LINEFS_FUSE=self: run the daemon from this very build of `linefs` (its hidden

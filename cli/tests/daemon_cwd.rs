@@ -8,18 +8,11 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
+#[path = "../../fuse-mount/tests/support/fuse.rs"]
+mod support;
+use support::fuse_available;
 
-fn fuse_available() -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !Path::new("/dev/fuse").exists() || !found {
-        eprintln!("skipped: needs /dev/fuse and fusermount3");
-        return false;
-    }
-    true
-}
+const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
 
 fn linefs(cwd: &Path, dir: &Path, args: &[&str]) -> String {
     let out = Command::new(LINEFS)

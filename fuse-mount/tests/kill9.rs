@@ -8,37 +8,18 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn fuse_available() -> bool {
-    let ok = Path::new("/dev/fuse").exists()
-        && Command::new("fusermount3").arg("-V").output().is_ok()
-        // SAFETY: geteuid has no preconditions.
-        && unsafe { libc::geteuid() } == 0;
-    if !ok {
-        eprintln!("skipping: needs root, /dev/fuse and fusermount3");
-    }
-    ok
-}
-
-fn start(pm: &Path, mnt: &Path) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_linefs-fuse"))
-        .arg("--pm")
-        .arg(pm)
-        .arg(mnt)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn linefs-fuse");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("readiness");
-    assert_eq!(line.trim(), "ready");
-    child
-}
+#[path = "support/fuse.rs"]
+mod support;
+use support::fuse_available_as_root;
+#[path = "support/daemon.rs"]
+mod daemon;
+use daemon::start_linefs_fuse;
 
 /// The content of manifest entry `i`: a size and pattern derived from `i`.
 fn content(i: u64) -> Vec<u8> {
@@ -75,7 +56,7 @@ fn writer(mnt: PathBuf, first: u64, manifest: Arc<Mutex<Vec<(String, u64)>>>) {
 
 #[test]
 fn every_fsynced_file_survives_kill_9() {
-    if !fuse_available() {
+    if !fuse_available_as_root() {
         return;
     }
     let work = tempfile::tempdir().expect("tempdir");
@@ -88,7 +69,7 @@ fn every_fsynced_file_survives_kill_9() {
     let rounds = std::env::var("LINEFS_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let mut next = 0u64;
     for round in 0..rounds {
-        let mut child = start(&pm, &mnt);
+        let mut child = start_linefs_fuse(&pm, &mnt);
         // Everything acknowledged in earlier rounds is still there.
         for (name, i) in manifest.lock().unwrap().iter() {
             let got = std::fs::read(mnt.join(name)).unwrap_or_else(|e| panic!("round {round}: {name}: {e}"));
@@ -106,7 +87,7 @@ fn every_fsynced_file_survives_kill_9() {
         w.join().expect("writer");
         next = manifest.lock().unwrap().iter().map(|(_, i)| i + 1).max().unwrap_or(0) + 1000;
     }
-    let mut child = start(&pm, &mnt);
+    let mut child = start_linefs_fuse(&pm, &mnt);
     let n = manifest.lock().unwrap().len();
     for (name, i) in manifest.lock().unwrap().iter() {
         let got = std::fs::read(mnt.join(name)).unwrap_or_else(|e| panic!("final: {name}: {e}"));

@@ -12,24 +12,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "support/fuse.rs"]
+mod support;
+use support::fuse_available;
+
 use fuse_mount::mount::mount;
 use fuse_mount::{LinefsFuse, MountConfig, Passthrough};
 use libfs::{FormatOptions, Fs, FsOptions};
-
-fn fuse_available() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse does not exist");
-        return false;
-    }
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!("skipped: fusermount3 is not installed");
-        return false;
-    }
-    true
-}
 
 fn config() -> MountConfig {
     MountConfig { threads: 2, ..MountConfig::default() }

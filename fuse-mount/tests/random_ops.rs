@@ -9,23 +9,18 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-fn fuse_available() -> bool {
-    let ok = Path::new("/dev/fuse").exists()
-        && Command::new("fusermount3").arg("-V").output().is_ok()
-        // SAFETY: geteuid has no preconditions.
-        && unsafe { libc::geteuid() } == 0;
-    if !ok {
-        eprintln!("skipping: needs root, /dev/fuse and fusermount3");
-    }
-    ok
-}
+#[path = "support/fuse.rs"]
+mod support;
+use support::fuse_available_as_root;
+#[path = "support/daemon.rs"]
+mod daemon;
+use daemon::start_linefs_fuse;
 
 struct Mount {
     child: Child,
@@ -34,18 +29,7 @@ struct Mount {
 
 impl Mount {
     fn start(pm: &Path, mnt: &Path) -> Mount {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_linefs-fuse"))
-            .arg("--pm")
-            .arg(pm)
-            .arg(mnt)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn linefs-fuse");
-        let out = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(out).read_line(&mut line).expect("read readiness");
-        assert_eq!(line.trim(), "ready", "linefs-fuse did not become ready");
+        let child = start_linefs_fuse(pm, mnt);
         // The directory must now be a FUSE mount, or the test would compare the host with
         // itself.
         let c = CString::new(mnt.as_os_str().as_bytes()).expect("path");
@@ -235,7 +219,7 @@ fn random_op(rng: &mut StdRng) -> Op {
 
 #[test]
 fn random_ops_agree_with_the_host_file_system() {
-    if !fuse_available() {
+    if !fuse_available_as_root() {
         return;
     }
     let work = tempfile::tempdir().expect("tempdir");

@@ -5,27 +5,16 @@
 
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+#[path = "support/fuse.rs"]
+mod support;
+use support::fuse_available;
 
 use fuse_mount::mount::mount;
 use fuse_mount::{LinefsFuse, MountConfig};
 use libfs::{FormatOptions, Fs, FsOptions};
-
-fn fuse_available() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse does not exist");
-        return false;
-    }
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!("skipped: fusermount3 is not installed");
-    }
-    found
-}
 
 /// lseek(2) as the kernel answers it: the offset, or the errno.
 fn lseek(file: &fs::File, off: i64, whence: i32) -> Result<i64, i32> {
