@@ -168,20 +168,26 @@ fn reap(pid: i32) {
     unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
 }
 
-/// Whether `pid` is a live (not zombie) process.
+/// Whether `pid` is a live process: not a zombie, or a zombie thread-group leader whose other
+/// threads are still exiting. After SIGKILL the leader turns zombie first; the files of the
+/// process (the PM file and its lock among them) are closed only when the last thread is gone.
 pub fn alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
     reap(pid);
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => match stat.rfind(')') {
-            Some(i) => !matches!(stat[i + 1..].trim_start().chars().next(), Some('Z') | Some('X')),
-            None => false,
-        },
-        Err(_) => false,
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the parenthesised command name.
+    let Some(i) = stat.rfind(')') else {
+        return false;
+    };
+    if !matches!(stat[i + 1..].trim_start().chars().next(), Some('Z') | Some('X')) {
+        return true;
     }
+    // A zombie leader lists its exiting threads (and itself) under task/.
+    std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count() > 1).unwrap_or(false)
 }
 
 /// Whether `pid` is alive and is one of our daemons (guards against pid reuse).

@@ -3,15 +3,20 @@
 //! A one-node cluster of its own (in DIR/soak-PID, PM file in the PM directory) is mounted;
 //! a writer creates files of known content under `soak/` on the mount, fsyncs each (a third
 //! of them written under a temporary name, fsynced and renamed into place), and only then
-//! records it in a manifest kept outside the mount (appended and fsynced). Meanwhile the
+//! records it in a manifest kept outside the mount (appended and fsynced). Once the live files
+//! hold more than 256 MiB it deletes the oldest (unlink, directory fsync, recorded too), so a
+//! soak of any length keeps writing into a 1 GiB node. Meanwhile the
 //! host is killed at random moments — `linefs kill-host 0`: SIGKILL of the mount daemon, the
 //! mount detached — and restarted with `linefs restart-host 0`, which runs recovery. After
-//! every restart and at the end, every manifest entry must be there with its content.
+//! every restart and at the end, every live manifest entry must be there with its content and
+//! the latest 2,000 acknowledged deletions must still be gone. A call that fails while the
+//! mount is up (ENOSPC, EIO, …) ends the soak with that error.
 //!
 //! The writer works in a subdirectory of the mount so that, once the dead mount is detached,
 //! its calls fail (the directory does not exist underneath) instead of landing in the empty
 //! mount point.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,50 +44,133 @@ fn content(i: u64) -> Vec<u8> {
     (0..len).map(|k| (k as u64).wrapping_mul(31).wrapping_add(i.wrapping_mul(7)) as u8).collect()
 }
 
-/// Files acknowledged by fsync: (index), in the order they were recorded.
-type Manifest = Arc<Mutex<Vec<u64>>>;
+/// Live files are deleted, oldest first, once their contents add up to more than this, so
+/// that a soak of any length keeps writing instead of filling the file system (1 GiB PM).
+const LIVE_BYTES: u64 = 256 << 20;
+/// How many of the most recent acknowledged deletions every check looks for (must be gone).
+const GONE_CHECKED: usize = 2000;
 
-/// Write files `first..` until a call fails (the mount was killed) or `stop` is set.
-fn writer(dir: PathBuf, first: u64, manifest: Manifest, log: Arc<Mutex<File>>, stop: Arc<AtomicBool>) {
+/// What the writer has had acknowledged, in order.
+#[derive(Default)]
+struct Acked {
+    /// Files whose creation was fsynced (file and directory): (index, length). Must be there.
+    live: VecDeque<(u64, u64)>,
+    live_bytes: u64,
+    /// The latest files whose unlink was fsynced (directory). Must stay gone.
+    gone: VecDeque<u64>,
+    created: u64,
+    deleted: u64,
+    /// One past the highest index whose creation was acknowledged.
+    next: u64,
+}
+
+type Manifest = Arc<Mutex<Acked>>;
+
+fn lock(m: &Manifest) -> std::sync::MutexGuard<'_, Acked> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The writer's shared state with the soak's main loop.
+struct Writer {
+    dir: PathBuf,
+    manifest: Manifest,
+    log: Arc<Mutex<File>>,
+    /// Set at the end of the soak: return after the current file.
+    stop: Arc<AtomicBool>,
+    /// Set just before the mount is killed: from then on failing calls are expected.
+    killing: Arc<AtomicBool>,
+}
+
+/// Records `line` durably in the manifest file outside the mount.
+fn record(log: &Mutex<File>, line: std::fmt::Arguments) -> std::io::Result<()> {
+    let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+    l.write_fmt(line)?;
+    l.sync_data()
+}
+
+/// Creates files `first..` and deletes the oldest ones beyond [`LIVE_BYTES`], each step
+/// acknowledged (fsynced) before it is recorded, until `stop` is set or a call fails.
+/// A failure is an error of the soak unless it came after `killing` was set.
+fn writer(w: Writer, first: u64) -> Result<(), String> {
+    let fsync_dir = |dir: &Path| File::open(dir)?.sync_all();
     for i in first.. {
-        if stop.load(Ordering::Relaxed) {
-            return;
+        if w.stop.load(Ordering::SeqCst) {
+            return Ok(());
         }
         let data = content(i);
-        let name = dir.join(format!("f{i}"));
-        let res = (|| -> std::io::Result<()> {
+        let name = w.dir.join(format!("f{i}"));
+        let created = (|| -> std::io::Result<()> {
             if i % 3 == 0 {
-                let tmp = dir.join(format!("tmp{i}"));
+                let tmp = w.dir.join(format!("tmp{i}"));
                 let mut f = File::create(&tmp)?;
                 f.write_all(&data)?;
                 f.sync_all()?;
                 std::fs::rename(&tmp, &name)?;
-                // The rename is durable once the directory is synced.
-                File::open(&dir)?.sync_all()?;
             } else {
                 let mut f = File::create(&name)?;
                 f.write_all(&data)?;
                 f.sync_all()?;
-                File::open(&dir)?.sync_all()?;
             }
-            Ok(())
+            // The new name is durable once the directory is synced.
+            fsync_dir(&w.dir)
         })();
-        if res.is_err() {
-            return; // the mount is gone
+        let acked = created.and_then(|()| record(&w.log, format_args!("+f{i} {}\n", data.len())));
+        if let Err(e) = acked {
+            return failed(&w, format!("create f{i}"), e);
         }
-        // Acknowledged: record it, durably, outside the mount.
-        let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
-        if writeln!(l, "f{i} {}", data.len()).and_then(|()| l.sync_data()).is_err() {
-            return;
+        {
+            let mut m = lock(&w.manifest);
+            m.live.push_back((i, data.len() as u64));
+            m.live_bytes += data.len() as u64;
+            m.created += 1;
+            m.next = i + 1;
         }
-        manifest.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+        loop {
+            // Out of the live set before the unlink: if the mount dies half-way, the file may
+            // or may not be there and neither list claims it.
+            let (old, len) = {
+                let mut m = lock(&w.manifest);
+                if m.live_bytes <= LIVE_BYTES {
+                    break;
+                }
+                let Some((old, len)) = m.live.pop_front() else { break };
+                m.live_bytes -= len;
+                (old, len)
+            };
+            let deleted = std::fs::remove_file(w.dir.join(format!("f{old}")))
+                .and_then(|()| fsync_dir(&w.dir))
+                .and_then(|()| record(&w.log, format_args!("-f{old} {len}\n")));
+            if let Err(e) = deleted {
+                return failed(&w, format!("delete f{old}"), e);
+            }
+            let mut m = lock(&w.manifest);
+            m.gone.push_back(old);
+            if m.gone.len() > GONE_CHECKED {
+                m.gone.pop_front();
+            }
+            m.deleted += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The writer's end after a failing call: expected once the mount is being killed.
+fn failed(w: &Writer, what: String, e: std::io::Error) -> Result<(), String> {
+    if w.killing.load(Ordering::SeqCst) {
+        Ok(()) // the mount is gone
+    } else {
+        Err(format!("{what} failed while the mount was up: {e}"))
     }
 }
 
-/// Every manifest entry is on the mount with its content; returns how many were checked.
+/// Every acknowledged file is on the mount with its content, and the latest acknowledged
+/// deletions stayed deleted; returns how many files were checked.
 fn verify(dir: &Path, manifest: &Manifest, when: &str) -> CliResult<usize> {
-    let list = manifest.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for &i in &list {
+    let (live, gone) = {
+        let m = lock(manifest);
+        (m.live.iter().map(|&(i, _)| i).collect::<Vec<_>>(), m.gone.iter().copied().collect::<Vec<_>>())
+    };
+    for &i in &live {
         let path = dir.join(format!("f{i}"));
         let got = std::fs::read(&path)
             .map_err(|e| fail(format!("{when}: acknowledged file {} lost: {e}", path.display())))?;
@@ -90,7 +178,20 @@ fn verify(dir: &Path, manifest: &Manifest, when: &str) -> CliResult<usize> {
             return Err(fail(format!("{when}: acknowledged file {} corrupt ({} bytes)", path.display(), got.len())));
         }
     }
-    Ok(list.len())
+    for &i in &gone {
+        let path = dir.join(format!("f{i}"));
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(format!("{when}: {}: {e}", path.display()))),
+            Ok(_) => {
+                return Err(fail(format!(
+                    "{when}: file {} came back after its deletion was acknowledged",
+                    path.display()
+                )))
+            }
+        }
+    }
+    Ok(live.len() + gone.len())
 }
 
 pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
@@ -122,46 +223,63 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
             .open(&manifest_path)
             .ctx(|| format!("{}: open", manifest_path.display()))?,
     ));
-    let manifest: Manifest = Arc::new(Mutex::new(Vec::new()));
+    let manifest: Manifest = Arc::default();
     let mut rng = StdRng::seed_from_u64(a.seed);
     let start = Instant::now();
     let budget = Duration::from_secs_f64(a.minutes * 60.0);
     let (mut kills, mut checks, mut next) = (0u64, 0usize, 0u64);
     let mut recovery = Duration::ZERO;
+    let writer_failed = |r: std::thread::Result<Result<(), String>>| match r {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(fail(format!("soak writer: {e}"))),
+        Err(_) => Err(fail("writer thread panicked")),
+    };
     while start.elapsed() < budget {
-        let stop = Arc::new(AtomicBool::new(false));
-        let w = {
-            let (work, m, log, stop) = (work.clone(), manifest.clone(), log.clone(), stop.clone());
-            std::thread::spawn(move || writer(work, next, m, log, stop))
+        let (stop, killing) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let w = Writer {
+            dir: work.clone(),
+            manifest: manifest.clone(),
+            log: log.clone(),
+            stop: stop.clone(),
+            killing: killing.clone(),
         };
+        let w = std::thread::spawn(move || writer(w, next));
         let left = budget.saturating_sub(start.elapsed());
         std::thread::sleep(Duration::from_millis(rng.random_range(200..2000)).min(left));
         if start.elapsed() >= budget {
-            stop.store(true, Ordering::Relaxed);
-            w.join().map_err(|_| fail("writer thread panicked"))?;
+            stop.store(true, Ordering::SeqCst);
+            writer_failed(w.join())?;
             break;
         }
+        killing.store(true, Ordering::SeqCst);
         mounts::kill_host(&soak, 0)?;
         kills += 1;
-        w.join().map_err(|_| fail("writer thread panicked"))?;
+        writer_failed(w.join())?;
         let t = Instant::now();
         mounts::restart_host(&soak, 0)?;
         recovery += t.elapsed();
         checks += verify(&work, &manifest, &format!("after kill {kills}"))?;
-        next = manifest.lock().unwrap_or_else(|p| p.into_inner()).last().map_or(next, |i| i + 1) + 1000;
+        let m = lock(&manifest);
+        // Skip past whatever the killed writer may have left half-created.
+        next = m.next.max(next) + 1000;
         eprint!(
-            "\r  {:>4.0} s: {kills} kills, {} files acknowledged, all present ",
+            "\r  {:>4.0} s: {kills} kills, {} files created and {} deleted, all as acknowledged ",
             start.elapsed().as_secs_f64(),
-            manifest.lock().map(|m| m.len()).unwrap_or(0)
+            m.created,
+            m.deleted
         );
+        drop(m);
         let _ = std::io::stderr().flush();
     }
     eprintln!();
     // A clean unmount and mount too, then the final check.
     mounts::umount(&soak, &mnt)?;
     mounts::mount(&soak, 0, "linefs", Vec::new(), &mnt)?;
-    let files = verify(&work, &manifest, "final")?;
-    checks += files;
+    checks += verify(&work, &manifest, "final")?;
+    let (files, deleted) = {
+        let m = lock(&manifest);
+        (m.created, m.deleted)
+    };
     if kills == 0 {
         return Err(fail("the soak ended before any kill; give it more time"));
     }
@@ -170,7 +288,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     }
     Ok(format!(
         "soak: {:.0} s, {kills} kills (kill -9 of the mount + recovery, {:.0} ms per restart on average), \
-         {files} fsynced files, {checks} file checks, 0 lost",
+         {files} fsynced files, {deleted} fsynced deletions, {checks} file checks, 0 lost",
         start.elapsed().as_secs_f64(),
         recovery.as_secs_f64() * 1000.0 / kills as f64
     ))
