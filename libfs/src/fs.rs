@@ -321,12 +321,16 @@ pub struct Fs {
 /// mtime and ctime (as Linux does).
 const RELATIME_SECS: i64 = 24 * 3600;
 
-/// Whether changing a file's mode from `old` to `new` only clears setuid and/or setgid. After
-/// a write, truncate or fallocate by someone else, the kernel drops those bits; a FUSE kernel
-/// that leaves privilege killing to it (no FUSE_HANDLE_KILLPRIV) asks for exactly this
-/// change in the writer's name, so whoever may write the file may make it; a chmod(2) by a
-/// non-owner never reaches here (the kernel refuses it first under default_permissions).
+/// Whether changing a regular file's mode from `old` to `new` only clears setuid and/or
+/// setgid. After a write, truncate or fallocate by someone else, the kernel drops those bits
+/// (of regular files only); a FUSE kernel that leaves privilege killing to it (no
+/// FUSE_HANDLE_KILLPRIV) asks for exactly this change in the writer's name, so whoever may
+/// write the file may make it; a chmod(2) by a non-owner never reaches here (the kernel
+/// refuses it first under default_permissions).
 fn drops_only_privs(old: u32, new: u32) -> bool {
+    if old & libc::S_IFMT != libc::S_IFREG {
+        return false;
+    }
     let (old, new) = (old & 0o7777, new & 0o7777);
     let dropped = old & !new;
     new & !old == 0 && dropped != 0 && dropped & !(libc::S_ISUID | libc::S_ISGID) == 0
