@@ -218,14 +218,13 @@ impl Testbed {
         };
         std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
         let pm_dir = crate::procs::absolute(&pm_dir)?;
-        let bench = ClusterDir::new(&dir.root.join(format!("bench-{pid}")))?;
         let local = pm_dir.join(format!("bench-{pid}-local"));
         let pm_file = pm_dir.join(format!("bench-{pid}.pm"));
-        let mut teardown = TempCluster { dir: bench.clone(), paths: vec![local.clone()], what: "bench" };
         if pm_file.exists() {
             return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
         }
-        teardown.paths.push(pm_file.clone());
+        let bench = ClusterDir::new(&dir.root.join(format!("bench-{pid}")))?;
+        let teardown = TempCluster::new(bench.clone(), vec![local.clone(), pm_file.clone()], "bench");
         std::fs::create_dir_all(&local).ctx(|| format!("{}: create", local.display()))?;
         cluster::create(&bench, &pm_dir, std::slice::from_ref(&pm_file), pm_size, None, None)?;
 

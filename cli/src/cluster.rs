@@ -333,26 +333,43 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
 
 /// A cluster that lives only as long as a command (a benchmark, the soak): on drop it is
 /// brought down and its directory removed, with the extra `paths` (PM files, local
-/// directories), on error paths too. `what` names the command in the messages.
+/// directories), on error paths too, and on Ctrl-C or SIGTERM when the command installed
+/// [`crate::interrupt`]. `what` names the command in the messages.
 pub struct TempCluster {
-    pub dir: ClusterDir,
-    pub paths: Vec<PathBuf>,
-    pub what: &'static str,
+    dir: ClusterDir,
+    paths: Vec<PathBuf>,
+    what: &'static str,
+    id: u64,
+}
+
+impl TempCluster {
+    pub fn new(dir: ClusterDir, paths: Vec<PathBuf>, what: &'static str) -> TempCluster {
+        let id = crate::interrupt::register(&dir, &paths, what);
+        TempCluster { dir, paths, what, id }
+    }
 }
 
 impl Drop for TempCluster {
     fn drop(&mut self) {
-        if self.dir.desc_path().exists() {
-            if let Err(e) = down(&self.dir) {
-                eprintln!("linefs: {}: teardown: {e}", self.what);
-            }
+        if crate::interrupt::unregister(self.id) {
+            teardown(&self.dir, &self.paths, self.what);
         }
-        for p in self.paths.iter().chain(std::iter::once(&self.dir.root)) {
-            let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
-            if let Err(e) = res {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    eprintln!("linefs: {}: teardown: {}: {e}", self.what, p.display());
-                }
+    }
+}
+
+/// Brings a temporary cluster down and removes its directory and `paths`; problems are
+/// reported, not returned (this runs on drop and on signals).
+pub fn teardown(dir: &ClusterDir, paths: &[PathBuf], what: &str) {
+    if dir.desc_path().exists() {
+        if let Err(e) = down(dir) {
+            eprintln!("linefs: {what}: teardown: {e}");
+        }
+    }
+    for p in paths.iter().chain(std::iter::once(&dir.root)) {
+        let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+        if let Err(e) = res {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("linefs: {what}: teardown: {}: {e}", p.display());
             }
         }
     }

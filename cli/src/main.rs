@@ -7,6 +7,7 @@
 mod bench;
 mod cluster;
 mod crashsuite;
+mod interrupt;
 mod mounts;
 mod procs;
 mod soak;
@@ -224,6 +225,7 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::KillNic { .. } | Verb::RestartNic { .. } => Err(fail("nicfs is not built yet")),
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
         Verb::Bench { name, json, size, count, pm_dir, pm_size, num, personality, duration, nfiles, threads, dir } => {
+            interrupt::install();
             let d = ClusterDir::new(&dir.dir)?;
             let args = bench::BenchArgs {
                 name,
@@ -244,6 +246,7 @@ fn run(verb: Verb) -> CliResult<String> {
             crashsuite::run(&crashsuite::Args { quick, json, seed, threads, only, list })
         }
         Verb::Soak { minutes, pm_dir, seed, dir } => {
+            interrupt::install();
             soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed })
         }
         Verb::FuseDaemon(args) => {

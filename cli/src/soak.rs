@@ -207,7 +207,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     if pm_file.exists() {
         return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
     }
-    let _teardown = TempCluster { dir: soak.clone(), paths: vec![pm_file.clone()], what: "soak" };
+    let _teardown = TempCluster::new(soak.clone(), vec![pm_file.clone()], "soak");
     cluster::create(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE, None, None)?;
     let mnt = soak.root.join("mnt");
     std::fs::create_dir_all(&mnt).ctx(|| format!("{}: create", mnt.display()))?;

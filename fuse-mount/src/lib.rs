@@ -27,3 +27,4 @@ pub use adapter::LinefsFuse;
 pub use mount::{MountError, MountedSession};
 pub use options::MountConfig;
 pub use passthrough::Passthrough;
+pub use sys::SignalSet;
