@@ -336,23 +336,21 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
 /// directories), on error paths too, and on Ctrl-C or SIGTERM when the command installed
 /// [`crate::interrupt`]. `what` names the command in the messages.
 pub struct TempCluster {
-    dir: ClusterDir,
-    paths: Vec<PathBuf>,
-    what: &'static str,
+    /// Its registration with [`crate::interrupt`], which keeps what teardown needs.
     id: u64,
 }
 
 impl TempCluster {
     pub fn new(dir: ClusterDir, paths: Vec<PathBuf>, what: &'static str) -> TempCluster {
-        let id = crate::interrupt::register(&dir, &paths, what);
-        TempCluster { dir, paths, what, id }
+        TempCluster { id: crate::interrupt::register(dir, paths, what) }
     }
 }
 
 impl Drop for TempCluster {
     fn drop(&mut self) {
-        if crate::interrupt::unregister(self.id) {
-            teardown(&self.dir, &self.paths, self.what);
+        // None: a signal has taken it and is tearing it down.
+        if let Some(t) = crate::interrupt::unregister(self.id) {
+            teardown(&t.dir, &t.paths, t.what);
         }
     }
 }

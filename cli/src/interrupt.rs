@@ -14,10 +14,16 @@ use fuse_mount::SignalSet;
 
 use crate::cluster::ClusterDir;
 
-/// A temporary cluster to tear down on a signal: (registration id, cluster, extra paths, what).
-type Entry = (u64, ClusterDir, Vec<PathBuf>, &'static str);
+/// A temporary cluster to tear down, on a signal or when its owner drops it.
+pub struct Registered {
+    id: u64,
+    pub dir: ClusterDir,
+    pub paths: Vec<PathBuf>,
+    pub what: &'static str,
+}
 
-static LIVE: Mutex<(u64, Vec<Entry>)> = Mutex::new((0, Vec::new()));
+/// The last id handed out and the clusters registered now.
+static LIVE: Mutex<(u64, Vec<Registered>)> = Mutex::new((0, Vec::new()));
 
 /// Starts the signal thread. Call before the command starts any other thread.
 pub fn install() {
@@ -32,8 +38,8 @@ pub fn install() {
         if let Some(sig) = signals.wait(Duration::from_secs(3600)) {
             eprintln!("\nlinefs: signal {sig}: tearing down");
             let live = std::mem::take(&mut LIVE.lock().unwrap_or_else(|p| p.into_inner()).1);
-            for (_, dir, paths, what) in live {
-                crate::cluster::teardown(&dir, &paths, what);
+            for t in live {
+                crate::cluster::teardown(&t.dir, &t.paths, t.what);
             }
             std::process::exit(128 + sig);
         }
@@ -41,19 +47,18 @@ pub fn install() {
 }
 
 /// Registers a temporary cluster; returns the id that [`unregister`] takes.
-pub fn register(dir: &ClusterDir, paths: &[PathBuf], what: &'static str) -> u64 {
+pub fn register(dir: ClusterDir, paths: Vec<PathBuf>, what: &'static str) -> u64 {
     let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
     live.0 += 1;
     let id = live.0;
-    live.1.push((id, dir.clone(), paths.to_vec(), what));
+    live.1.push(Registered { id, dir, paths, what });
     id
 }
 
-/// Forgets a registration (its owner tears the cluster down itself); false if the signal
+/// Takes a registration back for its owner to tear the cluster down; None if the signal
 /// thread has taken it already.
-pub fn unregister(id: u64) -> bool {
+pub fn unregister(id: u64) -> Option<Registered> {
     let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
-    let before = live.1.len();
-    live.1.retain(|e| e.0 != id);
-    live.1.len() != before
+    let i = live.1.iter().position(|t| t.id == id)?;
+    Some(live.1.swap_remove(i))
 }
