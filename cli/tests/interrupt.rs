@@ -23,7 +23,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
     info.lines().filter_map(|l| l.split(' ').nth(4)).filter(|m| m.starts_with(dir)).map(str::to_string).collect()
 }
 
-/// Processes (other than zombies) whose command line mentions `dir`.
+/// Processes whose command line mentions `dir` (a zombie's command line is empty).
 fn processes_mentioning(dir: &Path) -> Vec<String> {
     let dir = dir.to_str().expect("utf-8 path");
     let mut found = Vec::new();
@@ -60,8 +60,9 @@ fn ctrl_c_of_the_soak_tears_its_cluster_down() {
         assert!(Instant::now() < deadline, "soak did not mount within 60 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(500)); // let the writer and a kill cycle run
-                                                    // SAFETY: kill(2) on our own child's pid.
+    // Let the writer and a kill cycle run.
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     let out = child.wait_with_output().expect("wait for soak");
     let stderr = String::from_utf8_lossy(&out.stderr);
