@@ -437,7 +437,7 @@ impl Inner {
         let mut new = 0;
         for idx in ranges.iter().flat_map(|&(a, b)| a..b) {
             // An unreadable block map (corrupt PM) counts the block as new.
-            if !public.area.is_mapped(n.img.ino, idx).unwrap_or(false) {
+            if !public.area.reader().is_mapped(n.img.ino, idx).unwrap_or(false) {
                 new += 1;
             }
         }
@@ -737,7 +737,7 @@ impl Inner {
         let mut need = 0;
         let public = self.core.public.read();
         for idx in first..last {
-            if !public.area.is_mapped(ino, idx)? {
+            if !public.area.reader().is_mapped(ino, idx)? {
                 need += 1;
             }
         }
@@ -758,7 +758,7 @@ impl Inner {
         let mut pos = off;
         for (a, b, src) in n.overlay.overlapping(off, end) {
             if a > pos {
-                self.core.public.read().area.read_file(ino, pos, &mut buf[(pos - off) as usize..(a - off) as usize])?;
+                self.core.public.read().area.reader().read_file(ino, pos, &mut buf[(pos - off) as usize..(a - off) as usize])?;
             }
             let dst = &mut buf[(a - off) as usize..(b - off) as usize];
             match src {
@@ -768,7 +768,7 @@ impl Inner {
             pos = b;
         }
         if pos < end {
-            self.core.public.read().area.read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
+            self.core.public.read().area.reader().read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
         }
         Ok(buf)
     }

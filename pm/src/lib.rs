@@ -9,6 +9,7 @@
 //!   idempotent publication of log records into it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod bitmap;
 pub mod layout;
 pub mod oplog;
 pub mod public;

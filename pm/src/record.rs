@@ -95,6 +95,35 @@ pub mod dtype {
     pub fn valid(t: u8) -> bool {
         matches!(t, FIFO | CHR | DIR | BLK | REG | LNK | SOCK)
     }
+
+    /// The type of an `st_mode` (0 if its type bits name none). The one mapping between
+    /// modes and types: every layer above converts through this and [`mode_bits`].
+    pub fn of_mode(mode: u32) -> u8 {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => REG,
+            libc::S_IFDIR => DIR,
+            libc::S_IFLNK => LNK,
+            libc::S_IFIFO => FIFO,
+            libc::S_IFSOCK => SOCK,
+            libc::S_IFCHR => CHR,
+            libc::S_IFBLK => BLK,
+            _ => 0,
+        }
+    }
+
+    /// The `S_IF*` bits of a type (0 for an invalid one).
+    pub fn mode_bits(t: u8) -> u32 {
+        match t {
+            REG => libc::S_IFREG,
+            DIR => libc::S_IFDIR,
+            LNK => libc::S_IFLNK,
+            FIFO => libc::S_IFIFO,
+            SOCK => libc::S_IFSOCK,
+            CHR => libc::S_IFCHR,
+            BLK => libc::S_IFBLK,
+            _ => 0,
+        }
+    }
 }
 
 /// A point in time as persisted: seconds and nanoseconds since the Unix epoch.

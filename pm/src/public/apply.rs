@@ -1,0 +1,333 @@
+//! The effect of each log record on the public area. Records are blind post-images applied
+//! by key, so applying a suffix again converges (idempotent publication); writes are
+//! persisted here but fenced by the caller before it advances its checkpoint.
+
+use super::area::PublicArea;
+use super::format::{encode_dirent, PmInode, XattrBlock, DIRENTS_PER_BLOCK, DIRENT_SIZE, XATTR_PAYLOAD};
+use super::validate::check_xattrs;
+use super::{dtype_of_mode, invalid, xattr_chain_blocks, PublishError, Result};
+use crate::layout::{BLOCK_SIZE, INODE_SIZE};
+use crate::record::{dtype, put_xattr, xattrs_len, InodeImage, Record};
+use std::collections::HashSet;
+
+impl PublicArea {
+
+    /// Apply one record of a recovery replay (see [`PublicArea::validate_with`]): a record
+    /// for an `unsettled` inode that the public area, being ahead of the checkpoint, has
+    /// already freed or recreated as another type is skipped — a later record of the replay
+    /// frees or recreates that inode again. Returns whether the record was applied. Records
+    /// are refused before anything is written, so a skipped record changed nothing.
+    pub fn apply_replayed(&mut self, rec: &Record, unsettled: &HashSet<u64>) -> Result<bool> {
+        match self.apply(rec) {
+            Ok(()) => Ok(true),
+            Err(PublishError::Invalid { ino, why }) if unsettled.contains(&ino) => {
+                tracing::debug!(ino, %why, "replay: record for an inode the public area is ahead on; skipped");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Apply one record. Writes are persisted but not fenced; the caller fences and then
+    /// durably advances its checkpoint, then calls [`PublicArea::checkpoint_done`].
+    pub fn apply(&mut self, rec: &Record) -> Result<()> {
+        match rec {
+            Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
+            Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),
+            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, *data_off),
+            Record::Truncate { ino, size } => {
+                let mut inode = self.live_inode(*ino)?;
+                self.truncate_blocks(&mut inode, *size)?;
+                self.write_inode(&inode)
+            }
+            Record::Punch { ino, off, len } => self.apply_punch(*ino, *off, *len),
+            Record::Alloc { ino, off, len } => self.apply_alloc(*ino, *off, *len),
+            Record::Xattrs { ino, attrs } => self.apply_xattrs(*ino, attrs),
+            Record::FreeInode { ino } => self.apply_free(*ino),
+        }
+    }
+
+    fn apply_inode(&mut self, img: &InodeImage, fresh: bool) -> Result<()> {
+        let ino = img.ino;
+        if ino == 0 || ino >= self.geo.inode_count {
+            return Err(invalid(ino, "inode number out of range"));
+        }
+        let kind = img.mode & libc::S_IFMT;
+        if !dtype::valid(dtype_of_mode(img.mode)) {
+            return Err(invalid(ino, format!("mode {:o} has no file type", img.mode)));
+        }
+        let mut inode = self.read_inode(ino)?;
+        if fresh {
+            if inode.img.mode != 0 {
+                // Reusing a live slot: release what it held first.
+                self.release_inode(&mut inode)?;
+            }
+            inode = PmInode::default();
+            self.nblocks.insert(ino, 0);
+            self.dirs.remove(&ino);
+        } else if inode.img.mode == 0 {
+            return Err(invalid(ino, "attributes for an unallocated inode"));
+        } else if inode.img.mode & libc::S_IFMT != kind {
+            return Err(invalid(ino, "file type changed"));
+        }
+        inode.img = *img;
+        if kind == libc::S_IFDIR {
+            self.dirs.entry(ino).or_default();
+        }
+        self.write_inode(&inode)
+    }
+
+    fn dir_slot_off(&self, dir: &PmInode, slot: u64) -> Result<u64> {
+        let block = self
+            .lookup(dir, slot / DIRENTS_PER_BLOCK)?
+            .ok_or_else(|| invalid(dir.img.ino, format!("directory slot {slot} not mapped")))?;
+        Ok(block * BLOCK_SIZE + (slot % DIRENTS_PER_BLOCK) * DIRENT_SIZE)
+    }
+
+    fn apply_dirent(&mut self, dir: u64, name: &[u8], ino: u64, dt: u8) -> Result<()> {
+        let mut d = self.live_inode(dir)?;
+        if !d.is_dir() {
+            return Err(invalid(dir, "directory entry in a non-directory"));
+        }
+        if ino >= self.geo.inode_count {
+            return Err(invalid(dir, format!("entry names inode {ino} out of range")));
+        }
+        let slots = self.dirs.entry(dir).or_default();
+        if ino == 0 {
+            if let Some(slot) = slots.by_name.remove(name) {
+                slots.free.insert(slot);
+                let off = self.dir_slot_off(&d, slot)?;
+                self.region.zero(off, DIRENT_SIZE)?;
+                self.region.persist(off, DIRENT_SIZE)?;
+            }
+            return Ok(());
+        }
+        let slot = match slots.by_name.get(name) {
+            Some(&s) => s,
+            None => {
+                let s = match slots.free.pop_first() {
+                    Some(s) => s,
+                    None => {
+                        let idx = slots.nslots / DIRENTS_PER_BLOCK;
+                        let nb = self.alloc_zeroed(None)?;
+                        self.region.fence();
+                        self.link(&mut d, idx, nb)?;
+                        self.write_inode(&d)?;
+                        *self.nblocks.entry(dir).or_default() += 1;
+                        let slots = self.dirs.entry(dir).or_default();
+                        slots.nslots += DIRENTS_PER_BLOCK;
+                        slots.free.extend(idx * DIRENTS_PER_BLOCK + 1..slots.nslots);
+                        idx * DIRENTS_PER_BLOCK
+                    }
+                };
+                self.dirs.entry(dir).or_default().by_name.insert(name.to_vec(), s);
+                s
+            }
+        };
+        let b = encode_dirent(ino, dt, name);
+        let off = self.dir_slot_off(&d, slot)?;
+        self.region.write(off, &b)?;
+        self.region.persist(off, DIRENT_SIZE)?;
+        Ok(())
+    }
+
+    fn apply_write(&mut self, ino: u64, off: u64, len: u64, data_off: u64) -> Result<()> {
+        let mut inode = self.live_inode(ino)?;
+        let k = inode.img.mode & libc::S_IFMT;
+        if k != libc::S_IFREG && k != libc::S_IFLNK {
+            return Err(invalid(ino, "data write to a non-file"));
+        }
+        if data_off.checked_add(len).is_none_or(|e| e > self.region.len()) {
+            return Err(invalid(ino, "write data outside the region"));
+        }
+        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+        let mut new_links = Vec::new();
+        let mut pos = off;
+        let end = off + len;
+        let mut prev: Option<u64> = None;
+        while pos < end {
+            let idx = pos / BLOCK_SIZE;
+            let within = pos % BLOCK_SIZE;
+            let n = (BLOCK_SIZE - within).min(end - pos);
+            let src = data_off + (pos - off);
+            match self.lookup(&inode, idx)? {
+                Some(b) => {
+                    self.region.read(src, &mut buf[..n as usize])?;
+                    self.region.write(b * BLOCK_SIZE + within, &buf[..n as usize])?;
+                    self.region.persist(b * BLOCK_SIZE + within, n)?;
+                    prev = Some(b);
+                }
+                None => {
+                    let b = self.alloc.alloc(prev.map(|p| p + 1)).ok_or(PublishError::NoSpace)?;
+                    buf.fill(0);
+                    self.region.read(src, &mut buf[within as usize..(within + n) as usize])?;
+                    self.region.write(b * BLOCK_SIZE, &buf)?;
+                    self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    new_links.push((idx, b));
+                    prev = Some(b);
+                }
+            }
+            pos += n;
+        }
+        if !new_links.is_empty() {
+            self.region.fence();
+            *self.nblocks.entry(ino).or_default() += new_links.len() as u64;
+            for (idx, b) in new_links {
+                self.link(&mut inode, idx, b)?;
+            }
+            self.write_inode(&inode)?;
+        }
+        Ok(())
+    }
+
+    fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64) -> Result<()> {
+        let keep = size.div_ceil(BLOCK_SIZE);
+        self.free_range(inode, keep, u64::MAX)?;
+        if !size.is_multiple_of(BLOCK_SIZE) {
+            if let Some(b) = self.lookup(inode, size / BLOCK_SIZE)? {
+                let within = size % BLOCK_SIZE;
+                self.region.zero(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
+                self.region.persist(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_punch(&mut self, ino: u64, off: u64, len: u64) -> Result<()> {
+        let mut inode = self.live_inode(ino)?;
+        let end = off + len;
+        let first_full = off.div_ceil(BLOCK_SIZE);
+        let last_full = end / BLOCK_SIZE;
+        // Partial blocks at the edges are zeroed in place.
+        let mut pos = off;
+        while pos < end {
+            let idx = pos / BLOCK_SIZE;
+            let within = pos % BLOCK_SIZE;
+            let n = (BLOCK_SIZE - within).min(end - pos);
+            if idx >= first_full && idx < last_full {
+                pos = last_full * BLOCK_SIZE;
+                continue;
+            }
+            if let Some(b) = self.lookup(&inode, idx)? {
+                self.region.zero(b * BLOCK_SIZE + within, n)?;
+                self.region.persist(b * BLOCK_SIZE + within, n)?;
+            }
+            pos += n;
+        }
+        if first_full < last_full {
+            self.free_range(&mut inode, first_full, last_full)?;
+            self.write_inode(&inode)?;
+        }
+        Ok(())
+    }
+
+    fn apply_alloc(&mut self, ino: u64, off: u64, len: u64) -> Result<()> {
+        let mut inode = self.live_inode(ino)?;
+        if inode.img.mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(invalid(ino, "allocation for a non-file"));
+        }
+        let mut new_links = Vec::new();
+        let mut prev = None;
+        for idx in off / BLOCK_SIZE..(off + len).div_ceil(BLOCK_SIZE) {
+            match self.lookup(&inode, idx)? {
+                Some(b) => prev = Some(b),
+                None => {
+                    let b = self.alloc.alloc(prev.map(|p: u64| p + 1)).ok_or(PublishError::NoSpace)?;
+                    self.region.zero(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    new_links.push((idx, b));
+                    prev = Some(b);
+                }
+            }
+        }
+        if !new_links.is_empty() {
+            self.region.fence();
+            *self.nblocks.entry(ino).or_default() += new_links.len() as u64;
+            for (idx, b) in new_links {
+                self.link(&mut inode, idx, b)?;
+            }
+            self.write_inode(&inode)?;
+        }
+        Ok(())
+    }
+
+    fn apply_xattrs(&mut self, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let mut inode = self.live_inode(ino)?;
+        check_xattrs(ino, attrs)?;
+        self.suspect_xattrs.remove(&ino);
+        let old = if inode.xattr != 0 { self.reader.read_xattrs(inode.xattr)?.0 } else { Vec::new() };
+        if attrs.is_empty() {
+            for b in old {
+                self.free_block(ino, b, false);
+            }
+            if inode.xattr != 0 {
+                inode.xattr = 0;
+                self.write_inode(&inode)?;
+            }
+            return Ok(());
+        }
+        let mut stream = Vec::with_capacity(xattrs_len(attrs.iter().map(|(n, v)| (&n[..], &v[..]))));
+        for (n, v) in attrs {
+            put_xattr(&mut stream, n, v);
+        }
+        let need = xattr_chain_blocks(stream.len()) as usize;
+        // Reuse the old chain's blocks in place, allocate the rest.
+        let reused = need.min(old.len());
+        let mut chain = old[..reused].to_vec();
+        while chain.len() < need {
+            match self.alloc.alloc(chain.last().map(|b| b + 1)) {
+                Some(b) => chain.push(b),
+                None => {
+                    // Give back what this call took; nothing points to it yet.
+                    for &b in &chain[reused..] {
+                        self.alloc.unclaim(b);
+                    }
+                    return Err(PublishError::NoSpace);
+                }
+            }
+        }
+        let mut img = vec![0u8; BLOCK_SIZE as usize];
+        // New blocks first, fenced before any pointer to them; then the reused ones.
+        for pass in [reused..need, 0..reused] {
+            for i in pass {
+                let part = &stream[i * XATTR_PAYLOAD..((i + 1) * XATTR_PAYLOAD).min(stream.len())];
+                let head = i == 0;
+                let block = XattrBlock {
+                    used: part.len(),
+                    next: chain.get(i + 1).copied().unwrap_or(0),
+                    total: if head { stream.len() } else { 0 },
+                    count: if head { attrs.len() } else { 0 },
+                    stream_crc: if head { crc32c::crc32c(&stream) } else { 0 },
+                };
+                block.encode(part, &mut img);
+                self.region.write(chain[i] * BLOCK_SIZE, &img)?;
+                self.region.persist(chain[i] * BLOCK_SIZE, BLOCK_SIZE)?;
+            }
+            self.region.fence();
+        }
+        for &b in &old[reused..] {
+            self.free_block(ino, b, false);
+        }
+        if inode.xattr != chain[0] {
+            inode.xattr = chain[0];
+            self.write_inode(&inode)?;
+        }
+        Ok(())
+    }
+
+    fn apply_free(&mut self, ino: u64) -> Result<()> {
+        if ino <= 1 || ino >= self.geo.inode_count {
+            return Err(invalid(ino, "cannot free this inode"));
+        }
+        let mut inode = self.read_inode(ino)?;
+        if inode.img.mode != 0 {
+            self.release_inode(&mut inode)?;
+        }
+        let off = self.geo.inode_off(ino);
+        self.region.zero(off, INODE_SIZE)?;
+        self.region.persist(off, INODE_SIZE)?;
+        self.suspect_inodes.remove(&ino);
+        self.suspect_xattrs.remove(&ino);
+        Ok(())
+    }
+}

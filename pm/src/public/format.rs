@@ -1,0 +1,228 @@
+//! The persisted structures of the public area and their byte layouts (all little-endian).
+//! Readers ([`super::reader`]) and the publisher ([`super::area`]) encode and decode them
+//! only through this module.
+//!
+//! Inode (256 bytes, in the inode table at index `ino`; all-zero = free):
+//!
+//! ```text
+//! off len field
+//!   0 120 attributes, encoded as crate::record::InodeImage (ino, size, parent, mode, …)
+//! 120   8 first xattr block (0 = no extended attributes)
+//! 128 120 block-map roots: 12 direct block pointers, then single, double and triple
+//!         indirect pointers (0 = hole)
+//! 248   4 reserved 0
+//! 252   4 crc32c over bytes 0..252
+//! ```
+//!
+//! Indirect block: 512 little-endian u64 block pointers (0 = hole). File block `i` maps
+//! through direct[i] for i < 12, then the single (512 blocks), double (512²) and triple
+//! (512³) indirect trees.
+//!
+//! Directory data (the directory's own file blocks, through its block map): 15 slots of
+//! 272 bytes per block, slot `s` in file block `s / 15` at `(s % 15) * 272`:
+//!
+//! ```text
+//!   0   8 ino       0 = free slot
+//!   8   1 dtype     DT_* value
+//!   9   1 name_len  1..=255
+//!  10 255 name
+//! 265   3 reserved
+//! 268   4 crc32c over bytes 0..268 (a slot that fails it is free)
+//! ```
+//!
+//! Extended attributes: the inode's attributes encoded as one *stream* (the entries of an
+//! XATTRS record, see [`crate::record`]: name_len u8 | reserved [3] | value_len u32 | name |
+//! value), at most [`XATTR_SPACE`] bytes, cut into a chain of xattr blocks:
+//!
+//! ```text
+//!   0   4 magic       b"LFX2"
+//!   4   4 used        stream bytes in this block (1..=4064)
+//!   8   8 next        next block of the chain (0 = last)
+//!  16   4 total       first block: stream bytes in the whole chain (else 0)
+//!  20   4 count       first block: number of attributes (else 0)
+//!  24   4 stream_crc  first block: crc32c of the whole stream (else 0)
+//!  28   4 crc32c      over bytes 0..28, then this block's stream bytes
+//!  32   … stream bytes
+//! ```
+
+use crate::layout::{le32, le64, BLOCK_SIZE, INODE_SIZE};
+use crate::record::{dtype, valid_name, InodeImage, INODE_IMAGE_LEN, NAME_MAX};
+
+/// Block pointers per indirect block.
+pub const PTRS_PER_BLOCK: u64 = BLOCK_SIZE / 8;
+/// Block-map roots per inode: 12 direct, single, double, triple indirect.
+pub const NROOTS: usize = 15;
+/// Direct block pointers per inode.
+pub const NDIRECT: u64 = 12;
+/// Directory slot size and slots per block.
+pub const DIRENT_SIZE: u64 = 272;
+pub const DIRENTS_PER_BLOCK: u64 = 15;
+const XATTR_MAGIC: &[u8; 4] = b"LFX2";
+/// Header bytes of an xattr block.
+pub const XATTR_HEADER: usize = 32;
+/// Stream bytes one xattr block holds.
+pub const XATTR_PAYLOAD: usize = BLOCK_SIZE as usize - XATTR_HEADER;
+/// Longest xattr chain.
+pub const XATTR_MAX_BLOCKS: usize = 64;
+/// Most bytes the encoded extended attributes of one inode may take (64 blocks, 254 KiB:
+/// room for e.g. three values of Linux's maximum 64 KiB, or thousands of small ones).
+pub const XATTR_SPACE: usize = XATTR_MAX_BLOCKS * XATTR_PAYLOAD;
+
+/// Blocks of the xattr chain that holds `len` bytes of encoded attributes.
+pub fn xattr_chain_blocks(len: usize) -> u64 {
+    len.div_ceil(XATTR_PAYLOAD) as u64
+}
+
+/// An inode as stored in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PmInode {
+    pub img: InodeImage,
+    pub xattr: u64,
+    pub roots: [u64; NROOTS],
+}
+
+impl PmInode {
+    pub fn encode(&self) -> [u8; INODE_SIZE as usize] {
+        let mut b = [0u8; INODE_SIZE as usize];
+        self.img.encode_into(&mut b[..INODE_IMAGE_LEN]);
+        b[120..128].copy_from_slice(&self.xattr.to_le_bytes());
+        for (i, r) in self.roots.iter().enumerate() {
+            b[128 + i * 8..136 + i * 8].copy_from_slice(&r.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..252]);
+        b[252..256].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode; returns the inode and whether its checksum matched.
+    pub fn decode(b: &[u8; INODE_SIZE as usize]) -> (PmInode, bool) {
+        let mut roots = [0u64; NROOTS];
+        for (i, r) in roots.iter_mut().enumerate() {
+            *r = le64(b, 128 + i * 8);
+        }
+        let ino = PmInode { img: InodeImage::decode(&b[..INODE_IMAGE_LEN]), xattr: le64(b, 120), roots };
+        (ino, le32(b, 252) == crc32c::crc32c(&b[..252]))
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.img.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+
+    /// The file type bits of the mode (0 for a free inode).
+    pub fn kind(&self) -> u32 {
+        self.img.mode & libc::S_IFMT
+    }
+}
+
+/// Encode a directory slot naming `ino` (of type `dt`) as `name` (1..=255 bytes).
+pub fn encode_dirent(ino: u64, dt: u8, name: &[u8]) -> [u8; DIRENT_SIZE as usize] {
+    let mut b = [0u8; DIRENT_SIZE as usize];
+    b[0..8].copy_from_slice(&ino.to_le_bytes());
+    b[8] = dt;
+    b[9] = name.len() as u8;
+    b[10..10 + name.len()].copy_from_slice(name);
+    let crc = crc32c::crc32c(&b[..268]);
+    b[268..272].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Decode a directory slot: `(ino, dtype, name)` if it holds a valid entry for an inode
+/// below `inode_count`; None for a free, torn or corrupt slot.
+pub fn decode_dirent(s: &[u8], inode_count: u64) -> Option<(u64, u8, &[u8])> {
+    let child = le64(s, 0);
+    let nl = s[9] as usize;
+    let valid = child != 0
+        && le32(s, 268) == crc32c::crc32c(&s[..268])
+        && (1..=NAME_MAX).contains(&nl)
+        && dtype::valid(s[8])
+        && valid_name(&s[10..10 + nl])
+        && child < inode_count;
+    valid.then(|| (child, s[8], &s[10..10 + nl]))
+}
+
+/// The header of one xattr block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XattrBlock {
+    /// Stream bytes in this block.
+    pub used: usize,
+    /// Next block of the chain (0 = last).
+    pub next: u64,
+    /// First block only (else 0): stream bytes of the whole chain, number of attributes,
+    /// crc32c of the whole stream.
+    pub total: usize,
+    pub count: usize,
+    pub stream_crc: u32,
+}
+
+impl XattrBlock {
+    /// Encode the block into `img` (one block): header, then `part` (its stream bytes).
+    pub fn encode(&self, part: &[u8], img: &mut [u8]) {
+        img.fill(0);
+        img[0..4].copy_from_slice(XATTR_MAGIC);
+        img[4..8].copy_from_slice(&(part.len() as u32).to_le_bytes());
+        img[8..16].copy_from_slice(&self.next.to_le_bytes());
+        img[16..20].copy_from_slice(&(self.total as u32).to_le_bytes());
+        img[20..24].copy_from_slice(&(self.count as u32).to_le_bytes());
+        img[24..28].copy_from_slice(&self.stream_crc.to_le_bytes());
+        img[XATTR_HEADER..XATTR_HEADER + part.len()].copy_from_slice(part);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..28]), part);
+        img[28..32].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Decode a block; None if its magic, length or checksum is wrong (torn or corrupt).
+    /// The stream bytes are `img[XATTR_HEADER..XATTR_HEADER + used]`.
+    pub fn decode(img: &[u8]) -> Option<XattrBlock> {
+        let used = le32(img, 4) as usize;
+        if &img[0..4] != XATTR_MAGIC || used == 0 || used > XATTR_PAYLOAD {
+            return None;
+        }
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..28]), &img[XATTR_HEADER..XATTR_HEADER + used]);
+        if crc != le32(img, 28) {
+            return None;
+        }
+        Some(XattrBlock {
+            used,
+            next: le64(img, 8),
+            total: le32(img, 16) as usize,
+            count: le32(img, 20) as usize,
+            stream_crc: le32(img, 24),
+        })
+    }
+}
+
+/// Position of file block `idx` in the block map: root slot, then indices per level.
+pub fn map_path(idx: u64) -> Option<(usize, [u64; 3], usize)> {
+    const PPB: u64 = PTRS_PER_BLOCK;
+    if idx < NDIRECT {
+        return Some((idx as usize, [0; 3], 0));
+    }
+    let mut i = idx - NDIRECT;
+    if i < PPB {
+        return Some((12, [i, 0, 0], 1));
+    }
+    i -= PPB;
+    if i < PPB * PPB {
+        return Some((13, [i / PPB, i % PPB, 0], 2));
+    }
+    i -= PPB * PPB;
+    if i < PPB * PPB * PPB {
+        return Some((14, [i / (PPB * PPB), (i / PPB) % PPB, i % PPB], 3));
+    }
+    None
+}
+
+/// First file block covered by root slot `r` and the levels of indirection below it.
+pub fn root_span(r: usize) -> (u64, u32) {
+    const PPB: u64 = PTRS_PER_BLOCK;
+    match r {
+        0..=11 => (r as u64, 0),
+        12 => (NDIRECT, 1),
+        13 => (NDIRECT + PPB, 2),
+        _ => (NDIRECT + PPB + PPB * PPB, 3),
+    }
+}
+
+/// File blocks one pointer at `level` levels of indirection spans.
+pub fn span_of(level: u32) -> u64 {
+    PTRS_PER_BLOCK.pow(level)
+}
