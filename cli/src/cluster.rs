@@ -14,7 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use libfs::{FormatOptions, Fs};
+use linefs_pm::layout::FormatParams;
+use linefs_pm::mkfs;
 use serde::{Deserialize, Serialize};
 
 use crate::procs::{self, Lock};
@@ -167,13 +168,14 @@ pub fn write_atomic(path: &Path, text: &str) -> CliResult<()> {
 /// Returns whether it was formatted.
 pub fn ensure_pm_file(path: &Path, size: u64) -> CliResult<bool> {
     if path.exists() {
-        Fs::check(path).ctx(|| format!("{}: not a valid linefs PM file (remove it to reformat)", path.display()))?;
+        mkfs::check_file(path)
+            .ctx(|| format!("{}: not a valid linefs PM file (remove it to reformat)", path.display()))?;
         return Ok(false);
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).ctx(|| format!("{}: create", dir.display()))?;
     }
-    Fs::format(path, &FormatOptions::for_size(size)).ctx(|| format!("{}: format", path.display()))?;
+    mkfs::format_file(path, &FormatParams::for_size(size)).ctx(|| format!("{}: format", path.display()))?;
     Ok(true)
 }
 

@@ -126,10 +126,7 @@ impl Backend {
 /// Writes the status file atomically (temporary file + rename).
 fn write_status(path: &Path, backend: &Backend, mountpoint: &Path, args: &DaemonArgs) {
     let libfs = match backend {
-        Backend::Linefs(fs) => {
-            let text = fs.status().to_json();
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
-        }
+        Backend::Linefs(fs) => serde_json::to_value(fs.status()).unwrap_or(serde_json::Value::Null),
         Backend::Passthrough => serde_json::Value::Null,
     };
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -18,7 +18,7 @@ use support::fuse_available;
 
 use fuse_mount::mount::mount;
 use fuse_mount::{LinefsFuse, MountConfig, Passthrough};
-use libfs::{FormatOptions, Fs, FsOptions};
+use libfs::{Fs, FsOptions};
 
 fn config() -> MountConfig {
     MountConfig { threads: 2, ..MountConfig::default() }
@@ -126,7 +126,7 @@ fn linefs_mount_works_and_persists() {
     let pm = tmp.path().join("node0.pm");
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    Fs::format(&pm, &FormatOptions::for_size(64 << 20)).unwrap();
+    linefs_pm::mkfs::format_file(&pm, &linefs_pm::layout::FormatParams::for_size(64 << 20)).unwrap();
     let open = || Arc::new(Fs::mount(FsOptions { pm_path: pm.clone(), ..FsOptions::default() }).unwrap());
 
     let fs1 = open();

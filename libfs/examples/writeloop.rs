@@ -9,7 +9,7 @@ fn main() {
     let path = std::path::PathBuf::from(args.next().expect("PMFILE"));
     let mib: u64 = args.next().map(|s| s.parse().expect("MiB")).unwrap_or(256);
     let _ = std::fs::remove_file(&path);
-    Fs::format(&path, &FormatOptions::for_size(1 << 30)).expect("format");
+    linefs_pm::mkfs::format_file(&path, &linefs_pm::layout::FormatParams::for_size(1 << 30)).expect("format");
     let bg = std::env::var_os("NO_BG").is_none();
     let fs =
         Fs::mount(FsOptions { pm_path: path.clone(), background_publish: bg, ..Default::default() }).expect("mount");

@@ -3,16 +3,17 @@
 //! These are plain data with no FUSE types in them, so that libfs can be driven directly
 //! from Rust (tests, benchmarks) as well as from `fuse-mount`.
 
+use linefs_pm::record::dtype;
 use std::time::SystemTime;
 
 /// Inode number. The root directory is [`ROOT_INO`] (1, as FUSE expects).
 pub type Ino = u64;
 
 /// The root directory's inode number.
-pub const ROOT_INO: Ino = 1;
+pub const ROOT_INO: Ino = linefs_pm::record::ROOT_INO;
 
 /// Longest name of a directory entry, in bytes.
-pub const NAME_MAX: usize = 255;
+pub const NAME_MAX: usize = linefs_pm::record::NAME_MAX;
 
 /// Longest symlink target, in bytes.
 pub const SYMLINK_MAX: usize = 4095;
@@ -51,31 +52,42 @@ pub enum FileKind {
 }
 
 impl FileKind {
-    /// The kind encoded in the `S_IFMT` bits of `mode`, if any.
-    pub fn from_mode(mode: u32) -> Option<FileKind> {
-        Some(match mode & libc::S_IFMT {
-            libc::S_IFREG => FileKind::File,
-            libc::S_IFDIR => FileKind::Dir,
-            libc::S_IFLNK => FileKind::Symlink,
-            libc::S_IFIFO => FileKind::Fifo,
-            libc::S_IFSOCK => FileKind::Socket,
-            libc::S_IFCHR => FileKind::CharDev,
-            libc::S_IFBLK => FileKind::BlockDev,
+    /// The kind of a `DT_*` directory-entry type, if it names one.
+    pub fn from_dtype(t: u8) -> Option<FileKind> {
+        Some(match t {
+            dtype::REG => FileKind::File,
+            dtype::DIR => FileKind::Dir,
+            dtype::LNK => FileKind::Symlink,
+            dtype::FIFO => FileKind::Fifo,
+            dtype::SOCK => FileKind::Socket,
+            dtype::CHR => FileKind::CharDev,
+            dtype::BLK => FileKind::BlockDev,
             _ => return None,
         })
     }
 
+    /// The `DT_*` type of this kind.
+    pub fn dtype(self) -> u8 {
+        match self {
+            FileKind::File => dtype::REG,
+            FileKind::Dir => dtype::DIR,
+            FileKind::Symlink => dtype::LNK,
+            FileKind::Fifo => dtype::FIFO,
+            FileKind::Socket => dtype::SOCK,
+            FileKind::CharDev => dtype::CHR,
+            FileKind::BlockDev => dtype::BLK,
+        }
+    }
+
+    /// The kind encoded in the `S_IFMT` bits of `mode`, if any (through pm's one
+    /// mode-to-type mapping, [`dtype::of_mode`]).
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        FileKind::from_dtype(dtype::of_mode(mode))
+    }
+
     /// The `S_IFMT` bits of this kind.
     pub fn mode_bits(self) -> u32 {
-        match self {
-            FileKind::File => libc::S_IFREG,
-            FileKind::Dir => libc::S_IFDIR,
-            FileKind::Symlink => libc::S_IFLNK,
-            FileKind::Fifo => libc::S_IFIFO,
-            FileKind::Socket => libc::S_IFSOCK,
-            FileKind::CharDev => libc::S_IFCHR,
-            FileKind::BlockDev => libc::S_IFBLK,
-        }
+        dtype::mode_bits(self.dtype())
     }
 }
 

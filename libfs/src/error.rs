@@ -4,7 +4,7 @@
 //! exhaustive match, so a new variant cannot be added without choosing its errno.
 
 use linefs_pm::layout::FormatError;
-use linefs_pm::public::PublishError;
+use linefs_pm::recovery::RecoveryError;
 use linefs_pm::PmError;
 
 pub type FsResult<T> = Result<T, FsError>;
@@ -43,20 +43,19 @@ pub enum FsError {
     AttrTooBig,
     #[error("operation not supported: {0}")]
     NotSupported(&'static str),
-    #[error("bad file handle")]
-    BadHandle,
     #[error("position beyond the end of the file")]
     NoData,
     #[error("file system is shut down")]
     ShutDown,
     #[error("PM file: {0}")]
     Format(#[from] FormatError),
-    #[error("publication failed: {0}")]
-    Publish(#[from] PublishError),
-    #[error(
-        "log of client {client} holds an invalid entry at lsn {lsn} ({why}); refusing to mount, nothing was changed"
-    )]
-    InvalidLog { client: u32, lsn: u64, why: String },
+    /// Publication of this client's log failed (an entry the public area refused, or an
+    /// I/O error underneath); updates are refused from then on, the log stays intact and
+    /// the next mount's recovery deals with it.
+    #[error("publication failed, updates are refused (the log is intact): {0}")]
+    PublicationFailed(String),
+    #[error("recovery: {0}")]
+    Recovery(#[from] RecoveryError),
     #[error("another process has {0} mounted")]
     Busy(String),
     #[error("{what}: {source}")]
@@ -93,16 +92,16 @@ impl FsError {
             FsError::Range => libc::ERANGE,
             FsError::AttrTooBig => libc::E2BIG,
             FsError::NotSupported(_) => libc::EOPNOTSUPP,
-            FsError::BadHandle => libc::EBADF,
             // lseek(SEEK_DATA/SEEK_HOLE) past the end.
             FsError::NoData => libc::ENXIO,
             FsError::ShutDown => libc::EIO,
             FsError::Busy(_) => libc::EBUSY,
-            // A full public area found during publication is still "no space" to the
-            // caller; anything else that went wrong underneath is an I/O error: the data
-            // in the log is intact, but we cannot go on.
-            FsError::Publish(PublishError::NoSpace) => libc::ENOSPC,
-            FsError::Publish(_) | FsError::Format(_) | FsError::Io { .. } | FsError::InvalidLog { .. } => libc::EIO,
+            // Whatever went wrong underneath the calls — a corrupt PM file, a failed or
+            // refused publication, an I/O error, a log that recovery will not replay — is an
+            // I/O error to the caller: what is in the log stays intact, but we cannot go on.
+            // A full public area is never found by publication itself: every entry reserves
+            // its blocks when it is committed (NoSpace above).
+            FsError::PublicationFailed(_) | FsError::Recovery(_) | FsError::Format(_) | FsError::Io { .. } => libc::EIO,
         }
     }
 }

@@ -4,17 +4,31 @@
 //! entry (an atomic group of records), persisted, and only then applied to the DRAM view and
 //! acknowledged. Reads consult the DRAM view: unpublished data is found through the per-file
 //! overlay (the hash index of unpublished log data), published data through the public area.
-//! A background publisher applies committed log entries to the public area and reclaims log
-//! space only once they are published. Mounting replays the committed prefix of the log.
+//! Publication, recovery and formatting are pm's ([`linefs_pm::publish`],
+//! [`linefs_pm::recovery`], [`linefs_pm::mkfs`]); in the host-only mode a thread of the
+//! client calls them.
+//!
+//! Modules: `api` (the types of the calls), `options`, `state` (the client's state and the
+//! view lookups), `commit` (the update path and space reservation), `publisher` (host-only
+//! publication), `mount` (recovery at mount, shutdown), `calls` (the calls, by concern),
+//! `view` (the DRAM view), `perm` (permission checks), `status`, `error` (every errno).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod api;
+mod calls;
+mod commit;
 mod error;
-mod fs;
+mod mount;
+mod options;
 mod perm;
 mod publisher;
+mod state;
+mod status;
+mod time;
 mod view;
 
 pub use api::*;
 pub use error::{FsError, FsResult};
-pub use fs::*;
+pub use options::FsOptions;
+pub use state::Fs;
+pub use status::FsStatus;

@@ -9,6 +9,7 @@
 //! through to the public area. Once entries up to some LSN are published, overlay segments
 //! from those entries are dropped ([`View::trim`]): the public area now holds the same bytes.
 
+use linefs_pm::bitmap::Bitmap;
 use linefs_pm::record::{InodeImage, Record, MAX_FILE_SIZE};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -250,71 +251,22 @@ impl Node {
     }
 }
 
-/// Inode-number allocator (a bitmap with a next-fit cursor).
-#[derive(Debug)]
-pub struct InoAlloc {
-    used: Vec<u64>,
-    count: u64,
-    free: u64,
-    next: u64,
-}
-
-impl InoAlloc {
-    pub fn new(count: u64) -> InoAlloc {
-        let mut a = InoAlloc { used: vec![0; count.div_ceil(64) as usize], count, free: count, next: 2 };
-        a.mark(0);
-        a.mark(1);
-        a
-    }
-
-    pub fn mark(&mut self, ino: u64) {
-        let w = &mut self.used[(ino / 64) as usize];
-        if *w & (1 << (ino % 64)) == 0 {
-            *w |= 1 << (ino % 64);
-            self.free -= 1;
-        }
-    }
-
-    pub fn release(&mut self, ino: u64) {
-        let w = &mut self.used[(ino / 64) as usize];
-        if *w & (1 << (ino % 64)) != 0 {
-            *w &= !(1 << (ino % 64));
-            self.free += 1;
-        }
-    }
-
-    pub fn alloc(&mut self) -> Option<u64> {
-        if self.free == 0 {
-            return None;
-        }
-        for k in 0..self.count {
-            let i = (self.next + k) % self.count;
-            if self.used[(i / 64) as usize] & (1 << (i % 64)) == 0 {
-                self.mark(i);
-                self.next = i + 1;
-                return Some(i);
-            }
-        }
-        None
-    }
-
-    pub fn free(&self) -> u64 {
-        self.free
-    }
-}
-
 /// The whole view.
 #[derive(Debug)]
 pub struct View {
     pub nodes: HashMap<u64, Node>,
-    pub inos: InoAlloc,
+    /// Inode numbers in use (0 and the root are never free).
+    pub inos: Bitmap,
     /// Inodes whose overlay or unpublished preallocations are non-empty.
     overlaid: HashSet<u64>,
 }
 
 impl View {
     pub fn new(inode_count: u64) -> View {
-        View { nodes: HashMap::new(), inos: InoAlloc::new(inode_count), overlaid: HashSet::new() }
+        let mut inos = Bitmap::new(inode_count);
+        inos.set(0);
+        inos.set(1);
+        View { nodes: HashMap::new(), inos, overlaid: HashSet::new() }
     }
 
     pub fn node(&self, ino: u64) -> Option<&Node> {
@@ -347,7 +299,7 @@ impl View {
                     n.overlay.insert(0, MAX_FILE_SIZE, Src::Zero, lsn);
                     n.fresh = Some(lsn);
                     self.overlaid.insert(img.ino);
-                    self.inos.mark(img.ino);
+                    self.inos.set(img.ino);
                     self.nodes.insert(img.ino, n);
                 } else if let Some(n) = self.nodes.get_mut(&img.ino) {
                     n.img = *img;
@@ -393,7 +345,7 @@ impl View {
             Record::FreeInode { ino } => {
                 self.nodes.remove(ino);
                 self.overlaid.remove(ino);
-                self.inos.release(*ino);
+                self.inos.clear(*ino);
             }
         }
     }

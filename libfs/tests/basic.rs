@@ -8,7 +8,7 @@ use std::sync::Arc;
 fn fresh(size: u64) -> (Arc<PmRegion>, Fs) {
     let region = Arc::new(PmRegion::traced(size));
     let geo = Geometry::compute(&FormatParams::for_size(size)).unwrap();
-    Fs::format_region(&region, &geo).unwrap();
+    linefs_pm::mkfs::format_region(&region, &geo).unwrap();
     let fs = Fs::mount_region(region.clone(), FsOptions { background_publish: false, ..Default::default() }).unwrap();
     (region, fs)
 }
@@ -150,9 +150,9 @@ fn full_public_area_is_enospc_and_recoverable() {
 fn pm_files_that_are_corrupt_truncated_or_foreign_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("node.pm");
-    Fs::format(&path, &FormatOptions::for_size(16 << 20)).unwrap();
+    linefs_pm::mkfs::format_file(&path, &linefs_pm::layout::FormatParams::for_size(16 << 20)).unwrap();
     // Formatting over an existing image is refused.
-    assert!(Fs::format(&path, &FormatOptions::for_size(16 << 20)).is_err());
+    assert!(linefs_pm::mkfs::format_file(&path, &linefs_pm::layout::FormatParams::for_size(16 << 20)).is_err());
     let open = |p: &std::path::Path| Fs::mount(FsOptions { pm_path: p.to_path_buf(), ..Default::default() });
     {
         let fs = open(&path).unwrap();

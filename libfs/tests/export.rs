@@ -10,7 +10,7 @@ use std::sync::Arc;
 fn fresh(size: u64) -> Fs {
     let region = Arc::new(PmRegion::traced(size));
     let geo = Geometry::compute(&FormatParams::for_size(size)).unwrap();
-    Fs::format_region(&region, &geo).unwrap();
+    linefs_pm::mkfs::format_region(&region, &geo).unwrap();
     Fs::mount_region(region, FsOptions { background_publish: false, ..Default::default() }).unwrap()
 }
 

@@ -734,7 +734,7 @@ impl Harness {
         let size = 64 << 20;
         let region = Arc::new(PmRegion::traced(size));
         let geo = Geometry::compute(&FormatParams::for_size(size)).expect("geometry");
-        Fs::format_region(&region, &geo).expect("format");
+        linefs_pm::mkfs::format_region(&region, &geo).expect("format");
         let fs = mount(&region);
         let sticky = SetAttr { mode: Some(0o1777), ..Default::default() };
         fs.setattr(&Cred::root(), ROOT_INO, &sticky).expect("chmod /");

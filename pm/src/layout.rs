@@ -67,6 +67,8 @@ pub enum FormatError {
     Geometry(String),
     #[error("invalid format options: {0}")]
     Options(String),
+    #[error("{0} exists and is not empty: refusing to format over it")]
+    Exists(String),
     #[error("corrupt {what}: {detail}")]
     Corrupt { what: String, detail: String },
     #[error(transparent)]

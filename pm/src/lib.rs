@@ -5,15 +5,26 @@
 //! * [`layout`]: the persisted format of a node's PM file (superblock and geometry).
 //! * [`record`]: operation-log records (the unit libfs appends and publishers apply).
 //! * [`oplog`]: the operation-log ring: entry framing, append, scan of the committed prefix.
-//! * [`public`]: the public area (inode table, directories, block maps, allocation) and the
-//!   idempotent publication of log records into it.
+//! * [`public`]: the public area: its persisted structures, a read-only view any process can
+//!   use ([`public::PublicReader`]), and the publisher's state that validates and applies
+//!   records ([`public::PublicArea`]).
+//! * [`publish`]: publication of one log slot from its checkpoint, scanned in PM.
+//! * [`recovery`]: recovery of a node from PM alone (every slot re-published, orphans freed).
+//! * [`mkfs`]: formatting a node.
+//! * [`bitmap`]: the DRAM bitmap allocator (data blocks, inode numbers).
+//!
+//! Publication, recovery and formatting live here, not in the client, so that any process
+//! holding a node's PM (libfs in the host-only mode, nicfs) runs the same code.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod bitmap;
 pub mod layout;
+pub mod mkfs;
 pub mod oplog;
 pub mod public;
+pub mod publish;
 pub mod record;
+pub mod recovery;
 pub mod region;
 pub mod trace;
 

@@ -72,6 +72,8 @@ pub enum ScanStop {
     Invalid(String),
     /// The scan reached a full ring's worth of entries.
     Full,
+    /// The scan reached the bound its caller set ([`LogSlot::scan_bounded`]).
+    Limit,
 }
 
 /// The committed entries from a starting LSN.
@@ -108,6 +110,11 @@ impl LogSlot {
     pub fn new(region: Arc<PmRegion>, geo: &Geometry, slot: u32) -> LogSlot {
         let hdr_off = geo.log_slot_off(slot);
         LogSlot { region, slot, hdr_off, ring_off: hdr_off + BLOCK_SIZE, ring_bytes: (geo.log_blocks - 1) * BLOCK_SIZE }
+    }
+
+    /// Index of this slot.
+    pub fn slot(&self) -> u32 {
+        self.slot
     }
 
     pub fn ring_bytes(&self) -> u64 {
@@ -204,9 +211,19 @@ impl LogSlot {
 
     /// Find the committed entries from `from` (normally the published LSN).
     pub fn scan(&self, from: u64) -> Result<Scan, FormatError> {
+        self.scan_bounded(from, u64::MAX, u64::MAX)
+    }
+
+    /// [`LogSlot::scan`], stopping with [`ScanStop::Limit`] before an entry that starts at or
+    /// after `until` (an LSN the caller knows to be committed, such as a client's tail), or
+    /// once the entries found span `max_bytes` (at least one entry is returned).
+    pub fn scan_bounded(&self, from: u64, until: u64, max_bytes: u64) -> Result<Scan, FormatError> {
         let mut entries = Vec::new();
         let mut lsn = from;
         let stop = loop {
+            if lsn >= until || (lsn - from >= max_bytes && !entries.is_empty()) {
+                break ScanStop::Limit;
+            }
             if lsn - from >= self.ring_bytes {
                 break ScanStop::Full;
             }

@@ -81,6 +81,9 @@ pub fn get_xattrs(b: &[u8], count: usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     (q == b.len()).then_some(attrs)
 }
 
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+
 /// Directory-entry types (the `DT_*` values of `readdir`).
 pub mod dtype {
     pub const FIFO: u8 = 1;

@@ -11,7 +11,6 @@ use crate::record::{dtype, put_xattr, xattrs_len, InodeImage, Record};
 use std::collections::HashSet;
 
 impl PublicArea {
-
     /// Apply one record of a recovery replay (see [`PublicArea::validate_with`]): a record
     /// for an `unsettled` inode that the public area, being ahead of the checkpoint, has
     /// already freed or recreated as another type is skipped — a later record of the replay

@@ -1,9 +1,9 @@
 //! Tests of the public area: publication round trips, reload, idempotence, xattr chains,
 //! hostile records.
 
+use super::format::XATTR_PAYLOAD;
 use super::*;
 use crate::layout::FormatParams;
-use super::format::XATTR_PAYLOAD;
 use crate::layout::{Geometry, BLOCK_SIZE};
 use crate::record::{decode_records, dtype, xattrs_len, EntryBuilder, InodeImage, Record};
 use crate::region::PmRegion;
@@ -118,12 +118,10 @@ fn xattr_chains_grow_shrink_reload_and_reveal_a_torn_block() {
         b.xattrs(2, attrs.iter().map(|(n, v)| (&n[..], &v[..])));
         apply(pa, &b);
     };
-    let loaded =
-        |region: &Arc<PmRegion>| PublicArea::load(region.clone(), geo).unwrap().1.inodes[&2].xattrs.clone();
+    let loaded = |region: &Arc<PmRegion>| PublicArea::load(region.clone(), geo).unwrap().1.inodes[&2].xattrs.clone();
     // A thousand small attributes and one value of the 64 KiB maximum.
-    let mut attrs: XattrList = (0..1000)
-        .map(|i| (format!("user.attribute_{i}").into_bytes(), format!("value_{i}").into_bytes()))
-        .collect();
+    let mut attrs: XattrList =
+        (0..1000).map(|i| (format!("user.attribute_{i}").into_bytes(), format!("value_{i}").into_bytes())).collect();
     attrs.push((b"user.big".to_vec(), (0..65536u32).map(|i| (i * 13) as u8).collect()));
     set(&mut pa, &attrs);
     let blocks = xattrs_len(attrs.iter().map(|(n, v)| (&n[..], &v[..]))).div_ceil(XATTR_PAYLOAD) as u64;

@@ -132,7 +132,7 @@ pub fn check(w: &Workload, crash: &CrashOpts) -> Outcome {
 fn check_into(w: &Workload, crash: &CrashOpts, out: &mut Outcome) -> Result<(), String> {
     let geo = Geometry::compute(&PM).map_err(|e| e.to_string())?;
     let region = Arc::new(PmRegion::traced(PM.size));
-    Fs::format_region(&region, &geo).map_err(|e| format!("format: {e}"))?;
+    linefs_pm::mkfs::format_region(&region, &geo).map_err(|e| format!("format: {e}"))?;
     let fs = Fs::mount_region(region.clone(), opts()).map_err(|e| format!("mount: {e}"))?;
     setup(&fs).map_err(|e| format!("setup: {e}"))?;
     let tracer = region.tracer().ok_or("region is not traced")?;

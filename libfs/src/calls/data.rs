@@ -1,0 +1,230 @@
+//! File data: open and release, read (overlay of unpublished log data, then the public
+//! area), write (split into entries a log can hold), fsync, fallocate in every mode, lseek
+//! with SEEK_DATA/SEEK_HOLE.
+
+use crate::api::*;
+use crate::error::{FsError, FsResult};
+use crate::perm;
+use crate::state::{Front, Fs};
+use crate::time::now;
+use crate::view::Src;
+use linefs_pm::record::{EntryBuilder, InodeImage, MAX_FILE_SIZE};
+use std::sync::atomic::Ordering;
+
+impl Front {
+    pub(crate) fn write_data(&mut self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<u32> {
+        let n = self.node(ino)?;
+        if n.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if n.kind_bits() != libc::S_IFREG {
+            return Err(FsError::Invalid("write to a special file"));
+        }
+        let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(FsError::TooBig);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let max = (self.publication.log.max_payload() as usize).saturating_sub(1024).min(1 << 20);
+        let mut done = 0usize;
+        while done < data.len() {
+            let piece = &data[done..(done + max).min(data.len())];
+            let pos = off + done as u64;
+            let n = self.node(ino)?;
+            let mut img = n.img;
+            img.size = img.size.max(pos + piece.len() as u64);
+            let t = now();
+            img.mtime = t;
+            img.ctime = t;
+            img.mode = perm::killpriv(cred, img.mode);
+            let est = self.estimate_blocks(ino, pos, piece.len() as u64)?;
+            let mut b = EntryBuilder::new();
+            b.write(ino, pos, piece);
+            b.inode(&img, false);
+            match self.commit(&b, est) {
+                Ok(_) => done += piece.len(),
+                // A short write is success for what was written.
+                Err(e) if done > 0 => {
+                    tracing::debug!(error = %e, "short write");
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done as u32)
+    }
+
+    pub(crate) fn read_data(&self, ino: Ino, off: u64, size: u32) -> FsResult<Vec<u8>> {
+        let n = self.node(ino)?;
+        if n.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let fsize = n.img.size;
+        if off >= fsize {
+            return Ok(Vec::new());
+        }
+        let end = fsize.min(off + size as u64);
+        let mut buf = vec![0u8; (end - off) as usize];
+        let mut pos = off;
+        for (a, b, src) in n.overlay.overlapping(off, end) {
+            if a > pos {
+                self.publication.public.read().area.reader().read_file(
+                    ino,
+                    pos,
+                    &mut buf[(pos - off) as usize..(a - off) as usize],
+                )?;
+            }
+            let dst = &mut buf[(a - off) as usize..(b - off) as usize];
+            match src {
+                Src::Log(at) => self.publication.region.read(at, dst)?,
+                Src::Zero => dst.fill(0),
+            }
+            pos = b;
+        }
+        if pos < end {
+            self.publication.public.read().area.reader().read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
+        }
+        Ok(buf)
+    }
+
+    pub(crate) fn truncate_records(&self, b: &mut EntryBuilder, img: &mut InodeImage, size: u64) {
+        if size < img.size {
+            b.truncate(img.ino, size);
+        }
+        img.size = size;
+    }
+}
+
+impl Fs {
+    pub fn open(&self, cred: &Cred, ino: Ino, flags: i32) -> FsResult<u64> {
+        let mut front = self.wlock();
+        let n = front.node(ino)?;
+        let mask = perm::open_mask(flags);
+        if n.is_dir() && mask & W_OK != 0 {
+            return Err(FsError::IsDir);
+        }
+        if !perm::may(cred, &n.img, mask) {
+            return Err(FsError::Access);
+        }
+        if flags & libc::O_TRUNC != 0 && n.kind_bits() == libc::S_IFREG && n.img.size > 0 {
+            let mut img = n.img;
+            let mut b = EntryBuilder::new();
+            front.truncate_records(&mut b, &mut img, 0);
+            let t = now();
+            img.mtime = t;
+            img.ctime = t;
+            img.mode = perm::killpriv(cred, img.mode);
+            b.inode(&img, false);
+            front.commit(&b, 0)?;
+        }
+        if let Some(n) = front.view.node_mut(ino) {
+            n.opens += 1;
+        }
+        Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn release(&self, ino: Ino, _fh: u64) {
+        let mut front = self.wlock();
+        if let Some(n) = front.view.node_mut(ino) {
+            n.opens = n.opens.saturating_sub(1);
+        }
+        if let Err(e) = front.maybe_free(ino) {
+            tracing::warn!(ino, error = %e, "could not free orphan inode now; it is freed at next mount");
+        }
+    }
+
+    pub fn read(&self, ino: Ino, off: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.rlock().read_data(ino, off, size)
+    }
+
+    pub fn write(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<u32> {
+        let mut front = self.wlock();
+        let n = front.write_data(cred, ino, off, data)?;
+        self.kick(&front);
+        Ok(n)
+    }
+
+    /// Every update is durable in the log when its call returns, so fsync has nothing left
+    /// to persist in the host-only mode; it checks the inode exists.
+    pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+        self.rlock().node(ino).map(|_| ())
+    }
+
+    /// Publish everything that is in the log.
+    pub fn sync_all(&self) -> FsResult<()> {
+        self.wlock().publish_all()
+    }
+
+    /// fallocate through an open handle: the open checked write permission.
+    pub fn fallocate(&self, cred: &Cred, ino: Ino, off: u64, len: u64, mode: i32) -> FsResult<()> {
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of zero bytes"));
+        }
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(FsError::TooBig);
+        }
+        let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & FALLOC_FL_ZERO_RANGE != 0;
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
+            return Err(FsError::NotSupported("fallocate mode"));
+        }
+        if punch && (!keep || zero) {
+            return Err(FsError::NotSupported("PUNCH_HOLE needs KEEP_SIZE alone"));
+        }
+        let mut front = self.wlock();
+        let n = front.node(ino)?;
+        if n.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if n.kind_bits() != libc::S_IFREG {
+            return Err(FsError::Invalid("fallocate of a special file"));
+        }
+        let mut img = n.img;
+        // Like a write, fallocate by someone other than root drops setuid/setgid (Linux's
+        // file_modified).
+        img.mode = perm::killpriv(cred, img.mode);
+        let t = now();
+        let mut b = EntryBuilder::new();
+        let mut est = 0;
+        if punch || zero {
+            // Only what lies inside the file needs zeroing.
+            let pend = end.min(img.size);
+            if off < pend {
+                b.punch(ino, off, pend - off);
+            }
+            img.mtime = t;
+            img.ctime = t;
+        }
+        if !punch {
+            est = front.estimate_blocks(ino, off, len)?;
+            b.alloc(ino, off, len);
+            if !keep && end > img.size {
+                img.size = end;
+                img.ctime = t;
+                if zero {
+                    img.mtime = t;
+                }
+            }
+        }
+        b.inode(&img, false);
+        front.commit(&b, est)?;
+        self.kick(&front);
+        Ok(())
+    }
+
+    /// SEEK_DATA / SEEK_HOLE: linefs reports the whole file as data (allowed by POSIX).
+    pub fn lseek(&self, ino: Ino, off: u64, whence: i32) -> FsResult<u64> {
+        let front = self.rlock();
+        let size = front.node(ino)?.img.size;
+        match whence {
+            libc::SEEK_DATA if off < size => Ok(off),
+            libc::SEEK_HOLE if off < size => Ok(size),
+            libc::SEEK_DATA | libc::SEEK_HOLE => Err(FsError::NoData),
+            _ => Err(FsError::Invalid("lseek whence")),
+        }
+    }
+}

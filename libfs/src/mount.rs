@@ -1,0 +1,155 @@
+//! Mounting a client and shutting it down.
+//!
+//! In the host-only mode the client owns the node's PM file (an exclusive `flock`): mount
+//! runs pm's node recovery ([`linefs_pm::recovery::recover`]: every log slot re-published,
+//! orphans freed, torn structures checked), builds the DRAM view from the recovered public
+//! area and starts the publisher thread. Shutdown publishes everything, frees this client's
+//! orphans and stops the thread.
+
+use crate::api::ROOT_INO;
+use crate::error::{FsError, FsResult};
+use crate::options::FsOptions;
+use crate::publisher::{Publication, Wakeup};
+use crate::state::{Client, Front, Fs};
+use crate::view::{Node, View};
+use linefs_pm::oplog::LogSlot;
+use linefs_pm::record::Record;
+use linefs_pm::recovery::recover;
+use linefs_pm::PmRegion;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+impl Fs {
+    /// Open a PM file: recover (re-publish the committed logs), then serve.
+    pub fn mount(opts: FsOptions) -> FsResult<Fs> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&opts.pm_path)
+            .map_err(|e| FsError::Io { what: format!("open {}", opts.pm_path.display()), source: e })?;
+        // SAFETY: flock on a file descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(FsError::Busy(opts.pm_path.display().to_string()));
+        }
+        let region = Arc::new(PmRegion::open(&opts.pm_path)?);
+        let mut fs = Fs::mount_region(region, opts)?;
+        fs._lock = Some(file);
+        Ok(fs)
+    }
+
+    /// Open a region that is already mapped (tests: traced regions and crash images).
+    pub fn mount_region(region: Arc<PmRegion>, opts: FsOptions) -> FsResult<Fs> {
+        let rec = recover(region.clone())?;
+        let geo = rec.geometry;
+        let Some(mine) = rec.slots.iter().find(|s| s.slot == opts.client) else {
+            return Err(FsError::Invalid("client number beyond the log slots"));
+        };
+        let published = mine.published;
+        let recovered = rec.replayed();
+        let mut view = View::new(geo.inode_count);
+        let mut max_gen = 1;
+        for (ino, li) in &rec.loaded.inodes {
+            let mut n = Node::new(li.img);
+            n.pub_blocks = li.blocks;
+            n.xattrs = li.xattrs.iter().cloned().collect();
+            view.inos.set(*ino);
+            max_gen = max_gen.max(li.img.generation);
+            view.nodes.insert(*ino, n);
+        }
+        for (dir, ents) in &rec.loaded.dirs {
+            let mut recs = Vec::new();
+            for e in ents {
+                if view.nodes.contains_key(&e.ino) {
+                    recs.push(Record::Dirent { dir: *dir, ino: e.ino, dtype: e.dtype, name: e.name.clone() });
+                } else {
+                    tracing::warn!(dir, ino = e.ino, "directory entry names a free inode; ignored");
+                }
+            }
+            view.apply(&recs, 0);
+        }
+        if view.node(ROOT_INO).is_none_or(|n| !n.is_dir()) {
+            return Err(FsError::Format(linefs_pm::layout::FormatError::Corrupt {
+                what: "root directory".into(),
+                detail: "missing".into(),
+            }));
+        }
+        let log = LogSlot::new(region.clone(), &geo, opts.client);
+        let publication = Arc::new(Publication::new(region.clone(), geo, log, rec.area, published));
+        let front = Front {
+            publication: publication.clone(),
+            view,
+            tail: published,
+            reclaimed: published,
+            reserved: 0,
+            chunk_size: opts.chunk_size.max(64 << 10),
+            next_generation: max_gen,
+            appended: 0,
+            recovered,
+            shut: false,
+        };
+        let client = Arc::new(Client { front: RwLock::new(front), publication, wakeup: Wakeup::new() });
+        let publisher = if opts.background_publish {
+            let c = client.clone();
+            let interval = opts.publish_interval;
+            Some(
+                std::thread::Builder::new()
+                    .name("linefs-publish".into())
+                    .spawn(move || crate::publisher::run(c, interval))
+                    .map_err(|e| FsError::Io { what: "start publisher".into(), source: e })?,
+            )
+        } else {
+            None
+        };
+        tracing::info!(recovered, published, orphans = rec.orphans_freed, "linefs client ready");
+        Ok(Fs {
+            client,
+            publisher: Mutex::new(publisher),
+            next_fh: AtomicU64::new(1),
+            dir_streams: Mutex::new(HashMap::new()),
+            pm_path: region.path().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into()),
+            slot: opts.client,
+            _lock: None,
+        })
+    }
+
+    /// Publish everything, free orphans, stop the publisher. Idempotent; also run on drop.
+    pub fn shutdown(&self) -> FsResult<()> {
+        self.client.wakeup.stop();
+        if let Some(h) = self.publisher.lock().take() {
+            let _ = h.join();
+        }
+        let mut front = self.wlock();
+        if front.shut {
+            return Ok(());
+        }
+        let orphans: Vec<u64> = front
+            .view
+            .nodes
+            .values()
+            .filter(|n| n.img.nlink == 0 && n.img.ino != ROOT_INO)
+            .map(|n| n.img.ino)
+            .collect();
+        for ino in orphans {
+            if let Some(n) = front.view.node_mut(ino) {
+                n.lookups = 0;
+                n.opens = 0;
+            }
+            front.maybe_free(ino)?;
+        }
+        front.publish_all()?;
+        front.shut = true;
+        Ok(())
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!(error = %e, "shutdown failed; the log is intact and recovery replays it");
+        }
+    }
+}

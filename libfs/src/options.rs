@@ -1,0 +1,30 @@
+//! Options of a client mount ([`Fs::mount`](crate::Fs::mount)).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of [`Fs::mount`](crate::Fs::mount).
+#[derive(Debug, Clone)]
+pub struct FsOptions {
+    pub pm_path: PathBuf,
+    /// Publication batch: the publisher wakes when this much log is unpublished.
+    pub chunk_size: u64,
+    /// The publisher also publishes whatever is pending this often.
+    pub publish_interval: Duration,
+    /// Log slot of this client.
+    pub client: u32,
+    /// Run the background publisher (tests turn it off to control publication).
+    pub background_publish: bool,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            pm_path: PathBuf::new(),
+            chunk_size: 4 << 20,
+            publish_interval: Duration::from_secs(1),
+            client: 0,
+            background_publish: true,
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Recovery of a node from PM alone: load the public area, re-publish the committed suffix
+//! of *every* log slot after its checkpoint, free orphans, check that every structure torn
+//! by the crash was rewritten, and return the recovered public area with what it holds.
+//!
+//! A crash in the middle of a publication batch leaves the public area *ahead* of that
+//! slot's checkpoint: a later entry of the batch may already have freed an inode (or freed
+//! it and created another file in its place) that an earlier entry of the replayed suffix
+//! still writes to. Replay therefore validates such *unsettled* inodes — those the suffixes
+//! free or create — without holding their current allocation or type against an entry,
+//! and skips a record the public area has overtaken ([`PublicArea::apply_replayed`]): a
+//! later record of the suffix frees or recreates that inode again, and a block freed in the
+//! batch is not reused before the checkpoint, so the replay converges. Everything else is
+//! validated as in normal publication; an invalid entry (a bug or a forged log) stops the
+//! recovery before anything of it changes.
+//!
+//! Slots are replayed one after another. Publication runs one batch at a time for the whole
+//! node, so at most one slot can have been caught in the middle of a batch, and the entries
+//! of different slots that are still unpublished change inodes that only their own writer
+//! held (leases hand an inode over only after its holder's updates are published).
+//!
+//! Orphans — inodes with no name left, unlinked while open — are freed once nobody can hold
+//! them any more, which at recovery is always (no client is attached yet).
+
+use crate::layout::{FormatError, Geometry, Superblock};
+use crate::oplog::{LogSlot, ScanStop};
+use crate::public::{Loaded, PublicArea, PublishError};
+use crate::record::{decode_records, Record, ROOT_INO};
+use crate::region::PmRegion;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What recovery did to one slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRecovery {
+    pub slot: u32,
+    /// The checkpoint after recovery (durable): where the slot's writer appends next.
+    pub published: u64,
+    /// Committed entries that were re-published.
+    pub replayed: u64,
+    /// How the scan of the slot ended (a torn entry is normal after a crash).
+    pub stop: ScanStop,
+}
+
+/// A recovered node.
+pub struct Recovered {
+    pub geometry: Geometry,
+    pub area: PublicArea,
+    /// Every live inode and directory entry after recovery.
+    pub loaded: Loaded,
+    pub slots: Vec<SlotRecovery>,
+    pub orphans_freed: u64,
+}
+
+impl Recovered {
+    /// Entries re-published over all slots.
+    pub fn replayed(&self) -> u64 {
+        self.slots.iter().map(|s| s.replayed).sum()
+    }
+}
+
+/// Why recovery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("log slot {slot} holds an invalid entry at lsn {lsn} ({why}); refusing to recover past it")]
+    InvalidEntry { slot: u32, lsn: u64, why: String },
+    #[error("re-publishing log slot {slot}: {source}")]
+    Publish {
+        slot: u32,
+        #[source]
+        source: PublishError,
+    },
+}
+
+/// Recover the node in `region`.
+pub fn recover(region: Arc<PmRegion>) -> Result<Recovered, RecoveryError> {
+    let geo = Superblock::read(&region)?.geometry;
+    let (mut area, loaded) = PublicArea::load(region.clone(), geo)?;
+    let logs: Vec<LogSlot> = (0..geo.log_slots).map(|s| LogSlot::new(region.clone(), &geo, s)).collect();
+
+    // Every slot's committed suffix, decoded.
+    let mut suffixes = Vec::new();
+    for log in &logs {
+        let from = log.published_lsn()?;
+        let scan = log.scan(from)?;
+        let mut entries = Vec::new();
+        let mut stop = scan.stop.clone();
+        for loc in &scan.entries {
+            let payload = log.read_payload(loc)?;
+            match decode_records(&payload, loc.payload_off) {
+                Ok(r) => entries.push((*loc, r)),
+                Err(e) => {
+                    tracing::error!(slot = log.slot(), lsn = loc.lsn, error = %e, "malformed log entry: the log ends here");
+                    stop = ScanStop::Invalid(format!("entry at lsn {}: {e}", loc.lsn));
+                    break;
+                }
+            }
+        }
+        suffixes.push((from, entries, stop));
+    }
+    let unsettled: HashSet<u64> = suffixes
+        .iter()
+        .flat_map(|(_, entries, _)| entries.iter().flat_map(|(_, recs)| recs.iter()))
+        .filter_map(|r| match r {
+            Record::FreeInode { ino } => Some(*ino),
+            Record::Inode { fresh: true, img } => Some(img.ino),
+            _ => None,
+        })
+        .collect();
+
+    let mut slots = Vec::new();
+    for (log, (from, entries, stop)) in logs.iter().zip(suffixes) {
+        let slot = log.slot();
+        let mut upto = from;
+        for (loc, records) in &entries {
+            // Validate the whole entry first: it is published entirely or not at all.
+            if let Err(e) = area.validate_with(records, &unsettled) {
+                tracing::error!(slot, lsn = loc.lsn, error = %e, "invalid log entry; refusing to recover");
+                return Err(RecoveryError::InvalidEntry { slot, lsn: loc.lsn, why: e.to_string() });
+            }
+            for r in records {
+                area.apply_replayed(r, &unsettled).map_err(|source| RecoveryError::Publish { slot, source })?;
+            }
+            upto = loc.end;
+        }
+        if upto > from {
+            area.fence();
+            log.set_published_lsn(upto)?;
+            area.checkpoint_done();
+        }
+        if let ScanStop::Invalid(why) = &stop {
+            tracing::info!(slot, %why, "log ends at a torn or corrupt entry (expected after a crash)");
+        }
+        slots.push(SlotRecovery { slot, published: upto, replayed: entries.len() as u64, stop });
+    }
+
+    let replayed: u64 = slots.iter().map(|s| s.replayed).sum();
+    let (mut area, mut loaded) = if replayed > 0 { PublicArea::load(region.clone(), geo)? } else { (area, loaded) };
+    let orphans: Vec<u64> =
+        loaded.inodes.values().filter(|i| i.img.nlink == 0 && i.img.ino != ROOT_INO).map(|i| i.img.ino).collect();
+    if !orphans.is_empty() {
+        for &ino in &orphans {
+            area.apply(&Record::FreeInode { ino }).map_err(|source| RecoveryError::Publish { slot: 0, source })?;
+        }
+        area.fence();
+        area.checkpoint_done();
+    }
+    // Torn structures must have been rewritten by the replay (or freed as orphans).
+    area.check_suspects()?;
+    if !orphans.is_empty() {
+        (area, loaded) = PublicArea::load(region, geo)?;
+    }
+    Ok(Recovered { geometry: geo, area, loaded, slots, orphans_freed: orphans.len() as u64 })
+}
