@@ -123,7 +123,7 @@ pub fn xattrs_len<'a>(attrs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> 
     attrs.into_iter().map(|(n, v)| XATTR_ENTRY_HEADER + n.len() + v.len()).sum()
 }
 
-/// Append one attribute: name_len u8 | reserved [3] | value_len u32 | name | value.
+/// Append one attribute: name_len u8 | reserved \[3\] | value_len u32 | name | value.
 pub fn put_xattr(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     let s = out.len();
     out.resize(s + XATTR_ENTRY_HEADER, 0);

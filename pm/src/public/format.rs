@@ -1,5 +1,5 @@
 //! The persisted structures of the public area and their byte layouts (all little-endian).
-//! Readers ([`super::reader`]) and the publisher ([`super::area`]) encode and decode them
+//! Readers ([`super::reader`]) and the publisher ([`super::PublicArea`]) encode and decode them
 //! only through this module.
 //!
 //! Inode (256 bytes, in the inode table at index `ino`; all-zero = free):
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Indirect block: 512 little-endian u64 block pointers (0 = hole). File block `i` maps
-//! through direct[i] for i < 12, then the single (512 blocks), double (512²) and triple
+//! through `direct[i]` for i < 12, then the single (512 blocks), double (512²) and triple
 //! (512³) indirect trees.
 //!
 //! Directory data (the directory's own file blocks, through its block map): 15 slots of
@@ -31,7 +31,7 @@
 //! ```
 //!
 //! Extended attributes: the inode's attributes encoded as one *stream* (the entries of an
-//! XATTRS record, see [`crate::record`]: name_len u8 | reserved [3] | value_len u32 | name |
+//! XATTRS record, see [`crate::record`]: name_len u8 | reserved \[3\] | value_len u32 | name |
 //! value), at most [`XATTR_SPACE`] bytes, cut into a chain of xattr blocks:
 //!
 //! ```text
