@@ -34,23 +34,60 @@
 //! 252   4 crc32c         over bytes 0..252
 //! ```
 //!
+//! The offsets are the constants of [`sb_off`], which the encoder and the decoder both use;
+//! `pm/tests/format_bytes.rs` pins the bytes against this table.
+//!
 //! The superblock is written once, at format, and never changes afterwards; opening checks
 //! magic, version, checksum and that the geometry fits the file.
+//!
+//! Every checksummed structure of the format follows one rule: its crc32c is the last field
+//! of its (header) bytes and covers every byte before it, reserved bytes included, then the
+//! payload if it has one; no header byte goes unprotected. The one field placed after a
+//! checksum on purpose is the log slot's published LSN, which is updated in place by a
+//! single atomic store (see [`crate::oplog`]).
 
 use crate::region::{PmError, PmRegion};
 
 /// Size of every block of the PM file.
 pub const BLOCK_SIZE: u64 = 4096;
-/// Persisted format version this build reads and writes.
+/// Persisted format version this build reads and writes. A file of any other version is
+/// refused (no upgrade path yet); `pm/tests/format_image.rs` opens a stored image of this
+/// version and says what to do at the next bump.
 /// 2: extended attributes in a chain of blocks (up to 254 KiB per inode) and 32-bit value
 /// lengths in XATTRS records.
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: the log entry checksum moves to header bytes 28..32 and covers the whole header before
+/// it (version 2 left bytes 28..32 unprotected); the log slot header checksum moves to bytes
+/// 60..64 and covers bytes 0..60.
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic at offset 0 of a linefs PM file.
 pub const MAGIC: &[u8; 8] = b"LINEFSPM";
 /// Size of one on-PM inode.
 pub const INODE_SIZE: u64 = 256;
 /// Size of the superblock's used part.
 pub const SUPERBLOCK_SIZE: usize = 256;
+
+/// Byte offsets of the superblock's fields (the table in the module doc).
+pub mod sb_off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const BLOCK_SIZE: usize = 12;
+    pub const TOTAL_BLOCKS: usize = 16;
+    pub const LOG_SLOTS: usize = 24;
+    pub const RESERVED0: usize = 28;
+    pub const LOG_START: usize = 32;
+    pub const LOG_BLOCKS: usize = 40;
+    pub const ITABLE_START: usize = 48;
+    pub const INODE_COUNT: usize = 56;
+    pub const DATA_START: usize = 64;
+    pub const DATA_BLOCKS: usize = 72;
+    pub const UUID: usize = 80;
+    pub const FORMAT_TIME: usize = 96;
+    pub const RESERVED1: usize = 104;
+    /// crc32c over bytes `0..CRC`.
+    pub const CRC: usize = 252;
+    const _: () = assert!(RESERVED0 + 4 == LOG_START && UUID + 16 == FORMAT_TIME && FORMAT_TIME + 8 == RESERVED1);
+    const _: () = assert!(CRC + 4 == super::SUPERBLOCK_SIZE);
+}
 
 /// Errors of the persisted format: what is wrong with a PM image, said plainly.
 #[derive(Debug, thiserror::Error)]
@@ -206,57 +243,59 @@ pub struct Superblock {
 impl Superblock {
     /// Encode to the 256-byte on-PM form.
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
+        use sb_off as o;
         let g = &self.geometry;
         let mut b = [0u8; SUPERBLOCK_SIZE];
-        b[0..8].copy_from_slice(MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(BLOCK_SIZE as u32).to_le_bytes());
-        b[16..24].copy_from_slice(&g.total_blocks.to_le_bytes());
-        b[24..28].copy_from_slice(&g.log_slots.to_le_bytes());
-        b[32..40].copy_from_slice(&g.log_start.to_le_bytes());
-        b[40..48].copy_from_slice(&g.log_blocks.to_le_bytes());
-        b[48..56].copy_from_slice(&g.itable_start.to_le_bytes());
-        b[56..64].copy_from_slice(&g.inode_count.to_le_bytes());
-        b[64..72].copy_from_slice(&g.data_start.to_le_bytes());
-        b[72..80].copy_from_slice(&g.data_blocks.to_le_bytes());
-        b[80..96].copy_from_slice(&self.uuid);
-        b[96..104].copy_from_slice(&self.format_time_ns.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..252]);
-        b[252..256].copy_from_slice(&crc.to_le_bytes());
+        b[o::MAGIC..o::MAGIC + MAGIC.len()].copy_from_slice(MAGIC);
+        put_le32(&mut b, o::VERSION, FORMAT_VERSION);
+        put_le32(&mut b, o::BLOCK_SIZE, BLOCK_SIZE as u32);
+        put_le64(&mut b, o::TOTAL_BLOCKS, g.total_blocks);
+        put_le32(&mut b, o::LOG_SLOTS, g.log_slots);
+        put_le64(&mut b, o::LOG_START, g.log_start);
+        put_le64(&mut b, o::LOG_BLOCKS, g.log_blocks);
+        put_le64(&mut b, o::ITABLE_START, g.itable_start);
+        put_le64(&mut b, o::INODE_COUNT, g.inode_count);
+        put_le64(&mut b, o::DATA_START, g.data_start);
+        put_le64(&mut b, o::DATA_BLOCKS, g.data_blocks);
+        b[o::UUID..o::UUID + 16].copy_from_slice(&self.uuid);
+        put_le64(&mut b, o::FORMAT_TIME, self.format_time_ns);
+        let crc = crc32c::crc32c(&b[..o::CRC]);
+        put_le32(&mut b, o::CRC, crc);
         b
     }
 
     /// Decode and check a superblock read from a file of `file_len` bytes.
     pub fn decode(b: &[u8; SUPERBLOCK_SIZE], file_len: u64) -> Result<Superblock, FormatError> {
-        if &b[0..8] != MAGIC {
+        use sb_off as o;
+        if &b[o::MAGIC..o::MAGIC + MAGIC.len()] != MAGIC {
             return Err(FormatError::BadMagic);
         }
-        let version = le32(b, 8);
+        let version = le32(b, o::VERSION);
         if version != FORMAT_VERSION {
             return Err(FormatError::Version { found: version, expected: FORMAT_VERSION });
         }
-        let stored = le32(b, 252);
-        let computed = crc32c::crc32c(&b[..252]);
+        let stored = le32(b, o::CRC);
+        let computed = crc32c::crc32c(&b[..o::CRC]);
         if stored != computed {
             return Err(FormatError::SuperblockChecksum { stored, computed });
         }
-        if le32(b, 12) as u64 != BLOCK_SIZE {
-            return Err(FormatError::Geometry(format!("block size {}", le32(b, 12))));
+        if le32(b, o::BLOCK_SIZE) as u64 != BLOCK_SIZE {
+            return Err(FormatError::Geometry(format!("block size {}", le32(b, o::BLOCK_SIZE))));
         }
         let geometry = Geometry {
-            total_blocks: le64(b, 16),
-            log_slots: le32(b, 24),
-            log_start: le64(b, 32),
-            log_blocks: le64(b, 40),
-            itable_start: le64(b, 48),
-            inode_count: le64(b, 56),
-            data_start: le64(b, 64),
-            data_blocks: le64(b, 72),
+            total_blocks: le64(b, o::TOTAL_BLOCKS),
+            log_slots: le32(b, o::LOG_SLOTS),
+            log_start: le64(b, o::LOG_START),
+            log_blocks: le64(b, o::LOG_BLOCKS),
+            itable_start: le64(b, o::ITABLE_START),
+            inode_count: le64(b, o::INODE_COUNT),
+            data_start: le64(b, o::DATA_START),
+            data_blocks: le64(b, o::DATA_BLOCKS),
         };
         geometry.check(file_len)?;
         let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&b[80..96]);
-        Ok(Superblock { geometry, uuid, format_time_ns: le64(b, 96) })
+        uuid.copy_from_slice(&b[o::UUID..o::UUID + 16]);
+        Ok(Superblock { geometry, uuid, format_time_ns: le64(b, o::FORMAT_TIME) })
     }
 
     /// Read and check the superblock of `region`.
@@ -276,6 +315,14 @@ pub(crate) fn le32(b: &[u8], off: usize) -> u32 {
 
 pub(crate) fn le64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+pub(crate) fn put_le32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+pub(crate) fn put_le64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -306,7 +353,7 @@ mod tests {
         b[0] = b'X';
         assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::BadMagic)));
         let mut b = sb.encode();
-        b[8] = 9;
+        b[sb_off::VERSION] = 9;
         assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::Version { found: 9, .. })));
     }
 

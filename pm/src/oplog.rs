@@ -14,10 +14,11 @@
 //!   8   4 slot           index of this slot
 //!  12   4 reserved       0
 //!  16   8 ring_bytes     size of the ring
-//!  24   4 crc32c         over bytes 0..24
-//!  28  36 reserved       0
+//!  24  36 reserved       0
+//!  60   4 crc32c         over bytes 0..60
 //!  64   8 published_lsn  everything before it is published and may be overwritten;
-//!                        recovery scans from here (one aligned 8-byte store)
+//!                        recovery scans from here (one aligned 8-byte store, so it is
+//!                        deliberately outside the checksum)
 //! ```
 //!
 //! Entry (little-endian):
@@ -29,18 +30,21 @@
 //!   8   8 lsn            the entry's own position
 //!  16   4 payload_len    bytes of records that follow the header
 //!  20   2 kind           0 = records, 1 = pad (payload_len 0)
-//!  22   2 reserved       0
-//!  24   4 crc32c         over bytes 0..24, then the payload
-//!  28   4 reserved       0
+//!  22   6 reserved       0
+//!  28   4 crc32c         over bytes 0..28 (the whole header before it), then the payload
 //!  32   … payload (records, see crate::record), zero padding to total_len
 //! ```
+//!
+//! The offsets are the constants of [`slot_off`] and [`entry_off`], used by the encoders and
+//! decoders alike; `pm/tests/format_bytes.rs` pins the bytes against these tables. (Before
+//! format version 3 the entry checksum sat at 24..28 and left 28..32 unprotected.)
 //!
 //! Commit point: an entry is committed once all its bytes are persisted and fenced; its
 //! checksum makes a torn entry detectable. Appends are sequential and each is fenced before
 //! the next starts, so the committed log is exactly the prefix up to the first entry that
 //! fails validation — the scan stops there.
 
-use crate::layout::{le32, le64, FormatError, Geometry, BLOCK_SIZE};
+use crate::layout::{le32, le64, put_le32, put_le64, FormatError, Geometry, BLOCK_SIZE};
 use crate::region::PmRegion;
 use std::sync::Arc;
 
@@ -48,9 +52,37 @@ pub const SLOT_MAGIC: &[u8; 8] = b"LFLOGSLT";
 pub const ENTRY_MAGIC: &[u8; 4] = b"LFEN";
 pub const ENTRY_HEADER: u64 = 32;
 pub const ENTRY_ALIGN: u64 = 64;
-const PUBLISHED_OFF: u64 = 64;
 const KIND_RECORDS: u16 = 0;
 const KIND_PAD: u16 = 1;
+
+/// Byte offsets of the slot header's fields (the table in the module doc).
+pub mod slot_off {
+    pub const MAGIC: usize = 0;
+    pub const SLOT: usize = 8;
+    pub const RESERVED0: usize = 12;
+    pub const RING_BYTES: usize = 16;
+    pub const RESERVED1: usize = 24;
+    /// crc32c over bytes `0..CRC`.
+    pub const CRC: usize = 60;
+    pub const PUBLISHED_LSN: usize = 64;
+    /// Bytes of the header that carry fields.
+    pub const END: usize = 72;
+    const _: () = assert!(RING_BYTES + 8 == RESERVED1 && CRC + 4 == PUBLISHED_LSN && PUBLISHED_LSN.is_multiple_of(8));
+}
+
+/// Byte offsets of an entry header's fields (the table in the module doc).
+pub mod entry_off {
+    pub const MAGIC: usize = 0;
+    pub const TOTAL_LEN: usize = 4;
+    pub const LSN: usize = 8;
+    pub const PAYLOAD_LEN: usize = 16;
+    pub const KIND: usize = 20;
+    pub const RESERVED: usize = 22;
+    /// crc32c over bytes `0..CRC`, then the payload.
+    pub const CRC: usize = 28;
+    pub const PAYLOAD: usize = 32;
+    const _: () = assert!(CRC + 4 == PAYLOAD && PAYLOAD as u64 == super::ENTRY_HEADER);
+}
 
 /// A committed entry found by [`LogSlot::scan`] or written by [`LogSlot::append`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,12 +161,13 @@ impl LogSlot {
 
     /// Write an empty slot: header with published_lsn 0 and a zeroed first ring block.
     pub fn format(&self) -> Result<(), FormatError> {
+        use slot_off as o;
         let mut h = [0u8; 128];
-        h[0..8].copy_from_slice(SLOT_MAGIC);
-        h[8..12].copy_from_slice(&self.slot.to_le_bytes());
-        h[16..24].copy_from_slice(&self.ring_bytes.to_le_bytes());
-        let crc = crc32c::crc32c(&h[..24]);
-        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        h[o::MAGIC..o::MAGIC + SLOT_MAGIC.len()].copy_from_slice(SLOT_MAGIC);
+        put_le32(&mut h, o::SLOT, self.slot);
+        put_le64(&mut h, o::RING_BYTES, self.ring_bytes);
+        let crc = crc32c::crc32c(&h[..o::CRC]);
+        put_le32(&mut h, o::CRC, crc);
         self.region.write(self.hdr_off, &h)?;
         self.region.zero(self.ring_off, BLOCK_SIZE)?;
         self.region.persist(self.hdr_off, 128)?;
@@ -144,26 +177,28 @@ impl LogSlot {
 
     /// Check the header and return the published LSN.
     pub fn published_lsn(&self) -> Result<u64, FormatError> {
-        let mut h = [0u8; 72];
+        use slot_off as o;
+        let mut h = [0u8; o::END];
         self.region.read(self.hdr_off, &mut h)?;
         let bad = |d: String| FormatError::Corrupt { what: format!("log slot {} header", self.slot), detail: d };
-        if &h[0..8] != SLOT_MAGIC {
+        if &h[o::MAGIC..o::MAGIC + SLOT_MAGIC.len()] != SLOT_MAGIC {
             return Err(bad("bad magic".into()));
         }
-        if le32(&h, 24) != crc32c::crc32c(&h[..24]) {
+        if le32(&h, o::CRC) != crc32c::crc32c(&h[..o::CRC]) {
             return Err(bad("checksum mismatch".into()));
         }
-        if le32(&h, 8) != self.slot || le64(&h, 16) != self.ring_bytes {
+        if le32(&h, o::SLOT) != self.slot || le64(&h, o::RING_BYTES) != self.ring_bytes {
             return Err(bad("does not match the superblock".into()));
         }
-        Ok(le64(&h, PUBLISHED_OFF as usize))
+        Ok(le64(&h, o::PUBLISHED_LSN))
     }
 
     /// Durably advance the published LSN (the checkpoint): everything before `lsn` may be
     /// overwritten from now on.
     pub fn set_published_lsn(&self, lsn: u64) -> Result<(), FormatError> {
-        self.region.write_u64(self.hdr_off + PUBLISHED_OFF, lsn)?;
-        self.region.persist(self.hdr_off + PUBLISHED_OFF, 8)?;
+        let at = self.hdr_off + slot_off::PUBLISHED_LSN as u64;
+        self.region.write_u64(at, lsn)?;
+        self.region.persist(at, 8)?;
         self.region.fence();
         Ok(())
     }
@@ -230,12 +265,14 @@ impl LogSlot {
             let pos = lsn % self.ring_bytes;
             let mut h = [0u8; ENTRY_HEADER as usize];
             self.region.read(self.ring_off + pos, &mut h)?;
-            if &h[0..4] != ENTRY_MAGIC || le64(&h, 8) != lsn {
+            if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC
+                || le64(&h, entry_off::LSN) != lsn
+            {
                 break ScanStop::End;
             }
-            let total = le32(&h, 4) as u64;
-            let plen = le32(&h, 16) as u64;
-            let kind = u16::from_le_bytes([h[20], h[21]]);
+            let total = le32(&h, entry_off::TOTAL_LEN) as u64;
+            let plen = le32(&h, entry_off::PAYLOAD_LEN) as u64;
+            let kind = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]);
             let room = self.ring_bytes - pos;
             if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total
             {
@@ -250,8 +287,7 @@ impl LogSlot {
             }
             let mut payload = vec![0u8; plen as usize];
             self.region.read(self.ring_off + pos + ENTRY_HEADER, &mut payload)?;
-            let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..24]), &payload);
-            if crc != le32(&h, 24) {
+            if entry_crc(&h, &payload) != le32(&h, entry_off::CRC) {
                 break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
             }
             if kind == KIND_RECORDS {
@@ -287,15 +323,22 @@ pub enum AppendError {
 }
 
 fn header(lsn: u64, total: u64, kind: u16, payload: &[u8]) -> [u8; ENTRY_HEADER as usize] {
+    use entry_off as o;
     let mut h = [0u8; ENTRY_HEADER as usize];
-    h[0..4].copy_from_slice(ENTRY_MAGIC);
-    h[4..8].copy_from_slice(&(total as u32).to_le_bytes());
-    h[8..16].copy_from_slice(&lsn.to_le_bytes());
-    h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    h[20..22].copy_from_slice(&kind.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..24]), payload);
-    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h[o::MAGIC..o::MAGIC + ENTRY_MAGIC.len()].copy_from_slice(ENTRY_MAGIC);
+    put_le32(&mut h, o::TOTAL_LEN, total as u32);
+    put_le64(&mut h, o::LSN, lsn);
+    put_le32(&mut h, o::PAYLOAD_LEN, payload.len() as u32);
+    h[o::KIND..o::KIND + 2].copy_from_slice(&kind.to_le_bytes());
+    let crc = entry_crc(&h, payload);
+    put_le32(&mut h, o::CRC, crc);
     h
+}
+
+/// An entry's checksum: crc32c over every header byte before the checksum field, then the
+/// payload.
+fn entry_crc(h: &[u8; ENTRY_HEADER as usize], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&h[..entry_off::CRC]), payload)
 }
 
 #[cfg(test)]

@@ -36,26 +36,99 @@
 //!                     (the same entry encoding as the public area's xattr stream)
 //! FREE_INODE          0 ino u64
 //! ```
+//!
+//! The offsets are the constants of [`rec_off`] (framing and each kind's fixed fields),
+//! [`inode_off`] and [`time_off`] (the INODE payload, [`InodeImage`], which the public area's
+//! inode also embeds) and [`xattr_off`] (one attribute of the stream), used by the encoders and
+//! the decoders alike; `pm/tests/format_bytes.rs` pins the bytes against these tables.
 
-use crate::layout::{le32, le64, FormatError};
+use crate::layout::{le32, le64, put_le32, put_le64, FormatError};
 
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
 /// Largest value of one extended attribute (Linux's XATTR_SIZE_MAX).
 pub const XATTR_VALUE_MAX: usize = 65536;
 /// Bytes before the name of one encoded extended attribute.
-pub const XATTR_ENTRY_HEADER: usize = 8;
+pub const XATTR_ENTRY_HEADER: usize = xattr_off::NAME;
+
+/// Byte offsets of one encoded extended attribute (in an XATTRS record and in the public
+/// area's xattr stream).
+pub mod xattr_off {
+    pub const NAME_LEN: usize = 0;
+    pub const RESERVED: usize = 1;
+    pub const VALUE_LEN: usize = 4;
+    /// The name, then the value right after it.
+    pub const NAME: usize = 8;
+}
+
+/// Byte offsets of the record framing and of each record kind's fixed fields (the tables in
+/// the module doc). Payload offsets count from the end of the framing header.
+pub mod rec_off {
+    pub const KIND: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const RESERVED: usize = 2;
+    pub const LEN: usize = 4;
+    /// The record's payload; records are padded to a multiple of [`ALIGN`].
+    pub const PAYLOAD: usize = 8;
+    pub const ALIGN: usize = 8;
+
+    /// DIRENT.
+    pub mod dirent {
+        pub const DIR: usize = 0;
+        pub const INO: usize = 8;
+        pub const DTYPE: usize = 16;
+        pub const NAME_LEN: usize = 17;
+        pub const RESERVED: usize = 18;
+        pub const NAME: usize = 24;
+    }
+    /// WRITE.
+    pub mod write {
+        pub const INO: usize = 0;
+        pub const OFFSET: usize = 8;
+        pub const DATA: usize = 16;
+    }
+    /// TRUNCATE.
+    pub mod truncate {
+        pub const INO: usize = 0;
+        pub const SIZE: usize = 8;
+        /// Payload length.
+        pub const END: usize = 16;
+    }
+    /// PUNCH and ALLOC.
+    pub mod range {
+        pub const INO: usize = 0;
+        pub const OFFSET: usize = 8;
+        pub const LEN: usize = 16;
+        /// Payload length.
+        pub const END: usize = 24;
+    }
+    /// XATTRS.
+    pub mod xattrs {
+        pub const INO: usize = 0;
+        pub const COUNT: usize = 8;
+        pub const RESERVED: usize = 12;
+        /// `count` attributes, each encoded as in [`crate::record::xattr_off`].
+        pub const ENTRIES: usize = 16;
+    }
+    /// FREE_INODE.
+    pub mod free_inode {
+        pub const INO: usize = 0;
+        /// Payload length.
+        pub const END: usize = 8;
+    }
+}
 
 /// Encoded size of a set of extended attributes (entries only).
 pub fn xattrs_len<'a>(attrs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> usize {
     attrs.into_iter().map(|(n, v)| XATTR_ENTRY_HEADER + n.len() + v.len()).sum()
 }
 
-/// Append one attribute: name_len u8 | reserved [3] | value_len u32 | name | value.
+/// Append one attribute: name_len u8 | reserved \[3\] | value_len u32 | name | value.
 pub fn put_xattr(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.push(name.len() as u8);
-    out.extend_from_slice(&[0; 3]);
-    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    let s = out.len();
+    out.resize(s + XATTR_ENTRY_HEADER, 0);
+    out[s + xattr_off::NAME_LEN] = name.len() as u8;
+    put_le32(out, s + xattr_off::VALUE_LEN, value.len() as u32);
     out.extend_from_slice(name);
     out.extend_from_slice(value);
 }
@@ -69,8 +142,8 @@ pub fn get_xattrs(b: &[u8], count: usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
         if q + XATTR_ENTRY_HEADER > b.len() {
             return None;
         }
-        let nl = b[q] as usize;
-        let vl = le32(b, q + 4) as usize;
+        let nl = b[q + xattr_off::NAME_LEN] as usize;
+        let vl = le32(b, q + xattr_off::VALUE_LEN) as usize;
         let start = q + XATTR_ENTRY_HEADER;
         if nl == 0 || vl > XATTR_VALUE_MAX || start + nl + vl > b.len() {
             return None;
@@ -136,15 +209,23 @@ pub struct Timespec {
     pub nsec: u32,
 }
 
+/// Byte offsets of a persisted [`Timespec`] (16 bytes: sec i64, nsec u32, reserved u32).
+pub mod time_off {
+    pub const SEC: usize = 0;
+    pub const NSEC: usize = 8;
+    pub const RESERVED: usize = 12;
+    pub const LEN: usize = 16;
+}
+
 impl Timespec {
     fn put(&self, b: &mut [u8]) {
-        b[0..8].copy_from_slice(&self.sec.to_le_bytes());
-        b[8..12].copy_from_slice(&self.nsec.to_le_bytes());
-        b[12..16].fill(0);
+        put_le64(b, time_off::SEC, self.sec as u64);
+        put_le32(b, time_off::NSEC, self.nsec);
+        b[time_off::RESERVED..time_off::LEN].fill(0);
     }
 
     fn get(b: &[u8]) -> Timespec {
-        Timespec { sec: le64(b, 0) as i64, nsec: le32(b, 8) }
+        Timespec { sec: le64(b, time_off::SEC) as i64, nsec: le32(b, time_off::NSEC) }
     }
 }
 
@@ -170,45 +251,70 @@ pub struct InodeImage {
 }
 
 /// Encoded size of an [`InodeImage`].
-pub const INODE_IMAGE_LEN: usize = 120;
+pub const INODE_IMAGE_LEN: usize = inode_off::LEN;
+
+/// Byte offsets of an encoded [`InodeImage`] (the INODE record's payload; also bytes
+/// 0..120 of the public area's inode). Each time is a [`time_off`] layout.
+pub mod inode_off {
+    pub const INO: usize = 0;
+    pub const SIZE: usize = 8;
+    pub const PARENT: usize = 16;
+    pub const MODE: usize = 24;
+    pub const UID: usize = 28;
+    pub const GID: usize = 32;
+    pub const NLINK: usize = 36;
+    pub const RDEV: usize = 40;
+    pub const GENERATION: usize = 44;
+    pub const FLAGS: usize = 48;
+    pub const RESERVED: usize = 52;
+    pub const ATIME: usize = 56;
+    pub const MTIME: usize = 72;
+    pub const CTIME: usize = 88;
+    pub const CRTIME: usize = 104;
+    pub const LEN: usize = 120;
+    const T: usize = super::time_off::LEN;
+    const _: () = assert!(ATIME + T == MTIME && MTIME + T == CTIME && CTIME + T == CRTIME && CRTIME + T == LEN);
+}
 
 impl InodeImage {
     /// Encode into `b` (at least [`INODE_IMAGE_LEN`] bytes).
     pub fn encode_into(&self, b: &mut [u8]) {
-        b[0..8].copy_from_slice(&self.ino.to_le_bytes());
-        b[8..16].copy_from_slice(&self.size.to_le_bytes());
-        b[16..24].copy_from_slice(&self.parent.to_le_bytes());
-        b[24..28].copy_from_slice(&self.mode.to_le_bytes());
-        b[28..32].copy_from_slice(&self.uid.to_le_bytes());
-        b[32..36].copy_from_slice(&self.gid.to_le_bytes());
-        b[36..40].copy_from_slice(&self.nlink.to_le_bytes());
-        b[40..44].copy_from_slice(&self.rdev.to_le_bytes());
-        b[44..48].copy_from_slice(&self.generation.to_le_bytes());
-        b[48..52].copy_from_slice(&self.flags.to_le_bytes());
-        b[52..56].fill(0);
-        self.atime.put(&mut b[56..72]);
-        self.mtime.put(&mut b[72..88]);
-        self.ctime.put(&mut b[88..104]);
-        self.crtime.put(&mut b[104..120]);
+        use inode_off as o;
+        put_le64(b, o::INO, self.ino);
+        put_le64(b, o::SIZE, self.size);
+        put_le64(b, o::PARENT, self.parent);
+        put_le32(b, o::MODE, self.mode);
+        put_le32(b, o::UID, self.uid);
+        put_le32(b, o::GID, self.gid);
+        put_le32(b, o::NLINK, self.nlink);
+        put_le32(b, o::RDEV, self.rdev);
+        put_le32(b, o::GENERATION, self.generation);
+        put_le32(b, o::FLAGS, self.flags);
+        put_le32(b, o::RESERVED, 0);
+        self.atime.put(&mut b[o::ATIME..]);
+        self.mtime.put(&mut b[o::MTIME..]);
+        self.ctime.put(&mut b[o::CTIME..]);
+        self.crtime.put(&mut b[o::CRTIME..]);
     }
 
     /// Decode from `b` (at least [`INODE_IMAGE_LEN`] bytes).
     pub fn decode(b: &[u8]) -> InodeImage {
+        use inode_off as o;
         InodeImage {
-            ino: le64(b, 0),
-            size: le64(b, 8),
-            parent: le64(b, 16),
-            mode: le32(b, 24),
-            uid: le32(b, 28),
-            gid: le32(b, 32),
-            nlink: le32(b, 36),
-            rdev: le32(b, 40),
-            generation: le32(b, 44),
-            flags: le32(b, 48),
-            atime: Timespec::get(&b[56..72]),
-            mtime: Timespec::get(&b[72..88]),
-            ctime: Timespec::get(&b[88..104]),
-            crtime: Timespec::get(&b[104..120]),
+            ino: le64(b, o::INO),
+            size: le64(b, o::SIZE),
+            parent: le64(b, o::PARENT),
+            mode: le32(b, o::MODE),
+            uid: le32(b, o::UID),
+            gid: le32(b, o::GID),
+            nlink: le32(b, o::NLINK),
+            rdev: le32(b, o::RDEV),
+            generation: le32(b, o::GENERATION),
+            flags: le32(b, o::FLAGS),
+            atime: Timespec::get(&b[o::ATIME..]),
+            mtime: Timespec::get(&b[o::MTIME..]),
+            ctime: Timespec::get(&b[o::CTIME..]),
+            crtime: Timespec::get(&b[o::CRTIME..]),
         }
     }
 }
@@ -226,6 +332,17 @@ pub enum RecordKind {
     Xattrs = 7,
     FreeInode = 8,
 }
+
+impl RecordKind {
+    /// The kind stored as `k`, if any.
+    pub fn from_u8(k: u8) -> Option<RecordKind> {
+        use RecordKind::*;
+        [Inode, Dirent, Write, Truncate, Punch, Alloc, Xattrs, FreeInode].into_iter().find(|&r| r as u8 == k)
+    }
+}
+
+/// INODE record flag: a fresh inode (block map and xattrs cleared).
+pub const INODE_FRESH: u8 = 1;
 
 /// A decoded record. Write data is not copied: it is named by its offset in the PM region.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,71 +416,73 @@ impl EntryBuilder {
         &self.writes
     }
 
+    /// Add a record of `len` payload bytes, zero-filled and padded; returns the offset of
+    /// its payload in the entry payload.
     fn begin(&mut self, kind: RecordKind, flags: u8, len: usize) -> usize {
         self.count += 1;
-        self.buf.push(kind as u8);
-        self.buf.push(flags);
-        self.buf.extend_from_slice(&[0, 0]);
-        self.buf.extend_from_slice(&(len as u32).to_le_bytes());
-        let start = self.buf.len();
-        self.buf.resize(start + len, 0);
-        start
+        let h = self.buf.len();
+        let s = h + rec_off::PAYLOAD;
+        self.buf.resize((s + len).next_multiple_of(rec_off::ALIGN), 0);
+        self.buf[h + rec_off::KIND] = kind as u8;
+        self.buf[h + rec_off::FLAGS] = flags;
+        put_le32(&mut self.buf, h + rec_off::LEN, len as u32);
+        s
     }
 
-    fn end(&mut self) {
-        let pad = (8 - self.buf.len() % 8) % 8;
-        self.buf.resize(self.buf.len() + pad, 0);
+    /// Add a record; returns its payload, to be filled.
+    fn record(&mut self, kind: RecordKind, flags: u8, len: usize) -> &mut [u8] {
+        let s = self.begin(kind, flags, len);
+        &mut self.buf[s..s + len]
     }
 
     pub fn inode(&mut self, img: &InodeImage, fresh: bool) {
-        let s = self.begin(RecordKind::Inode, fresh as u8, INODE_IMAGE_LEN);
-        img.encode_into(&mut self.buf[s..s + INODE_IMAGE_LEN]);
-        self.end();
+        let flags = if fresh { INODE_FRESH } else { 0 };
+        img.encode_into(self.record(RecordKind::Inode, flags, INODE_IMAGE_LEN));
     }
 
     /// `ino == 0` removes `name`.
     pub fn dirent(&mut self, dir: u64, name: &[u8], ino: u64, dtype: u8) {
+        use rec_off::dirent as o;
         debug_assert!(name.len() <= NAME_MAX);
-        let s = self.begin(RecordKind::Dirent, 0, 24 + name.len());
-        let b = &mut self.buf[s..];
-        b[0..8].copy_from_slice(&dir.to_le_bytes());
-        b[8..16].copy_from_slice(&ino.to_le_bytes());
-        b[16] = dtype;
-        b[17] = name.len() as u8;
-        b[24..24 + name.len()].copy_from_slice(name);
-        self.end();
+        let b = self.record(RecordKind::Dirent, 0, o::NAME + name.len());
+        put_le64(b, o::DIR, dir);
+        put_le64(b, o::INO, ino);
+        b[o::DTYPE] = dtype;
+        b[o::NAME_LEN] = name.len() as u8;
+        b[o::NAME..].copy_from_slice(name);
     }
 
     pub fn write(&mut self, ino: u64, off: u64, data: &[u8]) {
-        let s = self.begin(RecordKind::Write, 0, 16 + data.len());
-        self.buf[s..s + 8].copy_from_slice(&ino.to_le_bytes());
-        self.buf[s + 8..s + 16].copy_from_slice(&off.to_le_bytes());
-        self.buf[s + 16..s + 16 + data.len()].copy_from_slice(data);
-        self.writes.push((s + 16, data.len()));
-        self.end();
-    }
-
-    fn three(&mut self, kind: RecordKind, a: u64, b: u64, c: Option<u64>) {
-        let len = if c.is_some() { 24 } else { 16 };
-        let s = self.begin(kind, 0, len);
-        self.buf[s..s + 8].copy_from_slice(&a.to_le_bytes());
-        self.buf[s + 8..s + 16].copy_from_slice(&b.to_le_bytes());
-        if let Some(c) = c {
-            self.buf[s + 16..s + 24].copy_from_slice(&c.to_le_bytes());
-        }
-        self.end();
+        use rec_off::write as o;
+        let s = self.begin(RecordKind::Write, 0, o::DATA + data.len());
+        let b = &mut self.buf[s..s + o::DATA + data.len()];
+        put_le64(b, o::INO, ino);
+        put_le64(b, o::OFFSET, off);
+        b[o::DATA..].copy_from_slice(data);
+        self.writes.push((s + o::DATA, data.len()));
     }
 
     pub fn truncate(&mut self, ino: u64, size: u64) {
-        self.three(RecordKind::Truncate, ino, size, None);
+        use rec_off::truncate as o;
+        let b = self.record(RecordKind::Truncate, 0, o::END);
+        put_le64(b, o::INO, ino);
+        put_le64(b, o::SIZE, size);
+    }
+
+    fn range(&mut self, kind: RecordKind, ino: u64, off: u64, len: u64) {
+        use rec_off::range as o;
+        let b = self.record(kind, 0, o::END);
+        put_le64(b, o::INO, ino);
+        put_le64(b, o::OFFSET, off);
+        put_le64(b, o::LEN, len);
     }
 
     pub fn punch(&mut self, ino: u64, off: u64, len: u64) {
-        self.three(RecordKind::Punch, ino, off, Some(len));
+        self.range(RecordKind::Punch, ino, off, len);
     }
 
     pub fn alloc(&mut self, ino: u64, off: u64, len: u64) {
-        self.three(RecordKind::Alloc, ino, off, Some(len));
+        self.range(RecordKind::Alloc, ino, off, len);
     }
 
     /// The complete set of extended attributes of `ino` after this entry.
@@ -374,17 +493,17 @@ impl EntryBuilder {
             put_xattr(&mut enc, n, v);
             count += 1;
         }
-        let s = self.begin(RecordKind::Xattrs, 0, 16 + enc.len());
-        self.buf[s + 16..s + 16 + enc.len()].copy_from_slice(&enc);
-        self.buf[s..s + 8].copy_from_slice(&ino.to_le_bytes());
-        self.buf[s + 8..s + 12].copy_from_slice(&count.to_le_bytes());
-        self.end();
+        use rec_off::xattrs as o;
+        let b = self.record(RecordKind::Xattrs, 0, o::ENTRIES + enc.len());
+        put_le64(b, o::INO, ino);
+        put_le32(b, o::COUNT, count);
+        b[o::ENTRIES..].copy_from_slice(&enc);
     }
 
     pub fn free_inode(&mut self, ino: u64) {
-        let s = self.begin(RecordKind::FreeInode, 0, 8);
-        self.buf[s..s + 8].copy_from_slice(&ino.to_le_bytes());
-        self.end();
+        use rec_off::free_inode as o;
+        let b = self.record(RecordKind::FreeInode, 0, o::END);
+        put_le64(b, o::INO, ino);
     }
 }
 
@@ -399,13 +518,13 @@ pub fn decode_records(payload: &[u8], payload_off: u64) -> Result<Vec<Record>, F
     let mut out = Vec::new();
     let mut p = 0usize;
     while p < payload.len() {
-        if payload.len() - p < 8 {
+        if payload.len() - p < rec_off::PAYLOAD {
             return Err(corrupt(format!("trailing {} bytes at {p}", payload.len() - p)));
         }
-        let kind = payload[p];
-        let flags = payload[p + 1];
-        let len = le32(payload, p + 4) as usize;
-        let s = p + 8;
+        let kind = payload[p + rec_off::KIND];
+        let flags = payload[p + rec_off::FLAGS];
+        let len = le32(payload, p + rec_off::LEN) as usize;
+        let s = p + rec_off::PAYLOAD;
         let Some(e) = s.checked_add(len).filter(|&e| e <= payload.len()) else {
             return Err(corrupt(format!("record at {p} of length {len} overruns the entry")));
         };
@@ -417,73 +536,82 @@ pub fn decode_records(payload: &[u8], payload_off: u64) -> Result<Vec<Record>, F
                 Err(corrupt(format!("record kind {kind} at {p} has length {}, expected {n}", b.len())))
             }
         };
+        let Some(kind) = RecordKind::from_u8(kind) else {
+            return Err(corrupt(format!("unknown record kind {kind} at {p}")));
+        };
         let rec = match kind {
-            1 => {
+            RecordKind::Inode => {
                 need(INODE_IMAGE_LEN)?;
-                Record::Inode { fresh: flags & 1 != 0, img: InodeImage::decode(b) }
+                Record::Inode { fresh: flags & INODE_FRESH != 0, img: InodeImage::decode(b) }
             }
-            2 => {
-                if b.len() < 24 || b.len() != 24 + b[17] as usize {
+            RecordKind::Dirent => {
+                use rec_off::dirent as o;
+                if b.len() < o::NAME || b.len() != o::NAME + b[o::NAME_LEN] as usize {
                     return Err(corrupt(format!("dirent at {p}: bad name length")));
                 }
-                let name = b[24..].to_vec();
+                let name = b[o::NAME..].to_vec();
                 if !valid_name(&name) {
                     return Err(corrupt(format!("dirent at {p}: invalid name")));
                 }
-                let ino = le64(b, 8);
-                if ino != 0 && !dtype::valid(b[16]) {
-                    return Err(corrupt(format!("dirent at {p}: bad type {}", b[16])));
+                let ino = le64(b, o::INO);
+                let dt = b[o::DTYPE];
+                if ino != 0 && !dtype::valid(dt) {
+                    return Err(corrupt(format!("dirent at {p}: bad type {dt}")));
                 }
-                Record::Dirent { dir: le64(b, 0), ino, dtype: b[16], name }
+                Record::Dirent { dir: le64(b, o::DIR), ino, dtype: dt, name }
             }
-            3 => {
-                if b.len() < 16 {
+            RecordKind::Write => {
+                use rec_off::write as o;
+                if b.len() < o::DATA {
                     return Err(corrupt(format!("write at {p}: too short")));
                 }
-                let off = le64(b, 8);
-                let len = (b.len() - 16) as u64;
+                let off = le64(b, o::OFFSET);
+                let len = (b.len() - o::DATA) as u64;
                 if off.checked_add(len).is_none_or(|end| end > MAX_FILE_SIZE) {
                     return Err(corrupt(format!("write at {p}: range beyond the largest file")));
                 }
-                Record::Write { ino: le64(b, 0), off, len, data_off: payload_off + (s + 16) as u64 }
+                Record::Write { ino: le64(b, o::INO), off, len, data_off: payload_off + (s + o::DATA) as u64 }
             }
-            4 => {
-                need(16)?;
-                let size = le64(b, 8);
+            RecordKind::Truncate => {
+                use rec_off::truncate as o;
+                need(o::END)?;
+                let size = le64(b, o::SIZE);
                 if size > MAX_FILE_SIZE {
                     return Err(corrupt(format!("truncate at {p}: size {size} too large")));
                 }
-                Record::Truncate { ino: le64(b, 0), size }
+                Record::Truncate { ino: le64(b, o::INO), size }
             }
-            5 | 6 => {
-                need(24)?;
-                let (ino, off, len) = (le64(b, 0), le64(b, 8), le64(b, 16));
+            RecordKind::Punch | RecordKind::Alloc => {
+                use rec_off::range as o;
+                need(o::END)?;
+                let (ino, off, len) = (le64(b, o::INO), le64(b, o::OFFSET), le64(b, o::LEN));
                 if off.checked_add(len).is_none_or(|end| end > MAX_FILE_SIZE) {
                     return Err(corrupt(format!("range record at {p} beyond the largest file")));
                 }
-                if kind == 5 {
+                if kind == RecordKind::Punch {
                     Record::Punch { ino, off, len }
                 } else {
                     Record::Alloc { ino, off, len }
                 }
             }
-            7 => {
-                if b.len() < 16 {
+            RecordKind::Xattrs => {
+                use rec_off::xattrs as o;
+                if b.len() < o::ENTRIES {
                     return Err(corrupt(format!("xattrs at {p}: too short")));
                 }
-                let Some(attrs) = get_xattrs(&b[16..], le32(b, 8) as usize) else {
+                let Some(attrs) = get_xattrs(&b[o::ENTRIES..], le32(b, o::COUNT) as usize) else {
                     return Err(corrupt(format!("xattrs at {p}: bad lengths")));
                 };
-                Record::Xattrs { ino: le64(b, 0), attrs }
+                Record::Xattrs { ino: le64(b, o::INO), attrs }
             }
-            8 => {
-                need(8)?;
-                Record::FreeInode { ino: le64(b, 0) }
+            RecordKind::FreeInode => {
+                use rec_off::free_inode as o;
+                need(o::END)?;
+                Record::FreeInode { ino: le64(b, o::INO) }
             }
-            k => return Err(corrupt(format!("unknown record kind {k} at {p}"))),
         };
         out.push(rec);
-        p = e + (8 - e % 8) % 8;
+        p = e.next_multiple_of(rec_off::ALIGN);
     }
     Ok(out)
 }
@@ -529,7 +657,7 @@ mod tests {
         p[4] = 200; // length overruns
         assert!(decode_records(&p, 0).is_err());
         let mut p = b.payload().to_vec();
-        p[8 + 24] = b'/';
+        p[rec_off::PAYLOAD + rec_off::dirent::NAME] = b'/';
         assert!(decode_records(&p, 0).is_err());
         let mut p = b.payload().to_vec();
         p[0] = 99;

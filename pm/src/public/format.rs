@@ -1,5 +1,5 @@
 //! The persisted structures of the public area and their byte layouts (all little-endian).
-//! Readers ([`super::reader`]) and the publisher ([`super::area`]) encode and decode them
+//! Readers ([`super::reader`]) and the publisher ([`super::PublicArea`]) encode and decode them
 //! only through this module.
 //!
 //! Inode (256 bytes, in the inode table at index `ino`; all-zero = free):
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Indirect block: 512 little-endian u64 block pointers (0 = hole). File block `i` maps
-//! through direct[i] for i < 12, then the single (512 blocks), double (512²) and triple
+//! through `direct[i]` for i < 12, then the single (512 blocks), double (512²) and triple
 //! (512³) indirect trees.
 //!
 //! Directory data (the directory's own file blocks, through its block map): 15 slots of
@@ -31,7 +31,7 @@
 //! ```
 //!
 //! Extended attributes: the inode's attributes encoded as one *stream* (the entries of an
-//! XATTRS record, see [`crate::record`]: name_len u8 | reserved [3] | value_len u32 | name |
+//! XATTRS record, see [`crate::record`]: name_len u8 | reserved \[3\] | value_len u32 | name |
 //! value), at most [`XATTR_SPACE`] bytes, cut into a chain of xattr blocks:
 //!
 //! ```text
@@ -44,8 +44,12 @@
 //!  28   4 crc32c      over bytes 0..28, then this block's stream bytes
 //!  32   … stream bytes
 //! ```
+//!
+//! The offsets are the constants of [`inode_off`], [`dirent_off`] and [`xattr_block_off`],
+//! used by the encoders and the decoders alike; `pm/tests/format_bytes.rs` pins the bytes
+//! against these tables.
 
-use crate::layout::{le32, le64, BLOCK_SIZE, INODE_SIZE};
+use crate::layout::{le32, le64, put_le32, put_le64, BLOCK_SIZE, INODE_SIZE};
 use crate::record::{dtype, valid_name, InodeImage, INODE_IMAGE_LEN, NAME_MAX};
 
 /// Block pointers per indirect block.
@@ -59,7 +63,47 @@ pub const DIRENT_SIZE: u64 = 272;
 pub const DIRENTS_PER_BLOCK: u64 = 15;
 const XATTR_MAGIC: &[u8; 4] = b"LFX2";
 /// Header bytes of an xattr block.
-pub const XATTR_HEADER: usize = 32;
+pub const XATTR_HEADER: usize = xattr_block_off::STREAM;
+
+/// Byte offsets of an on-PM inode's fields (the table in the module doc).
+pub mod inode_off {
+    /// [`crate::record::InodeImage`], laid out as [`crate::record::inode_off`].
+    pub const IMAGE: usize = 0;
+    pub const XATTR: usize = 120;
+    /// [`super::NROOTS`] block pointers of 8 bytes.
+    pub const ROOTS: usize = 128;
+    pub const RESERVED: usize = 248;
+    /// crc32c over bytes `0..CRC`.
+    pub const CRC: usize = 252;
+    const _: () = assert!(IMAGE + crate::record::INODE_IMAGE_LEN == XATTR && XATTR + 8 == ROOTS);
+    const _: () = assert!(ROOTS + super::NROOTS * 8 == RESERVED && CRC + 4 == crate::layout::INODE_SIZE as usize);
+}
+
+/// Byte offsets of a directory slot's fields (the table in the module doc).
+pub mod dirent_off {
+    pub const INO: usize = 0;
+    pub const DTYPE: usize = 8;
+    pub const NAME_LEN: usize = 9;
+    pub const NAME: usize = 10;
+    pub const RESERVED: usize = 265;
+    /// crc32c over bytes `0..CRC`.
+    pub const CRC: usize = 268;
+    const _: () = assert!(NAME + crate::record::NAME_MAX == RESERVED && CRC + 4 == super::DIRENT_SIZE as usize);
+}
+
+/// Byte offsets of an xattr block's header fields (the table in the module doc).
+pub mod xattr_block_off {
+    pub const MAGIC: usize = 0;
+    pub const USED: usize = 4;
+    pub const NEXT: usize = 8;
+    pub const TOTAL: usize = 16;
+    pub const COUNT: usize = 20;
+    pub const STREAM_CRC: usize = 24;
+    /// crc32c over bytes `0..CRC`, then this block's stream bytes.
+    pub const CRC: usize = 28;
+    pub const STREAM: usize = 32;
+    const _: () = assert!(CRC + 4 == STREAM);
+}
 /// Stream bytes one xattr block holds.
 pub const XATTR_PAYLOAD: usize = BLOCK_SIZE as usize - XATTR_HEADER;
 /// Longest xattr chain.
@@ -83,25 +127,28 @@ pub struct PmInode {
 
 impl PmInode {
     pub fn encode(&self) -> [u8; INODE_SIZE as usize] {
+        use inode_off as o;
         let mut b = [0u8; INODE_SIZE as usize];
-        self.img.encode_into(&mut b[..INODE_IMAGE_LEN]);
-        b[120..128].copy_from_slice(&self.xattr.to_le_bytes());
+        self.img.encode_into(&mut b[o::IMAGE..o::IMAGE + INODE_IMAGE_LEN]);
+        put_le64(&mut b, o::XATTR, self.xattr);
         for (i, r) in self.roots.iter().enumerate() {
-            b[128 + i * 8..136 + i * 8].copy_from_slice(&r.to_le_bytes());
+            put_le64(&mut b, o::ROOTS + i * 8, *r);
         }
-        let crc = crc32c::crc32c(&b[..252]);
-        b[252..256].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..o::CRC]);
+        put_le32(&mut b, o::CRC, crc);
         b
     }
 
     /// Decode; returns the inode and whether its checksum matched.
     pub fn decode(b: &[u8; INODE_SIZE as usize]) -> (PmInode, bool) {
+        use inode_off as o;
         let mut roots = [0u64; NROOTS];
         for (i, r) in roots.iter_mut().enumerate() {
-            *r = le64(b, 128 + i * 8);
+            *r = le64(b, o::ROOTS + i * 8);
         }
-        let ino = PmInode { img: InodeImage::decode(&b[..INODE_IMAGE_LEN]), xattr: le64(b, 120), roots };
-        (ino, le32(b, 252) == crc32c::crc32c(&b[..252]))
+        let img = InodeImage::decode(&b[o::IMAGE..o::IMAGE + INODE_IMAGE_LEN]);
+        let ino = PmInode { img, xattr: le64(b, o::XATTR), roots };
+        (ino, le32(b, o::CRC) == crc32c::crc32c(&b[..o::CRC]))
     }
 
     pub fn is_dir(&self) -> bool {
@@ -116,28 +163,31 @@ impl PmInode {
 
 /// Encode a directory slot naming `ino` (of type `dt`) as `name` (1..=255 bytes).
 pub fn encode_dirent(ino: u64, dt: u8, name: &[u8]) -> [u8; DIRENT_SIZE as usize] {
+    use dirent_off as o;
     let mut b = [0u8; DIRENT_SIZE as usize];
-    b[0..8].copy_from_slice(&ino.to_le_bytes());
-    b[8] = dt;
-    b[9] = name.len() as u8;
-    b[10..10 + name.len()].copy_from_slice(name);
-    let crc = crc32c::crc32c(&b[..268]);
-    b[268..272].copy_from_slice(&crc.to_le_bytes());
+    put_le64(&mut b, o::INO, ino);
+    b[o::DTYPE] = dt;
+    b[o::NAME_LEN] = name.len() as u8;
+    b[o::NAME..o::NAME + name.len()].copy_from_slice(name);
+    let crc = crc32c::crc32c(&b[..o::CRC]);
+    put_le32(&mut b, o::CRC, crc);
     b
 }
 
 /// Decode a directory slot: `(ino, dtype, name)` if it holds a valid entry for an inode
 /// below `inode_count`; None for a free, torn or corrupt slot.
 pub fn decode_dirent(s: &[u8], inode_count: u64) -> Option<(u64, u8, &[u8])> {
-    let child = le64(s, 0);
-    let nl = s[9] as usize;
+    use dirent_off as o;
+    let child = le64(s, o::INO);
+    let nl = s[o::NAME_LEN] as usize;
+    let name = &s[o::NAME..o::NAME + nl];
     let valid = child != 0
-        && le32(s, 268) == crc32c::crc32c(&s[..268])
+        && le32(s, o::CRC) == crc32c::crc32c(&s[..o::CRC])
         && (1..=NAME_MAX).contains(&nl)
-        && dtype::valid(s[8])
-        && valid_name(&s[10..10 + nl])
+        && dtype::valid(s[o::DTYPE])
+        && valid_name(name)
         && child < inode_count;
-    valid.then(|| (child, s[8], &s[10..10 + nl]))
+    valid.then_some((child, s[o::DTYPE], name))
 }
 
 /// The header of one xattr block.
@@ -157,35 +207,37 @@ pub struct XattrBlock {
 impl XattrBlock {
     /// Encode the block into `img` (one block): header, then `part` (its stream bytes).
     pub fn encode(&self, part: &[u8], img: &mut [u8]) {
+        use xattr_block_off as o;
         img.fill(0);
-        img[0..4].copy_from_slice(XATTR_MAGIC);
-        img[4..8].copy_from_slice(&(part.len() as u32).to_le_bytes());
-        img[8..16].copy_from_slice(&self.next.to_le_bytes());
-        img[16..20].copy_from_slice(&(self.total as u32).to_le_bytes());
-        img[20..24].copy_from_slice(&(self.count as u32).to_le_bytes());
-        img[24..28].copy_from_slice(&self.stream_crc.to_le_bytes());
-        img[XATTR_HEADER..XATTR_HEADER + part.len()].copy_from_slice(part);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..28]), part);
-        img[28..32].copy_from_slice(&crc.to_le_bytes());
+        img[o::MAGIC..o::MAGIC + XATTR_MAGIC.len()].copy_from_slice(XATTR_MAGIC);
+        put_le32(img, o::USED, part.len() as u32);
+        put_le64(img, o::NEXT, self.next);
+        put_le32(img, o::TOTAL, self.total as u32);
+        put_le32(img, o::COUNT, self.count as u32);
+        put_le32(img, o::STREAM_CRC, self.stream_crc);
+        img[o::STREAM..o::STREAM + part.len()].copy_from_slice(part);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..o::CRC]), part);
+        put_le32(img, o::CRC, crc);
     }
 
     /// Decode a block; None if its magic, length or checksum is wrong (torn or corrupt).
     /// The stream bytes are `img[XATTR_HEADER..XATTR_HEADER + used]`.
     pub fn decode(img: &[u8]) -> Option<XattrBlock> {
-        let used = le32(img, 4) as usize;
-        if &img[0..4] != XATTR_MAGIC || used == 0 || used > XATTR_PAYLOAD {
+        use xattr_block_off as o;
+        let used = le32(img, o::USED) as usize;
+        if &img[o::MAGIC..o::MAGIC + XATTR_MAGIC.len()] != XATTR_MAGIC || used == 0 || used > XATTR_PAYLOAD {
             return None;
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..28]), &img[XATTR_HEADER..XATTR_HEADER + used]);
-        if crc != le32(img, 28) {
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..o::CRC]), &img[o::STREAM..o::STREAM + used]);
+        if crc != le32(img, o::CRC) {
             return None;
         }
         Some(XattrBlock {
             used,
-            next: le64(img, 8),
-            total: le32(img, 16) as usize,
-            count: le32(img, 20) as usize,
-            stream_crc: le32(img, 24),
+            next: le64(img, o::NEXT),
+            total: le32(img, o::TOTAL) as usize,
+            count: le32(img, o::COUNT) as usize,
+            stream_crc: le32(img, o::STREAM_CRC),
         })
     }
 }

@@ -1,0 +1,409 @@
+//! A stored PM image of format version 3, opened by the current code.
+//!
+//! `tests/data/format-v3.img.hex` is a whole node's PM file of the smallest geometry
+//! `Geometry::compute` allows (one log slot of 64 blocks, 16 inodes, 64 data blocks:
+//! 130 blocks, 520 KiB), made by [`make_format_image`] through pm's own API the way libfs
+//! formats and runs a node: log slot, public area with the root, superblock last; then five
+//! entries appended, published and checkpointed (a directory, a file whose data spans two
+//! blocks and a block behind a single-indirect pointer, an xattr, a symlink), and three
+//! more entries committed to the log but not published. [`check_image`] states what the image
+//! holds, field by field.
+//!
+//! # File format of the stored image
+//!
+//! Text, so that it diffs and reviews: lines starting with `#` are comments; `size N` gives
+//! the image size in bytes; every other line is `OFFSET HEX`, a 64-byte line of the image
+//! at hex byte offset OFFSET as 128 hex digits. Lines not listed are zero.
+//!
+//! # At the next format version bump
+//!
+//! * Keep `format-v3.img.hex` and this file's v3 expectations: the new code must either
+//!   refuse the v3 image with a clear error (change [`stored_v3_image_opens`] into a test of
+//!   that refusal, as [`version_2_is_refused`] does for version 2) or upgrade it on purpose
+//!   (then test that the upgraded image holds exactly the tree [`check_image`] describes).
+//!   Never regenerate the v3 file with the new code.
+//! * Make `format-v4.img.hex` with the generator for the new version (point [`IMAGE`] at the
+//!   new name, run `cargo test -p linefs-pm --test format_image -- --ignored
+//!   make_format_image`), and open it in a test like this one.
+//! * Update the byte pins in `format_bytes.rs`.
+
+use linefs_pm::layout::{FormatError, FormatParams, Geometry, Superblock, BLOCK_SIZE, FORMAT_VERSION};
+use linefs_pm::oplog::{LogSlot, ScanStop};
+use linefs_pm::public::{LoadedDirent, PublicArea, PublicReader};
+use linefs_pm::record::{decode_records, dtype, EntryBuilder, InodeImage, Record, Timespec};
+use linefs_pm::PmRegion;
+use std::sync::Arc;
+
+/// The stored image of the current format version, relative to the crate.
+const IMAGE: &str = "tests/data/format-v3.img.hex";
+
+const UUID: [u8; 16] = *b"linefs v3 image!";
+const FORMAT_TIME_NS: u64 = 1_700_000_000_000_000_000;
+
+fn geometry() -> Geometry {
+    Geometry::compute(&FormatParams { size: 130 * BLOCK_SIZE, log_size: 64 * BLOCK_SIZE, log_slots: 1, inodes: 16 })
+        .unwrap()
+}
+
+fn t(sec: i64) -> Timespec {
+    Timespec { sec: 1_700_000_000 + sec, nsec: sec as u32 * 1000 }
+}
+
+fn times(img: InodeImage, at: i64) -> InodeImage {
+    InodeImage { atime: t(at), mtime: t(at), ctime: t(at), ..img }
+}
+
+const DIR: u32 = libc::S_IFDIR | 0o755;
+
+fn root(size: u64, nlink: u32, at: i64) -> InodeImage {
+    let img =
+        InodeImage { ino: 1, size, parent: 1, mode: DIR, nlink, generation: 1, crtime: t(0), ..Default::default() };
+    times(img, at)
+}
+
+fn docs(size: u64, at: i64) -> InodeImage {
+    let img = InodeImage {
+        ino: 2,
+        size,
+        parent: 1,
+        mode: DIR,
+        uid: 1000,
+        gid: 1000,
+        nlink: 2,
+        generation: 2,
+        crtime: t(1),
+        ..Default::default()
+    };
+    times(img, at)
+}
+
+/// The file's data: two runs of a pattern, one across the boundary of file blocks 0 and 1,
+/// one in file block 13 (behind the single-indirect pointer).
+const RUN1: (u64, usize) = (4000, 200);
+const RUN2: (u64, usize) = (13 * BLOCK_SIZE, 100);
+const DATA_SIZE: u64 = 13 * BLOCK_SIZE + 100;
+
+fn pattern(off: u64, len: usize) -> Vec<u8> {
+    (off..off + len as u64).map(|i| (i % 251) as u8 + 1).collect()
+}
+
+fn data(size: u64, at: i64) -> InodeImage {
+    let img = InodeImage {
+        ino: 3,
+        size,
+        mode: libc::S_IFREG | 0o640,
+        uid: 1000,
+        gid: 100,
+        nlink: 1,
+        generation: 3,
+        crtime: t(2),
+        ..Default::default()
+    };
+    times(img, at)
+}
+
+const TARGET: &[u8] = b"docs/data";
+
+fn link() -> InodeImage {
+    let img = InodeImage {
+        ino: 4,
+        size: TARGET.len() as u64,
+        mode: libc::S_IFLNK | 0o777,
+        nlink: 1,
+        generation: 4,
+        crtime: t(5),
+        ..Default::default()
+    };
+    times(img, 5)
+}
+
+const LATE: &[u8] = b"committed to the log, not yet published\n";
+
+fn late() -> InodeImage {
+    let img = InodeImage {
+        ino: 5,
+        size: LATE.len() as u64,
+        mode: libc::S_IFREG | 0o600,
+        nlink: 1,
+        generation: 5,
+        crtime: t(6),
+        ..Default::default()
+    };
+    times(img, 6)
+}
+
+/// The entries published into the public area, in log order.
+fn published_entries() -> Vec<EntryBuilder> {
+    let mut mkdir = EntryBuilder::new();
+    mkdir.inode(&docs(64, 1), true);
+    mkdir.dirent(1, b"docs", 2, dtype::DIR);
+    mkdir.inode(&root(96, 3, 1), false);
+
+    let mut create = EntryBuilder::new();
+    create.inode(&data(0, 2), true);
+    create.dirent(2, b"data", 3, dtype::REG);
+    create.inode(&docs(96, 2), false);
+
+    let mut write = EntryBuilder::new();
+    write.write(3, RUN1.0, &pattern(RUN1.0, RUN1.1));
+    write.write(3, RUN2.0, &pattern(RUN2.0, RUN2.1));
+    write.inode(&data(DATA_SIZE, 3), false);
+
+    let mut setxattr = EntryBuilder::new();
+    setxattr.xattrs(3, [(&b"user.format"[..], &b"version 3"[..])]);
+    setxattr.inode(&InodeImage { ctime: t(4), ..data(DATA_SIZE, 3) }, false);
+
+    let mut symlink = EntryBuilder::new();
+    symlink.inode(&link(), true);
+    symlink.write(4, 0, TARGET);
+    symlink.dirent(1, b"link", 4, dtype::LNK);
+    symlink.inode(&root(128, 3, 5), false);
+
+    vec![mkdir, create, write, setxattr, symlink]
+}
+
+/// The entries committed after the published LSN, in log order.
+fn unpublished_entries() -> Vec<EntryBuilder> {
+    let mut create = EntryBuilder::new();
+    create.inode(&late(), true);
+    create.write(5, 0, LATE);
+    create.dirent(1, b"late", 5, dtype::REG);
+    create.inode(&root(160, 3, 6), false);
+
+    let mut setxattr = EntryBuilder::new();
+    setxattr.xattrs(2, [(&b"user.topic"[..], &b"formats"[..]), (&b"user.empty"[..], &b""[..])]);
+    setxattr.inode(&InodeImage { ctime: t(7), ..docs(96, 2) }, false);
+
+    let mut unlink = EntryBuilder::new();
+    unlink.dirent(1, b"link", 0, 0);
+    unlink.free_inode(4);
+    unlink.inode(&root(128, 3, 8), false);
+
+    vec![create, setxattr, unlink]
+}
+
+/// Make the image with the current code (see the module doc).
+fn build_image() -> Vec<u8> {
+    let geo = geometry();
+    let size = geo.total_blocks * BLOCK_SIZE;
+    let region = Arc::new(PmRegion::traced(size));
+    // As libfs formats a node: every log slot, the public area with its root, then the
+    // superblock, written last.
+    let slot = LogSlot::new(region.clone(), &geo, 0);
+    slot.format().unwrap();
+    PublicArea::format(&region, &geo, &root(64, 2, 0)).unwrap();
+    region.fence();
+    let sb = Superblock { geometry: geo, uuid: UUID, format_time_ns: FORMAT_TIME_NS };
+    region.write(0, &sb.encode()).unwrap();
+    region.persist_now(0, 256).unwrap();
+
+    // As libfs runs: append (durable), then publish in log order, fence, checkpoint.
+    let (mut pa, _) = PublicArea::load(region.clone(), geo).unwrap();
+    let mut tail = 0;
+    for e in published_entries() {
+        let loc = slot.append(tail, 0, e.payload()).unwrap();
+        tail = loc.end;
+        let recs = decode_records(&slot.read_payload(&loc).unwrap(), loc.payload_off).unwrap();
+        pa.validate(&recs).unwrap();
+        for r in &recs {
+            pa.apply(r).unwrap();
+        }
+    }
+    pa.fence();
+    let published = tail;
+    slot.set_published_lsn(published).unwrap();
+    pa.checkpoint_done();
+    for e in unpublished_entries() {
+        tail = slot.append(tail, published, e.payload()).unwrap().end;
+    }
+    // Everything was persisted and fenced: the durable image is the whole story.
+    region.tracer().expect("traced region").durable_image()
+}
+
+/// Check that `image` holds exactly what [`make_format_image`] put there.
+fn check_image(image: Vec<u8>) {
+    let geo = geometry();
+    assert_eq!(image.len() as u64, geo.total_blocks * BLOCK_SIZE);
+    let region = Arc::new(PmRegion::traced_from_image(image));
+
+    // Superblock.
+    let sb = Superblock::read(&region).unwrap();
+    assert_eq!(sb, Superblock { geometry: geo, uuid: UUID, format_time_ns: FORMAT_TIME_NS });
+    assert_eq!(
+        (geo.total_blocks, geo.log_slots, geo.log_start, geo.log_blocks, geo.itable_start, geo.inode_count),
+        (130, 1, 1, 64, 65, 16)
+    );
+    assert_eq!((geo.data_start, geo.data_blocks), (66, 64));
+
+    // Public area: the tree after the five published entries, nothing of the other three.
+    let loaded = PublicReader::new(region.clone(), geo).load().unwrap();
+    let mut inos: Vec<u64> = loaded.inodes.keys().copied().collect();
+    inos.sort();
+    assert_eq!(inos, vec![1, 2, 3, 4]);
+    let dirent = |name: &[u8], ino, dtype| LoadedDirent { name: name.to_vec(), ino, dtype };
+    assert_eq!(loaded.dirs.len(), 2);
+    assert_eq!(loaded.dirs[&1], vec![dirent(b"docs", 2, dtype::DIR), dirent(b"link", 4, dtype::LNK)]);
+    assert_eq!(loaded.dirs[&2], vec![dirent(b"data", 3, dtype::REG)]);
+    let inode = |ino: u64| &loaded.inodes[&ino];
+    assert_eq!(inode(1).img, root(128, 3, 5));
+    assert_eq!(inode(2).img, docs(96, 2));
+    assert_eq!(inode(3).img, InodeImage { ctime: t(4), ..data(DATA_SIZE, 3) });
+    assert_eq!(inode(4).img, link());
+    assert_eq!(inode(3).xattrs, vec![(b"user.format".to_vec(), b"version 3".to_vec())]);
+    for ino in [1, 2, 4] {
+        assert!(inode(ino).xattrs.is_empty(), "inode {ino} has xattrs");
+    }
+    // One directory block each, three data blocks of the file, one of the symlink.
+    let blocks: Vec<u64> = (1..=4).map(|i| inode(i).blocks).collect();
+    assert_eq!(blocks, vec![1, 1, 3, 1]);
+
+    let reader = PublicReader::new(region.clone(), geo);
+    let mut expect = vec![0u8; DATA_SIZE as usize];
+    for (off, len) in [RUN1, RUN2] {
+        expect[off as usize..off as usize + len].copy_from_slice(&pattern(off, len));
+    }
+    let mut got = vec![0xffu8; DATA_SIZE as usize];
+    reader.read_file(3, 0, &mut got).unwrap();
+    assert!(got == expect, "file data differs");
+    let mapped: Vec<u64> = (0..14).filter(|&i| reader.is_mapped(3, i).unwrap()).collect();
+    assert_eq!(mapped, vec![0, 1, 13]);
+    let mut target = vec![0u8; TARGET.len()];
+    reader.read_file(4, 0, &mut target).unwrap();
+    assert_eq!(target, TARGET);
+
+    // The publisher's load agrees: nothing torn, the blocks above plus the file's indirect
+    // block and its xattr block in use.
+    let (pa, _) = PublicArea::load(region.clone(), geo).unwrap();
+    pa.check_suspects().unwrap();
+    assert_eq!(pa.free_blocks(), 64 - 8);
+
+    // Log: exactly the three unpublished entries after the published LSN.
+    let slot = LogSlot::new(region.clone(), &geo, 0);
+    let published = slot.published_lsn().unwrap();
+    let scan = slot.scan(published).unwrap();
+    assert_eq!(scan.stop, ScanStop::End);
+    assert_eq!(scan.entries.len(), 3);
+    assert_eq!(scan.entries[0].lsn, published);
+    assert_eq!(scan.end, scan.entries[2].end);
+    let decoded: Vec<Vec<Record>> =
+        scan.entries.iter().map(|l| decode_records(&slot.read_payload(l).unwrap(), l.payload_off).unwrap()).collect();
+    let late_data = match &decoded[0][1] {
+        Record::Write { data_off, .. } => *data_off,
+        r => panic!("expected a WRITE record, found {r:?}"),
+    };
+    assert_eq!(
+        decoded,
+        vec![
+            vec![
+                Record::Inode { fresh: true, img: late() },
+                Record::Write { ino: 5, off: 0, len: LATE.len() as u64, data_off: late_data },
+                Record::Dirent { dir: 1, ino: 5, dtype: dtype::REG, name: b"late".to_vec() },
+                Record::Inode { fresh: false, img: root(160, 3, 6) },
+            ],
+            vec![
+                Record::Xattrs {
+                    ino: 2,
+                    attrs: vec![(b"user.topic".to_vec(), b"formats".to_vec()), (b"user.empty".to_vec(), vec![])]
+                },
+                Record::Inode { fresh: false, img: InodeImage { ctime: t(7), ..docs(96, 2) } },
+            ],
+            vec![
+                Record::Dirent { dir: 1, ino: 0, dtype: 0, name: b"link".to_vec() },
+                Record::FreeInode { ino: 4 },
+                Record::Inode { fresh: false, img: root(128, 3, 8) },
+            ],
+        ]
+    );
+    assert_eq!(late_data, scan.entries[0].payload_off + 8 + 120 + 8 + 16);
+    let mut late_bytes = vec![0u8; LATE.len()];
+    region.read(late_data, &mut late_bytes).unwrap();
+    assert_eq!(late_bytes, LATE);
+    // The published entries are still in the ring before the checkpoint, intact.
+    let before = slot.scan(0).unwrap();
+    assert_eq!(before.entries.len(), 8);
+    assert_eq!(before.entries[5].lsn, published);
+}
+
+fn image_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(IMAGE)
+}
+
+/// Parse the stored image (format in the module doc).
+fn read_image() -> Vec<u8> {
+    let path = image_path();
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut image: Option<Vec<u8>> = None;
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        if let Some(size) = line.strip_prefix("size ") {
+            image = Some(vec![0u8; size.parse().unwrap_or_else(|e| panic!("line {n}: {e}"))]);
+            continue;
+        }
+        let image = image.as_mut().unwrap_or_else(|| panic!("line {n}: data before the size line"));
+        let (off, hex) = line.split_once(' ').unwrap_or_else(|| panic!("line {n}: no offset"));
+        let off = usize::from_str_radix(off, 16).unwrap_or_else(|e| panic!("line {n}: {e}"));
+        assert!(hex.len() == 128 && off % 64 == 0 && off + 64 <= image.len(), "line {n}: malformed");
+        for i in 0..64 {
+            image[off + i] = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or_else(|e| panic!("line {n}: {e}"));
+        }
+    }
+    image.expect("no size line")
+}
+
+/// The v3 image as stored, opened by the current code.
+#[test]
+fn stored_v3_image_opens() {
+    assert_eq!(FORMAT_VERSION, 3, "a new format version: see the module doc of this file");
+    check_image(read_image());
+}
+
+/// The generator and the checks agree with the current code (so that a generator change is
+/// caught before an image is made with it).
+#[test]
+fn generated_image_passes_the_same_checks() {
+    check_image(build_image());
+}
+
+/// A file whose superblock says version 2 (checksum recomputed, so only the version is
+/// wrong) is refused, with a message naming both versions.
+#[test]
+fn version_2_is_refused() {
+    let mut image = read_image();
+    image[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c::crc32c(&image[..252]);
+    image[252..256].copy_from_slice(&crc.to_le_bytes());
+    let region = PmRegion::traced_from_image(image);
+    let err = Superblock::read(&region).unwrap_err();
+    assert!(matches!(err, FormatError::Version { found: 2, expected: 3 }), "{err:?}");
+    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 3");
+}
+
+/// Write the image of the current format version (run on purpose, see the module doc).
+#[test]
+#[ignore = "generator: writes tests/data/format-v3.img.hex"]
+fn make_format_image() {
+    let image = build_image();
+    check_image(image.clone());
+    let mut text = String::new();
+    text.push_str(&format!(
+        "# linefs PM image, format version {FORMAT_VERSION}, made by pm/tests/format_image.rs (make_format_image).\n\
+         # Do not regenerate after a format change: keep it as the record of version {FORMAT_VERSION}.\n\
+         # Each line: hex byte offset, then the 64 bytes there as hex; lines not listed are zero.\n\
+         # Blocks of 4096: 0 superblock, 1 log slot header, 2..=64 log ring, 65 inode table,\n\
+         # 66..=129 data (directories, file data, indirect, xattr and symlink blocks).\n"
+    ));
+    text.push_str(&format!("size {}\n", image.len()));
+    for (i, line) in image.chunks(64).enumerate() {
+        if line.iter().any(|&b| b != 0) {
+            let hex: String = line.iter().map(|b| format!("{b:02x}")).collect();
+            text.push_str(&format!("{:08x} {hex}\n", i * 64));
+        }
+    }
+    let path = image_path();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, text).unwrap();
+    assert_eq!(read_image(), image);
+}
