@@ -3,9 +3,12 @@
 //! The adapter holds no file-system state of its own: every method opens a tracing span, turns
 //! the request into a libfs call (names as bytes, credentials from [`crate::creds`]), converts
 //! [`libfs::Attr`] into [`fuser::FileAttr`] and replies. On error it replies with
-//! `FsError::errno()`, so that one place in libfs decides every errno; the adapter itself only
-//! uses `EINVAL` for requests libfs cannot express (a negative seek offset, an xattr position)
-//! and `ERANGE` for an xattr buffer too small, as the FUSE protocol requires.
+//! `FsError::errno()`, so that one place in libfs decides every errno. The adapter decides
+//! only what belongs to the FUSE protocol rather than to the file system: `ERANGE` for an
+//! xattr reply larger than the caller's buffer (and `E2BIG` for one larger than FUSE can
+//! carry), `EINVAL` for an xattr position (macOS resource forks) or a seek result beyond
+//! `i64`, and `ENXIO` for SEEK_DATA/SEEK_HOLE at a negative offset, as Linux file systems
+//! answer.
 //!
 //! Reference counting: libfs counts kernel references itself (lookup, create, mknod, mkdir,
 //! symlink and link each take one); `forget` hands them back.

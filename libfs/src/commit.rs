@@ -10,7 +10,7 @@
 
 use crate::api::Ino;
 use crate::error::{FsError, FsResult};
-use crate::publisher::Pending;
+use crate::publication::Pending;
 use crate::state::Front;
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_pm::oplog::AppendError;

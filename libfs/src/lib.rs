@@ -21,6 +21,7 @@ mod error;
 mod mount;
 mod options;
 mod perm;
+mod publication;
 mod publisher;
 mod state;
 mod status;

@@ -9,7 +9,7 @@
 use crate::api::ROOT_INO;
 use crate::error::{FsError, FsResult};
 use crate::options::FsOptions;
-use crate::publisher::{Publication, Wakeup};
+use crate::publication::{Publication, Wakeup};
 use crate::state::{Client, Front, Fs};
 use crate::view::{Node, View};
 use linefs_pm::oplog::LogSlot;

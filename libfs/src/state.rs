@@ -15,7 +15,7 @@
 use crate::api::*;
 use crate::error::{FsError, FsResult};
 use crate::perm;
-use crate::publisher::{Publication, Wakeup};
+use crate::publication::{Publication, Wakeup};
 use crate::time::from_ts;
 use crate::view::{Node, View};
 use linefs_pm::layout::BLOCK_SIZE;
