@@ -44,6 +44,7 @@ use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -203,6 +204,12 @@ struct Counters {
 enum Backend {
     Mapped(MmapRaw),
     Traced(Tracer),
+    /// `[base, base + size)` of another region: one traced region can hold all the files of
+    /// a node, so that one tracer sees every store and fence across them (crash tests).
+    Window {
+        parent: Arc<PmRegion>,
+        base: u64,
+    },
 }
 
 /// A PM region: a shared mapping of a file, or an in-memory traced region.
@@ -557,6 +564,23 @@ impl PmRegion {
         }
     }
 
+    /// The part `[base, base + len)` of `parent` as a region of its own (offsets start at 0).
+    /// It persists and fences through the parent: windows of one traced region share its
+    /// tracer, so a crash image of the parent covers every window at one instant.
+    pub fn window(parent: Arc<PmRegion>, base: u64, len: u64) -> Result<PmRegion, PmError> {
+        parent.check(base, len)?;
+        Ok(PmRegion {
+            size: len,
+            method: parent.method,
+            backing: parent.backing,
+            path: None,
+            backend: Backend::Window { parent, base },
+            counters: Counters::default(),
+            msync_pending: parking_lot::Mutex::new(Vec::new()),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
     /// Region size in bytes.
     pub fn len(&self) -> u64 {
         self.size
@@ -601,6 +625,7 @@ impl PmRegion {
                 unsafe { std::ptr::copy_nonoverlapping(map.as_ptr().add(o), buf.as_mut_ptr(), buf.len()) }
             }
             Backend::Traced(t) => t.read(off, buf),
+            Backend::Window { parent, base } => parent.read(base + off, buf)?,
         }
         Ok(())
     }
@@ -618,6 +643,7 @@ impl PmRegion {
                 unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), map.as_mut_ptr().add(o), data.len()) }
             }
             Backend::Traced(t) => t.write(off, data),
+            Backend::Window { parent, base } => parent.write(base + off, data)?,
         }
         self.counters.bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
@@ -633,6 +659,7 @@ impl PmRegion {
                 unsafe { std::ptr::write_bytes(map.as_mut_ptr().add(o), 0, len as usize) }
             }
             Backend::Traced(t) => t.zero(off, len),
+            Backend::Window { parent, base } => parent.zero(base + off, len)?,
         }
         self.counters.bytes_written.fetch_add(len, Ordering::Relaxed);
         Ok(())
@@ -650,6 +677,7 @@ impl PmRegion {
                 let v = unsafe { AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>()).load(Ordering::Acquire) };
                 Ok(u64::from_le(v))
             }
+            Backend::Window { parent, base } => parent.read_u64(base + off),
             _ => {
                 let mut b = [0u8; 8];
                 self.read(off, &mut b)?;
@@ -671,6 +699,11 @@ impl PmRegion {
                 unsafe {
                     AtomicU64::from_ptr(map.as_mut_ptr().add(o).cast::<u64>()).store(v.to_le(), Ordering::Release)
                 }
+                self.counters.bytes_written.fetch_add(8, Ordering::Relaxed);
+                Ok(())
+            }
+            Backend::Window { parent, base } => {
+                parent.write_u64(base + off, v)?;
                 self.counters.bytes_written.fetch_add(8, Ordering::Relaxed);
                 Ok(())
             }
@@ -696,6 +729,7 @@ impl PmRegion {
                 t.persist(off, len);
                 Ok(())
             }
+            Backend::Window { parent, base } => parent.persist(base + o as u64, len),
             Backend::Mapped(map) => {
                 if len == 0 {
                     return Ok(());
@@ -756,6 +790,7 @@ impl PmRegion {
         self.counters.fences.fetch_add(1, Ordering::Relaxed);
         match &self.backend {
             Backend::Traced(t) => t.fence(),
+            Backend::Window { parent, .. } => parent.fence(),
             Backend::Mapped(map) => match self.method {
                 #[cfg(target_arch = "x86_64")]
                 PersistMethod::Clwb | PersistMethod::ClflushOpt | PersistMethod::Clflush => flush::sfence(),
@@ -807,6 +842,7 @@ impl PmRegion {
         match &self.backend {
             Backend::Traced(t) => Some(t),
             Backend::Mapped(_) => None,
+            Backend::Window { parent, .. } => parent.tracer(),
         }
     }
 }
@@ -1081,6 +1117,30 @@ mod tests {
         assert_eq!(t.fence_count(), 1);
         assert_eq!(t.durable_image()[8], 42);
         assert_eq!(r.stats().fences, 1);
+    }
+
+    #[test]
+    fn windows_share_the_parents_bytes_and_tracer() {
+        let parent = Arc::new(PmRegion::traced(64 << 10));
+        let a = PmRegion::window(parent.clone(), 0, 16 << 10).unwrap();
+        let b = PmRegion::window(parent.clone(), 16 << 10, 48 << 10).unwrap();
+        assert!(PmRegion::window(parent.clone(), 60 << 10, 8 << 10).is_err(), "beyond the parent");
+        assert_eq!((a.len(), b.len()), (16 << 10, 48 << 10));
+        b.write(100, b"window b").unwrap();
+        b.write_u64(8, 0x1122_3344_5566_7788).unwrap();
+        a.write(0, b"window a").unwrap();
+        assert!(matches!(a.write((16 << 10) - 4, b"too long"), Err(PmError::OutOfBounds { .. })));
+        let mut got = [0u8; 8];
+        parent.read((16 << 10) + 100, &mut got).unwrap();
+        assert_eq!(&got, b"window b");
+        assert_eq!(parent.read_u64((16 << 10) + 8).unwrap(), 0x1122_3344_5566_7788);
+        // Only what a window persisted and fenced is in the parent's durable image.
+        b.persist(100, 8).unwrap();
+        b.fence();
+        let durable = a.tracer().expect("the parent's tracer").durable_image();
+        assert_eq!(&durable[(16 << 10) + 100..(16 << 10) + 108], b"window b");
+        assert_eq!(&durable[0..8], &[0u8; 8], "a's store was never persisted");
+        assert_eq!(b.stats().fences, 1);
     }
 
     #[test]
