@@ -1,5 +1,6 @@
 //! The verbs that start and stop mount daemons: `mount`, `umount`, `kill-host`,
-//! `restart-host`, and the helpers `down` and `bench` share with them.
+//! `restart-host`, and the helpers `down` and `bench` share with them. The registry's files
+//! belong to [`crate::clusterdir`]; this module decides what goes into them.
 //!
 //! Invariants kept in the registry (`run/mounts.json`, changed only under `run/lock`):
 //! - at most one linefs mount per node (a node's PM log has a single client until nicfs);
@@ -12,12 +13,15 @@ use std::time::Duration;
 
 use fuse_mount::MountConfig;
 
-use crate::cluster::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Registry, STOP_WAIT};
+use crate::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Registry};
 use crate::procs;
 use crate::util::{fail, unix_now, CliResult};
 
 /// How long a mount daemon may take to start serving.
 pub const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a daemon gets to flush and unmount after SIGTERM.
+pub const STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Consistency modes of DESIGN section 4; only `linefs` exists so far.
 const MINOS_MODES: [&str; 5] = ["lin-synch", "lin-strict", "lin-renf", "lin-event", "lin-scope"];
