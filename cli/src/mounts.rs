@@ -51,7 +51,7 @@ fn check_mountpoint(mountpoint: &Path) -> CliResult<PathBuf> {
     }
     let abs = procs::absolute(mountpoint)?;
     if let Some(m) = procs::mount_at(&abs) {
-        return Err(fail(format!("{}: already mounted ({})", abs.display(), m.fstype)));
+        return Err(fail(format!("{}: already mounted ({})", abs.display(), m.fs_type)));
     }
     Ok(abs)
 }
@@ -237,7 +237,7 @@ pub fn umount(dir: &ClusterDir, mountpoint: &Path) -> CliResult<String> {
     let mut reg = dir.registry()?;
     let Some(i) = reg.mounts.iter().position(|m| m.mountpoint == abs) else {
         return Err(match procs::mount_at(&abs) {
-            Some(m) if m.fstype.starts_with("fuse") => {
+            Some(m) if m.fs_type.starts_with("fuse") => {
                 fail(format!("{}: not mounted by the cluster in {}", abs.display(), dir.root.display()))
             }
             _ => fail(format!("{}: not a linefs mount", abs.display())),
