@@ -18,6 +18,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use linefs_pm::mountinfo::{self, MountInfo};
+use rustix::fs::FlockOperation;
+use rustix::io::Errno;
+use rustix::mount::UnmountFlags;
 
 use crate::util::{fail, CliResult, Context};
 
@@ -253,14 +256,8 @@ pub fn detach(path: &Path) -> CliResult<()> {
     if ok || !fuse_mounted_at(path) {
         return Ok(());
     }
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| fail(format!("{}: bad path", path.display())))?;
-    // SAFETY: c is a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } < 0 {
-        let e = io::Error::last_os_error();
-        return Err(fail(format!("{}: cannot detach the dead mount: {e}", path.display())));
-    }
-    Ok(())
+    rustix::mount::unmount(path, UnmountFlags::DETACH)
+        .map_err(|e| fail(format!("{}: cannot detach the dead mount: {e}", path.display())))
 }
 
 /// An absolute, lexically normalised form of `path` that does not touch the file system at
@@ -297,13 +294,10 @@ impl Lock {
             .open(path)
             .ctx(|| format!("{}: open lock file", path.display()))?;
         loop {
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Lock { _file: file });
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(fail(format!("{}: lock: {e}", path.display())));
+            match rustix::fs::flock(&file, FlockOperation::LockExclusive) {
+                Ok(()) => return Ok(Lock { _file: file }),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(fail(format!("{}: lock: {e}", path.display()))),
             }
         }
     }
