@@ -3,7 +3,7 @@
 //! this process; dying there would leave the mounts, their daemons and the PM files behind.
 //! [`install`] blocks the three signals in the calling thread (and so in every thread it
 //! starts later) and receives them on a thread of its own, which runs every registered
-//! teardown (each temporary cluster's, [`crate::tempcluster::TempCluster`]) and exits with
+//! teardown (each temporary cluster's: `TempCluster` in `tempcluster.rs`) and exits with
 //! 128 + the signal. Child processes start with an empty signal mask (the standard library
 //! resets it).
 //!
