@@ -27,8 +27,10 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, Backend, ClusterDir, TempCluster};
+use crate::cluster;
+use crate::clusterdir::{Backend, ClusterDir};
 use crate::mounts::{self, MountRequest};
+use crate::tempcluster::TempCluster;
 use crate::util::{command_line, fail, human_size, unix_now, utc_date, CliResult, Context};
 
 /// Size of each write, both workloads.

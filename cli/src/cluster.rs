@@ -1,168 +1,20 @@
-//! The cluster directory: its layout, the cluster description, the mount registry, and the
-//! `up` and `down` verbs.
-//!
-//! Layout of DIR:
-//! - `cluster.json` — the description written by `up`: nodes, their PM files and sizes.
-//! - `pm/` — the PM files, unless `--pm-dir` put them elsewhere (recorded in the description).
-//! - `logs/` — one log per daemon (`mount-<node>-<id>.log`).
-//! - `run/up` — present while the cluster is up; `run/lock` — serialises the verbs that
-//!   change `run/`; `run/mounts.json` — the mount registry; `run/mount-<id>.pid` and
-//!   `run/mount-<id>.status.json` — each mount daemon's pid and status.
-//!
-//! Only single-node clusters exist until nicfs is built; the layout already has a node list.
+//! The verbs that create and retire clusters: `up` (format each node's PM file once, write
+//! the description, mark the cluster up) and `down` (stop every mount, mark it down), and
+//! [`create`], which `bench` and `soak` use for their temporary clusters. The directory's
+//! layout and files belong to [`crate::clusterdir`]; starting and stopping mount daemons to
+//! [`crate::mounts`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use linefs_pm::layout::FormatParams;
 use linefs_pm::mkfs;
-use serde::{Deserialize, Serialize};
 
-use crate::procs::{self, Lock};
+use crate::clusterdir::{write_atomic, ClusterDesc, ClusterDir, NodeDesc};
+use crate::procs;
 use crate::util::{fail, human_size, unix_now, utc_date, CliResult, Context};
 
 pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
-
-/// The cluster description (`cluster.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterDesc {
-    pub version: u32,
-    pub created: String,
-    pub created_unix: u64,
-    pub pm_dir: PathBuf,
-    pub zk: Option<String>,
-    pub nodes: Vec<NodeDesc>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeDesc {
-    pub index: usize,
-    pub pm_path: PathBuf,
-    pub pm_size: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MountState {
-    Mounted,
-    /// The host was killed (`kill-host`): `restart-host` remounts it.
-    Killed,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Linefs,
-    Passthrough,
-}
-
-/// One mount in the registry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MountRec {
-    pub id: u64,
-    pub node: usize,
-    pub backend: Backend,
-    /// The PM file (linefs) or source directory (passthrough).
-    pub source: PathBuf,
-    pub mountpoint: PathBuf,
-    pub pid: i32,
-    pub options: Vec<String>,
-    pub consistency: String,
-    pub log: PathBuf,
-    pub status_file: PathBuf,
-    pub pid_file: PathBuf,
-    pub state: MountState,
-    pub started_unix: u64,
-}
-
-/// The mount registry (`run/mounts.json`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Registry {
-    pub next_id: u64,
-    pub mounts: Vec<MountRec>,
-}
-
-/// A cluster directory.
-#[derive(Debug, Clone)]
-pub struct ClusterDir {
-    pub root: PathBuf,
-}
-
-impl ClusterDir {
-    pub fn new(dir: &Path) -> CliResult<ClusterDir> {
-        Ok(ClusterDir { root: procs::absolute(dir)? })
-    }
-
-    pub fn desc_path(&self) -> PathBuf {
-        self.root.join("cluster.json")
-    }
-    pub fn run(&self) -> PathBuf {
-        self.root.join("run")
-    }
-    pub fn logs(&self) -> PathBuf {
-        self.root.join("logs")
-    }
-    pub fn up_marker(&self) -> PathBuf {
-        self.run().join("up")
-    }
-    fn registry_path(&self) -> PathBuf {
-        self.run().join("mounts.json")
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.up_marker().exists()
-    }
-
-    /// The description, or the standard "no cluster" error.
-    pub fn load(&self) -> CliResult<ClusterDesc> {
-        let path = self.desc_path();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(self.no_cluster()),
-            Err(e) => return Err(fail(format!("{}: {e}", path.display()))),
-        };
-        serde_json::from_str(&text).ctx(|| format!("{}: bad cluster description", path.display()))
-    }
-
-    /// The description of a cluster that is up.
-    pub fn load_up(&self) -> CliResult<ClusterDesc> {
-        let desc = self.load()?;
-        if !self.is_up() {
-            return Err(self.no_cluster());
-        }
-        Ok(desc)
-    }
-
-    pub fn no_cluster(&self) -> crate::util::CliError {
-        fail(format!("no cluster in {} (run linefs up)", self.root.display()))
-    }
-
-    /// Locks `run/` against concurrent verbs.
-    pub fn lock(&self) -> CliResult<Lock> {
-        std::fs::create_dir_all(self.run()).ctx(|| format!("{}: create", self.run().display()))?;
-        Lock::acquire(&self.run().join("lock"))
-    }
-
-    pub fn registry(&self) -> CliResult<Registry> {
-        let path = self.registry_path();
-        match std::fs::read_to_string(&path) {
-            Ok(t) => serde_json::from_str(&t).ctx(|| format!("{}: bad registry", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Registry::default()),
-            Err(e) => Err(fail(format!("{}: {e}", path.display()))),
-        }
-    }
-
-    pub fn save_registry(&self, reg: &Registry) -> CliResult<()> {
-        let path = self.registry_path();
-        write_atomic(&path, &serde_json::to_string_pretty(reg).unwrap_or_default())
-    }
-}
-
-/// Writes a file through a temporary file and a rename.
-pub fn write_atomic(path: &Path, text: &str) -> CliResult<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)).ctx(|| format!("{}: write", path.display()))
-}
 
 /// Formats `path` with linefs unless it already holds a valid image (kept as it is).
 /// Returns whether it was formatted.
@@ -282,9 +134,6 @@ pub fn create(
     Ok(desc)
 }
 
-/// How long a daemon gets to flush and unmount after SIGTERM.
-pub const STOP_WAIT: Duration = Duration::from_secs(30);
-
 /// `linefs down`: unmounts every mount, kills what is left, marks the cluster down.
 pub fn down(dir: &ClusterDir) -> CliResult<String> {
     let desc = dir.load()?;
@@ -331,46 +180,4 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
         if stopped == 1 { "" } else { "s" },
         desc.pm_dir.display()
     ))
-}
-
-/// A cluster that lives only as long as a command (a benchmark, the soak): on drop it is
-/// brought down and its directory removed, with the extra `paths` (PM files, local
-/// directories), on error paths too, and on Ctrl-C or SIGTERM when the command installed
-/// [`crate::interrupt`]. `what` names the command in the messages.
-pub struct TempCluster {
-    /// Its registration with [`crate::interrupt`], which keeps what teardown needs.
-    id: u64,
-}
-
-impl TempCluster {
-    pub fn new(dir: ClusterDir, paths: Vec<PathBuf>, what: &'static str) -> TempCluster {
-        TempCluster { id: crate::interrupt::register(dir, paths, what) }
-    }
-}
-
-impl Drop for TempCluster {
-    fn drop(&mut self) {
-        // None: a signal has taken it and is tearing it down.
-        if let Some(t) = crate::interrupt::unregister(self.id) {
-            teardown(&t.dir, &t.paths, t.what);
-        }
-    }
-}
-
-/// Brings a temporary cluster down and removes its directory and `paths`; problems are
-/// reported, not returned (this runs on drop and on signals).
-pub fn teardown(dir: &ClusterDir, paths: &[PathBuf], what: &str) {
-    if dir.desc_path().exists() {
-        if let Err(e) = down(dir) {
-            eprintln!("linefs: {what}: teardown: {e}");
-        }
-    }
-    for p in paths.iter().chain(std::iter::once(&dir.root)) {
-        let res = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
-        if let Err(e) = res {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("linefs: {what}: teardown: {}: {e}", p.display());
-            }
-        }
-    }
 }

@@ -6,12 +6,14 @@
 
 mod bench;
 mod cluster;
+mod clusterdir;
 mod crashsuite;
 mod interrupt;
 mod mounts;
 mod procs;
 mod soak;
 mod status;
+mod tempcluster;
 mod util;
 
 use std::path::PathBuf;
@@ -19,7 +21,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::cluster::{ClusterDir, UpArgs};
+use crate::cluster::UpArgs;
+use crate::clusterdir::ClusterDir;
 use crate::util::{fail, parse_size, CliResult};
 
 #[derive(Parser)]

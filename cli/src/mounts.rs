@@ -1,5 +1,6 @@
 //! The verbs that start and stop mount daemons: `mount`, `umount`, `kill-host`,
-//! `restart-host`, and the helpers `down` and `bench` share with them.
+//! `restart-host`, and the helpers `down` and `bench` share with them. The registry's files
+//! belong to [`crate::clusterdir`]; this module decides what goes into them.
 //!
 //! Invariants kept in the registry (`run/mounts.json`, changed only under `run/lock`):
 //! - at most one linefs mount per node (a node's PM log has a single client until nicfs);
@@ -12,12 +13,15 @@ use std::time::Duration;
 
 use fuse_mount::MountConfig;
 
-use crate::cluster::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Registry, STOP_WAIT};
+use crate::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Registry};
 use crate::procs;
 use crate::util::{fail, unix_now, CliResult};
 
 /// How long a mount daemon may take to start serving.
 pub const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a daemon gets to flush and unmount after SIGTERM.
+pub const STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Consistency modes of DESIGN section 4; only `linefs` exists so far.
 const MINOS_MODES: [&str; 5] = ["lin-synch", "lin-strict", "lin-renf", "lin-event", "lin-scope"];
@@ -47,7 +51,7 @@ fn check_mountpoint(mountpoint: &Path) -> CliResult<PathBuf> {
     }
     let abs = procs::absolute(mountpoint)?;
     if let Some(m) = procs::mount_at(&abs) {
-        return Err(fail(format!("{}: already mounted ({})", abs.display(), m.fstype)));
+        return Err(fail(format!("{}: already mounted ({})", abs.display(), m.fs_type)));
     }
     Ok(abs)
 }
@@ -233,7 +237,7 @@ pub fn umount(dir: &ClusterDir, mountpoint: &Path) -> CliResult<String> {
     let mut reg = dir.registry()?;
     let Some(i) = reg.mounts.iter().position(|m| m.mountpoint == abs) else {
         return Err(match procs::mount_at(&abs) {
-            Some(m) if m.fstype.starts_with("fuse") => {
+            Some(m) if m.fs_type.starts_with("fuse") => {
                 fail(format!("{}: not mounted by the cluster in {}", abs.display(), dir.root.display()))
             }
             _ => fail(format!("{}: not a linefs mount", abs.display())),

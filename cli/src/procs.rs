@@ -1,5 +1,6 @@
 //! Process handling: spawning detached daemons and waiting for their readiness, pid files,
-//! liveness checks that survive pid reuse, signalling, and `/proc/self/mountinfo`.
+//! liveness checks that survive pid reuse, signalling, and the mounts they leave (read with
+//! [`linefs_pm::mountinfo`]).
 //!
 //! Readiness protocol: the CLI creates a pipe, the daemon inherits its write end as
 //! `--ready-fd N` and writes one byte once its mount serves. EOF before that byte means the
@@ -15,6 +16,11 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use linefs_pm::mountinfo::{self, MountInfo};
+use rustix::fs::FlockOperation;
+use rustix::io::Errno;
+use rustix::mount::UnmountFlags;
 
 use crate::util::{fail, CliResult, Context};
 
@@ -222,59 +228,15 @@ pub fn read_pid_file(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// One line of `/proc/self/mountinfo`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MountEntry {
-    pub mount_point: PathBuf,
-    pub fstype: String,
-    pub source: String,
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Parses mountinfo text.
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split(' ').nth(4)?;
-            let mut r = right.split(' ');
-            let fstype = r.next()?.to_string();
-            let source = unescape(r.next().unwrap_or(""));
-            Some(MountEntry { mount_point: PathBuf::from(unescape(mount_point)), fstype, source })
-        })
-        .collect()
-}
-
-/// The current mounts.
-pub fn mounts() -> Vec<MountEntry> {
-    parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
-}
-
-/// The topmost mount at `path`, if `path` is a mount point.
-pub fn mount_at(path: &Path) -> Option<MountEntry> {
-    mounts().into_iter().rev().find(|m| m.mount_point == path)
+/// The topmost mount at `path`, if `path` is a mount point (an unreadable mount table
+/// counts as no mounts).
+pub fn mount_at(path: &Path) -> Option<MountInfo> {
+    mountinfo::mounted_at(&mountinfo::read().unwrap_or_default(), path).cloned()
 }
 
 /// Whether a FUSE file system is mounted at `path`.
 pub fn fuse_mounted_at(path: &Path) -> bool {
-    mount_at(path).is_some_and(|m| m.fstype == "fuse" || m.fstype.starts_with("fuse."))
+    mount_at(path).is_some_and(|m| m.is_fuse())
 }
 
 /// Detaches a FUSE mount whose daemon is gone (`fusermount3 -u -z`, else `umount2(DETACH)`).
@@ -294,14 +256,8 @@ pub fn detach(path: &Path) -> CliResult<()> {
     if ok || !fuse_mounted_at(path) {
         return Ok(());
     }
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| fail(format!("{}: bad path", path.display())))?;
-    // SAFETY: c is a valid NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } < 0 {
-        let e = io::Error::last_os_error();
-        return Err(fail(format!("{}: cannot detach the dead mount: {e}", path.display())));
-    }
-    Ok(())
+    rustix::mount::unmount(path, UnmountFlags::DETACH)
+        .map_err(|e| fail(format!("{}: cannot detach the dead mount: {e}", path.display())))
 }
 
 /// An absolute, lexically normalised form of `path` that does not touch the file system at
@@ -338,13 +294,10 @@ impl Lock {
             .open(path)
             .ctx(|| format!("{}: open lock file", path.display()))?;
         loop {
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Lock { _file: file });
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(fail(format!("{}: lock: {e}", path.display())));
+            match rustix::fs::flock(&file, FlockOperation::LockExclusive) {
+                Ok(()) => return Ok(Lock { _file: file }),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(fail(format!("{}: lock: {e}", path.display()))),
             }
         }
     }
@@ -353,19 +306,6 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_mountinfo() {
-        let text = "36 35 98:0 /mnt1 /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw\n\
-                    42 27 0:39 / /tmp/x rw,nosuid,nodev - fuse.linefs linefs rw,user_id=0\n\
-                    bad line\n";
-        let m = parse_mountinfo(text);
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[0].mount_point, PathBuf::from("/mnt/a b"));
-        assert_eq!(m[0].fstype, "ext3");
-        assert_eq!(m[1].fstype, "fuse.linefs");
-        assert_eq!(m[1].source, "linefs");
-    }
 
     #[test]
     fn own_process_is_alive() {

@@ -27,8 +27,10 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{self, ClusterDir, TempCluster};
+use crate::cluster;
+use crate::clusterdir::ClusterDir;
 use crate::mounts;
+use crate::tempcluster::TempCluster;
 use crate::util::{fail, CliResult, Context};
 
 pub struct Args {

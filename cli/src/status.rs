@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::cluster::{Backend, ClusterDir, MountRec, MountState};
+use crate::clusterdir::{Backend, ClusterDir, MountRec, MountState};
 use crate::procs;
 use crate::util::{human_size, unix_now, CliResult};
 

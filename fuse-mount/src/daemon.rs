@@ -171,8 +171,8 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
 
     let (backend, session) = if let Some(src) = &args.passthrough {
         // New objects get exactly the mode the kernel asked for.
-        sys::umask(0);
-        if let Err(e) = sys::raise_nofile_limit() {
+        rustix::process::umask(rustix::fs::Mode::empty());
+        if let Err(e) = crate::passthrough::raise_nofile_limit() {
             warn!(error = %e, "cannot raise the open-file limit");
         }
         let pt = Passthrough::new(src).map_err(|source| DaemonError::Passthrough { path: src.clone(), source })?;

@@ -12,6 +12,7 @@
 //! session threads end when the kernel tears the connection down (`ENODEV` on read), and
 //! [`MountedSession::unmount`] waits for them for a bounded time.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -22,11 +23,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fuser::{BackgroundSession, Config, Filesystem, Session, SessionACL};
+use rustix::io::Errno;
+use rustix::mount::{MountFlags, UnmountFlags};
 use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::options::MountConfig;
-use crate::sys;
 
 /// An error mounting or unmounting.
 #[derive(Debug, Error)]
@@ -84,8 +86,8 @@ pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Re
         "fd={},rootmode={:o},user_id={},group_id={}",
         dev.as_raw_fd(),
         meta.mode() & libc::S_IFMT,
-        sys::geteuid(),
-        sys::getegid()
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw()
     );
     if cfg.default_permissions {
         data.push_str(",default_permissions");
@@ -98,9 +100,15 @@ pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Re
         data.push_str(o);
     }
     let fstype = cfg.fstype();
-    match sys::mount(&cfg.fsname, &mountpoint, &fstype, cfg.ms_flags(), &data) {
+    // Every MS_* flag that ms_flags() sets lies in the low 32 bits.
+    let flags = MountFlags::from_bits_retain(cfg.ms_flags() as u32);
+    let res = match CString::new(data.as_str()) {
+        Ok(cdata) => rustix::mount::mount(cfg.fsname.as_str(), &mountpoint, fstype.as_str(), flags, cdata.as_c_str()),
+        Err(_) => Err(Errno::INVAL),
+    };
+    match res {
         Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+        Err(Errno::PERM) => {
             info!(mountpoint = %mountpoint.display(), "mount(2) not permitted; using fusermount3");
             drop(dev);
             let session = Session::new(fs, &mountpoint, &config)
@@ -108,12 +116,12 @@ pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Re
                 .map_err(io_err(&mountpoint, "mount via fusermount3"))?;
             return Ok(MountedSession { session: Some(session), mountpoint, own_mount: false });
         }
-        Err(e) => return Err(MountError::Io { path: mountpoint, what: "mount(2)", source: e }),
+        Err(e) => return Err(MountError::Io { path: mountpoint, what: "mount(2)", source: e.into() }),
     }
     info!(mountpoint = %mountpoint.display(), %fstype, options = %data, "mounted");
     let session = Session::from_fd(fs, dev, config.acl, config).and_then(Session::spawn).map_err(|e| {
         // The kernel side exists but nobody serves it: take it away again.
-        let _ = sys::umount(&mountpoint, libc::MNT_DETACH);
+        let _ = rustix::mount::unmount(&mountpoint, UnmountFlags::DETACH);
         MountError::Io { path: mountpoint.clone(), what: "FUSE handshake", source: e }
     })?;
     Ok(MountedSession { session: Some(session), mountpoint, own_mount: true })
@@ -157,18 +165,19 @@ impl MountedSession {
             };
         }
         if !session.guard.is_finished() {
-            match sys::umount(&mp, 0) {
+            match rustix::mount::unmount(&mp, UnmountFlags::empty()) {
                 Ok(()) => info!(mountpoint = %mp.display(), "unmounted"),
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                Err(Errno::BUSY) => {
                     warn!(mountpoint = %mp.display(), "mount busy; detaching lazily");
-                    sys::umount(&mp, libc::MNT_DETACH).map_err(io_err(&mp, "umount -l"))?;
+                    rustix::mount::unmount(&mp, UnmountFlags::DETACH)
+                        .map_err(|e| io_err(&mp, "umount -l")(e.into()))?;
                 }
                 // EINVAL: no longer a mount point (unmounted by someone else); the session
                 // thread ends on its own.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Err(Errno::INVAL) => {
                     info!(mountpoint = %mp.display(), "already unmounted");
                 }
-                Err(e) => return Err(MountError::Io { path: mp, what: "umount", source: e }),
+                Err(e) => return Err(MountError::Io { path: mp, what: "umount", source: e.into() }),
             }
         }
         let deadline = Instant::now() + wait;

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirEntryExt, FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +36,10 @@ use fuser::{
     ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, RwLock};
+use rustix::fs::{
+    self as rfs, Access, AtFlags, FallocateFlags, Mode, OFlags, SeekFrom, Stat, Timespec, Timestamps, XattrFlags, CWD,
+};
+use rustix::io::Errno as RErrno;
 use tracing::{debug, debug_span};
 
 use crate::sys;
@@ -101,19 +105,118 @@ fn kind_of(mode: u32) -> FileType {
     }
 }
 
-fn time_arg(t: Option<TimeOrNow>) -> sys::TimeArg {
-    t.map(|t| match t {
-        TimeOrNow::Now => None,
-        TimeOrNow::SpecificTime(at) => Some(at),
-    })
+/// A time for `utimensat`: unchanged, "now", or the time given.
+fn timespec(t: Option<TimeOrNow>) -> Timespec {
+    match t {
+        None => Timespec { tv_sec: 0, tv_nsec: rfs::UTIME_OMIT },
+        Some(TimeOrNow::Now) => Timespec { tv_sec: 0, tv_nsec: rfs::UTIME_NOW },
+        Some(TimeOrNow::SpecificTime(at)) => {
+            let (sec, nsec) = match at.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+                Err(e) => {
+                    // Before 1970: negative seconds, nanoseconds in [0, 1e9).
+                    let d = e.duration();
+                    let (s, n) = (d.as_secs() as i64, i64::from(d.subsec_nanos()));
+                    if n == 0 {
+                        (-s, 0)
+                    } else {
+                        (-s - 1, 1_000_000_000 - n)
+                    }
+                }
+            };
+            Timespec { tv_sec: sec, tv_nsec: nsec }
+        }
+    }
+}
+
+/// Stats the object an (`O_PATH`) descriptor refers to, without following symlinks.
+fn fstat(fd: &OwnedFd) -> io::Result<Stat> {
+    Ok(rfs::statat(fd, c"", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW)?)
+}
+
+/// Raw `open(2)` flags as rustix flags, close-on-exec added (as every descriptor we keep).
+fn oflags(flags: i32) -> OFlags {
+    OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC
+}
+
+/// `mknodat(2)` with a raw mode: rustix takes the file type apart from the permission bits.
+/// A type of 0 means a regular file, as for the kernel; an invalid type stays invalid
+/// (rustix passes `S_IFMT`), so the kernel answers `EINVAL` as it would have.
+fn mknodat(dir: &OwnedFd, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
+    let kind = match mode & libc::S_IFMT {
+        0 => rfs::FileType::RegularFile,
+        t => rfs::FileType::from_raw_mode(t),
+    };
+    Ok(rfs::mknodat(dir, name, kind, Mode::from_bits_retain(mode & !libc::S_IFMT), rdev)?)
+}
+
+/// `getxattr(2)` of a whole value: ask its size, then read it (again if it grew meanwhile).
+fn getxattr(path: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
+    loop {
+        let mut buf = vec![0u8; rfs::getxattr_query(path, name)?];
+        match rfs::getxattr(path, name, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            Err(RErrno::RANGE) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// `listxattr(2)` of the whole list, as [`getxattr`].
+fn listxattr(path: &Path) -> io::Result<Vec<u8>> {
+    loop {
+        let mut buf = vec![0u8; rfs::listxattr_query(path)?];
+        match rfs::listxattr(path, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            Err(RErrno::RANGE) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// `fallocate(2)`; offsets beyond `off_t` are `EFBIG` (rustix would pass them on as negative
+/// numbers, which the kernel answers with `EINVAL`).
+fn fallocate(file: &File, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    if i64::try_from(offset).is_err() || i64::try_from(len).is_err() {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    }
+    Ok(rfs::fallocate(file, FallocateFlags::from_bits_retain(mode as u32), offset, len)?)
+}
+
+/// `lseek(2)` with a raw `whence`; the offset reaches the kernel unchanged for every whence
+/// (a negative one too: `SEEK_DATA` at -1 must fail as the source file system decides).
+fn lseek(file: &File, offset: i64, whence: i32) -> io::Result<i64> {
+    let pos = match whence {
+        libc::SEEK_SET => SeekFrom::Start(offset as u64),
+        libc::SEEK_CUR => SeekFrom::Current(offset),
+        libc::SEEK_END => SeekFrom::End(offset),
+        libc::SEEK_DATA => SeekFrom::Data(offset as u64),
+        libc::SEEK_HOLE => SeekFrom::Hole(offset as u64),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    Ok(rfs::seek(file, pos)? as i64)
+}
+
+/// Raises the soft open-file limit to the hard limit (the passthrough keeps one descriptor
+/// per inode the kernel knows).
+pub(crate) fn raise_nofile_limit() -> io::Result<()> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    Ok(setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum })?)
 }
 
 impl Passthrough {
     /// A passthrough of `source`, which must be a directory.
     pub fn new(source: &Path) -> io::Result<Passthrough> {
         let source = std::fs::canonicalize(source)?;
-        let fd = sys::open(&source, libc::O_PATH | libc::O_DIRECTORY, 0)?;
-        let st = sys::fstat(fd.as_fd())?;
+        let fd = rfs::open(&source, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let st = fstat(&fd)?;
         let root = Inode { fd, dev: st.st_dev, is_symlink: false, nlookup: AtomicU64::new(1) };
         let mut inodes = HashMap::new();
         inodes.insert(1, Arc::new(root));
@@ -138,14 +241,14 @@ impl Passthrough {
         }
     }
 
-    fn attr(&self, st: &libc::stat) -> FileAttr {
+    fn attr(&self, st: &Stat) -> FileAttr {
         FileAttr {
             ino: INodeNo(self.map_ino(st.st_ino)),
             size: st.st_size as u64,
             blocks: st.st_blocks as u64,
-            atime: time(st.st_atime, st.st_atime_nsec),
-            mtime: time(st.st_mtime, st.st_mtime_nsec),
-            ctime: time(st.st_ctime, st.st_ctime_nsec),
+            atime: time(st.st_atime, st.st_atime_nsec as i64),
+            mtime: time(st.st_mtime, st.st_mtime_nsec as i64),
+            ctime: time(st.st_ctime, st.st_ctime_nsec as i64),
             crtime: UNIX_EPOCH,
             kind: kind_of(st.st_mode),
             perm: (st.st_mode & 0o7777) as u16,
@@ -174,9 +277,9 @@ impl Passthrough {
 
     /// Looks `name` up in `parent`, taking one kernel reference on the result.
     fn do_lookup(&self, parent: &Inode, name: &OsStr) -> Result<FileAttr, Errno> {
-        let fd =
-            sys::openat(parent.fd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0).map_err(|e| errno("lookup", e))?;
-        let st = sys::fstat(fd.as_fd()).map_err(|e| errno("lookup", e))?;
+        let fd = rfs::openat(&parent.fd, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| errno("lookup", e.into()))?;
+        let st = fstat(&fd).map_err(|e| errno("lookup", e))?;
         let ino = self.map_ino(st.st_ino);
         let mut inodes = self.inodes.write();
         match inodes.get(&ino) {
@@ -206,7 +309,7 @@ impl Passthrough {
 
     fn getattr_inner(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
         let inode = self.inode(ino)?;
-        let st = sys::fstat(inode.fd.as_fd()).map_err(|e| errno("getattr", e))?;
+        let st = fstat(&inode.fd).map_err(|e| errno("getattr", e))?;
         Ok(self.attr(&st))
     }
 
@@ -237,7 +340,11 @@ impl Passthrough {
             .map_err(|e| errno("chmod", e))?;
         }
         if uid.is_some() || gid.is_some() {
-            sys::fchown_fd(inode.fd.as_fd(), uid, gid).map_err(|e| errno("chown", e))?;
+            // -1 (u32::MAX) also means "keep", as for chown(2).
+            let uid = uid.filter(|&u| u != u32::MAX).map(rustix::process::Uid::from_raw);
+            let gid = gid.filter(|&g| g != u32::MAX).map(rustix::process::Gid::from_raw);
+            let flags = AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW;
+            rfs::chownat(&inode.fd, c"", uid, gid, flags).map_err(|e| errno("chown", e.into()))?;
         }
         if let Some(size) = size {
             match &file {
@@ -250,14 +357,15 @@ impl Passthrough {
             if inode.is_symlink {
                 return Err(Errno::EPERM);
             }
-            sys::utimens(&path, time_arg(atime), time_arg(mtime)).map_err(|e| errno("utimens", e))?;
+            let times = Timestamps { last_access: timespec(atime), last_modification: timespec(mtime) };
+            rfs::utimensat(CWD, &path, &times, AtFlags::empty()).map_err(|e| errno("utimens", e.into()))?;
         }
-        let st = sys::fstat(inode.fd.as_fd()).map_err(|e| errno("setattr", e))?;
+        let st = fstat(&inode.fd).map_err(|e| errno("setattr", e))?;
         Ok(self.attr(&st))
     }
 
     fn read_dir(&self, inode: &Inode, ino: u64) -> io::Result<Vec<(u64, FileType, OsString)>> {
-        let parent = sys::fstatat(inode.fd.as_fd(), OsStr::new(".."), libc::AT_SYMLINK_NOFOLLOW)?;
+        let parent = rfs::statat(&inode.fd, "..", AtFlags::SYMLINK_NOFOLLOW)?;
         let mut entries = vec![
             (ino, FileType::Directory, OsString::from(".")),
             (self.map_ino(parent.st_ino), FileType::Directory, OsString::from("..")),
@@ -371,9 +479,9 @@ impl Filesystem for Passthrough {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let inode = tri!(reply, self.inode(ino));
-        match sys::readlink_fd(inode.fd.as_fd()) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno("readlink", e)),
+        match rfs::readlinkat(&inode.fd, c"", Vec::new()) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(errno("readlink", e.into())),
         }
     }
 
@@ -389,7 +497,7 @@ impl Filesystem for Passthrough {
     ) {
         let _s = debug_span!("pt_mknod", parent = parent.0, ?name, mode).entered();
         let p = tri!(reply, self.inode(parent));
-        let res = sys::mknodat(p.fd.as_fd(), name, mode & !umask, u64::from(rdev));
+        let res = mknodat(&p.fd, name, mode & !umask, u64::from(rdev));
         tri!(reply, res.map_err(|e| errno("mknod", e)));
         self.entry("mknod", parent, name, reply);
     }
@@ -397,27 +505,27 @@ impl Filesystem for Passthrough {
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _s = debug_span!("pt_mkdir", parent = parent.0, ?name, mode).entered();
         let p = tri!(reply, self.inode(parent));
-        let res = sys::mkdirat(p.fd.as_fd(), name, mode & !umask);
-        tri!(reply, res.map_err(|e| errno("mkdir", e)));
+        let res = rfs::mkdirat(&p.fd, name, Mode::from_bits_retain(mode & !umask));
+        tri!(reply, res.map_err(|e| errno("mkdir", e.into())));
         self.entry("mkdir", parent, name, reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = debug_span!("pt_unlink", parent = parent.0, ?name).entered();
         let p = tri!(reply, self.inode(parent));
-        reply_empty(reply, "unlink", sys::unlinkat(p.fd.as_fd(), name, 0));
+        reply_empty(reply, "unlink", rfs::unlinkat(&p.fd, name, AtFlags::empty()).map_err(Into::into));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = debug_span!("pt_rmdir", parent = parent.0, ?name).entered();
         let p = tri!(reply, self.inode(parent));
-        reply_empty(reply, "rmdir", sys::unlinkat(p.fd.as_fd(), name, libc::AT_REMOVEDIR));
+        reply_empty(reply, "rmdir", rfs::unlinkat(&p.fd, name, AtFlags::REMOVEDIR).map_err(Into::into));
     }
 
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let p = tri!(reply, self.inode(parent));
-        let res = sys::symlinkat(target.as_os_str(), p.fd.as_fd(), link_name);
-        tri!(reply, res.map_err(|e| errno("symlink", e)));
+        let res = rfs::symlinkat(target, &p.fd, link_name);
+        tri!(reply, res.map_err(|e| errno("symlink", e.into())));
         self.entry("symlink", parent, link_name, reply);
     }
 
@@ -434,15 +542,16 @@ impl Filesystem for Passthrough {
         let _s = debug_span!("pt_rename", parent = parent.0, ?name, ?newname).entered();
         let p = tri!(reply, self.inode(parent));
         let np = tri!(reply, self.inode(newparent));
-        let res = sys::renameat2(p.fd.as_fd(), name, np.fd.as_fd(), newname, flags.bits());
-        reply_empty(reply, "rename", res);
+        let flags = rfs::RenameFlags::from_bits_retain(flags.bits());
+        let res = rfs::renameat_with(&p.fd, name, &np.fd, newname, flags);
+        reply_empty(reply, "rename", res.map_err(Into::into));
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let inode = tri!(reply, self.inode(ino));
         let np = tri!(reply, self.inode(newparent));
-        let res = sys::linkat(&inode.proc_path(), np.fd.as_fd(), newname, libc::AT_SYMLINK_FOLLOW);
-        tri!(reply, res.map_err(|e| errno("link", e)));
+        let res = rfs::linkat(CWD, inode.proc_path(), &np.fd, newname, AtFlags::SYMLINK_FOLLOW);
+        tri!(reply, res.map_err(|e| errno("link", e.into())));
         self.entry("link", newparent, newname, reply);
     }
 
@@ -450,9 +559,9 @@ impl Filesystem for Passthrough {
         let _s = debug_span!("pt_open", ino = ino.0, flags = flags.0).entered();
         let inode = tri!(reply, self.inode(ino));
         let flags = flags.0 & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL);
-        match sys::open(&inode.proc_path(), flags, 0) {
+        match rfs::open(inode.proc_path(), oflags(flags), Mode::empty()) {
             Ok(fd) => reply.opened(FileHandle(self.add_file(File::from(fd))), FopenFlags::empty()),
-            Err(e) => reply.error(errno("open", e)),
+            Err(e) => reply.error(errno("open", e.into())),
         }
     }
 
@@ -566,18 +675,22 @@ impl Filesystem for Passthrough {
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let inode = tri!(reply, self.inode(ino));
-        let res = sys::open(&inode.proc_path(), libc::O_RDONLY | libc::O_DIRECTORY, 0).map(File::from).and_then(|d| {
-            if datasync {
-                d.sync_data()
-            } else {
-                d.sync_all()
-            }
-        });
+        let dir = rfs::open(inode.proc_path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty());
+        let res =
+            dir.map(File::from).map_err(io::Error::from).and_then(
+                |d| {
+                    if datasync {
+                        d.sync_data()
+                    } else {
+                        d.sync_all()
+                    }
+                },
+            );
         reply_empty(reply, "fsyncdir", res);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match sys::statvfs(&self.source) {
+        match rfs::statvfs(&self.source) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -588,7 +701,7 @@ impl Filesystem for Passthrough {
                 s.f_namemax as u32,
                 s.f_frsize as u32,
             ),
-            Err(e) => reply.error(errno("statfs", e)),
+            Err(e) => reply.error(errno("statfs", e.into())),
         }
     }
 
@@ -609,7 +722,9 @@ impl Filesystem for Passthrough {
         if inode.is_symlink {
             return reply.error(Errno::EPERM);
         }
-        reply_empty(reply, "setxattr", sys::setxattr(&inode.proc_path(), name, value, flags));
+        let flags = XattrFlags::from_bits_retain(flags as u32);
+        let res = rfs::setxattr(inode.proc_path(), name, value, flags);
+        reply_empty(reply, "setxattr", res.map_err(Into::into));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -617,7 +732,7 @@ impl Filesystem for Passthrough {
         if inode.is_symlink {
             return reply.error(Errno::NO_XATTR);
         }
-        reply_xattr(reply, "getxattr", size, sys::getxattr(&inode.proc_path(), name));
+        reply_xattr(reply, "getxattr", size, getxattr(&inode.proc_path(), name));
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -625,7 +740,7 @@ impl Filesystem for Passthrough {
         if inode.is_symlink {
             return reply_xattr(reply, "listxattr", size, Ok(Vec::new()));
         }
-        reply_xattr(reply, "listxattr", size, sys::listxattr(&inode.proc_path()));
+        reply_xattr(reply, "listxattr", size, listxattr(&inode.proc_path()));
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -633,7 +748,7 @@ impl Filesystem for Passthrough {
         if inode.is_symlink {
             return reply.error(Errno::EPERM);
         }
-        reply_empty(reply, "removexattr", sys::removexattr(&inode.proc_path(), name));
+        reply_empty(reply, "removexattr", rfs::removexattr(inode.proc_path(), name).map_err(Into::into));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -641,7 +756,8 @@ impl Filesystem for Passthrough {
         if inode.is_symlink {
             return reply.ok();
         }
-        reply_empty(reply, "access", sys::faccessat(&inode.proc_path(), mask.bits()));
+        let res = rfs::accessat(CWD, inode.proc_path(), Access::from_bits_retain(mask.bits() as u32), AtFlags::empty());
+        reply_empty(reply, "access", res.map_err(Into::into));
     }
 
     fn create(
@@ -657,9 +773,9 @@ impl Filesystem for Passthrough {
         let _s = debug_span!("pt_create", parent = parent.0, ?name, mode, flags).entered();
         let p = tri!(reply, self.inode(parent));
         let flags = (flags & !libc::O_NOFOLLOW) | libc::O_CREAT;
-        let fd = match sys::openat(p.fd.as_fd(), name, flags, mode & !umask) {
+        let fd = match rfs::openat(&p.fd, name, oflags(flags), Mode::from_bits_retain(mode & !umask)) {
             Ok(fd) => fd,
-            Err(e) => return reply.error(errno("create", e)),
+            Err(e) => return reply.error(errno("create", e.into())),
         };
         match self.do_lookup(&p, name) {
             Ok(attr) => {
@@ -681,12 +797,12 @@ impl Filesystem for Passthrough {
         reply: ReplyEmpty,
     ) {
         let file = tri!(reply, self.file(fh));
-        reply_empty(reply, "fallocate", sys::fallocate(file.as_fd(), mode, offset, length));
+        reply_empty(reply, "fallocate", fallocate(&file, mode, offset, length));
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let file = tri!(reply, self.file(fh));
-        match sys::lseek(file.as_fd(), offset, whence) {
+        match lseek(&file, offset, whence) {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(errno("lseek", e)),
         }

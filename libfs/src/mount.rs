@@ -18,7 +18,6 @@ use linefs_pm::recovery::recover;
 use linefs_pm::PmRegion;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -30,9 +29,8 @@ impl Fs {
             .write(true)
             .open(&opts.pm_path)
             .map_err(|e| FsError::Io { what: format!("open {}", opts.pm_path.display()), source: e })?;
-        // SAFETY: flock on a file descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
+        // One client per PM file in the host-only mode: it publishes and recovers the node.
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             return Err(FsError::Busy(opts.pm_path.display().to_string()));
         }
         let region = Arc::new(PmRegion::open(&opts.pm_path)?);

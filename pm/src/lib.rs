@@ -2,6 +2,7 @@
 //!
 //! * [`region`]: a PM region over a memory-mapped file with explicit `persist`/`fence`
 //!   primitives, plus the tracing backend the crash tests use ([`trace`]).
+//! * [`mountinfo`]: the parser of `/proc/self/mountinfo` (DAX detection, the CLI's mounts).
 //! * [`layout`]: the persisted format of a node's PM file (superblock and geometry).
 //! * [`record`]: operation-log records (the unit libfs appends and publishers apply).
 //! * [`oplog`]: the operation-log ring: entry framing, append, scan of the committed prefix.
@@ -20,6 +21,7 @@
 pub mod bitmap;
 pub mod layout;
 pub mod mkfs;
+pub mod mountinfo;
 pub mod oplog;
 pub mod public;
 pub mod publish;

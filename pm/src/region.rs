@@ -356,55 +356,12 @@ fn forced_method_from_env() -> Result<Option<String>, PmError> {
     }
 }
 
-/// Decode the octal escapes (`\040` etc.) of a /proc/self/mountinfo field.
-fn unescape_mountinfo(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            let digits = &b[i + 1..i + 4];
-            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                let v = digits.iter().fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-                if let Ok(v) = u8::try_from(v) {
-                    out.push(v);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Whether the mount holding `path` (absolute, canonical) is a DAX mount, per the contents of
 /// /proc/self/mountinfo. The innermost (longest, then last) mount point that contains `path`
 /// wins; DAX if its mount or super options contain `dax` or `dax=always`.
 fn mountinfo_is_dax(mountinfo: &str, path: &Path) -> bool {
-    let mut best: Option<(usize, bool)> = None;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // id parent major:minor root mount-point mount-options [optional...] - fstype source super-options
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        if fields.len() < 6 || sep < 6 {
-            continue;
-        }
-        let mount_point = unescape_mountinfo(fields[4]);
-        if !path.starts_with(Path::new(&mount_point)) {
-            continue;
-        }
-        let depth = Path::new(&mount_point).components().count();
-        let opts = fields[5].split(',').chain(fields.get(sep + 3).copied().unwrap_or("").split(','));
-        let dax = opts.clone().any(|o| o == "dax" || o == "dax=always");
-        if best.is_none_or(|(d, _)| depth >= d) {
-            best = Some((depth, dax));
-        }
-    }
-    best.is_some_and(|(_, dax)| dax)
+    let mounts = crate::mountinfo::parse(mountinfo);
+    crate::mountinfo::holding(&mounts, path).is_some_and(|m| m.options().any(|o| o == "dax" || o == "dax=always"))
 }
 
 fn detect_backing(file: &File, path: &Path) -> Backing {
@@ -1101,7 +1058,6 @@ mod tests {
         assert!(!mountinfo_is_dax(info, Path::new("/mnt/pmem/sub/node.pm")));
         assert!(!mountinfo_is_dax(info, Path::new("/mnt/never/node.pm")));
         assert!(!mountinfo_is_dax("garbage\n\n1 2 3 - x", Path::new("/a")));
-        assert_eq!(unescape_mountinfo("a\\040b\\134c\\9"), "a b\\c\\9");
     }
 
     #[test]

@@ -46,7 +46,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::{pending_json, pending_table, BenchArgs, Header, Target, Testbed};
-use crate::cluster::{self, ClusterDir};
+use crate::cluster;
+use crate::clusterdir::ClusterDir;
 use crate::util::{fail, human_size, CliResult, Context};
 
 const SEED: u64 = 0xf11e_be4c;

@@ -41,7 +41,8 @@ use serde_json::{json, Value};
 
 use self::ffi::{Db, WriteOptions};
 use super::{pending_json, pending_table, BenchArgs, Header, Target, Testbed};
-use crate::cluster::{self, ClusterDir};
+use crate::cluster;
+use crate::clusterdir::ClusterDir;
 use crate::util::{fail, CliResult};
 
 const KEY_SIZE: usize = 16;
