@@ -1,12 +1,14 @@
-//! Encoding and decoding of whole frames, over the per-kind layouts of [`payloads`].
+//! Encoding and decoding of whole frames, over the per-kind layouts of [`payloads`] (and
+//! `links`, which maps each link's enum onto them).
 //!
 //! Decoding is total: any byte string gives `Ok` or a precise [`DecodeError`], never a panic.
-//! Every read goes through [`Reader`], which checks the bytes are there before it takes
+//! Every read goes through `Reader`, which checks the bytes are there before it takes
 //! them; every list and text is bounded twice before anything is allocated (by its own
 //! maximum, and by the bytes actually left in the payload), so the decoder never allocates
-//! more than the input's length. Fixed parts are read through [`Fixed`], whose offsets are
+//! more than the input's length. Fixed parts are read through `Fixed`, whose offsets are
 //! checked against the part's size at compile time.
 
+mod links;
 pub mod payloads;
 
 use crate::error::DecodeError;
@@ -21,6 +23,9 @@ pub enum EncodeError {
     Oversized { kind: Kind, len: usize },
     #[error("{field}: {len} is over the limit of {max}")]
     TooLong { field: &'static str, len: usize, max: usize },
+    /// A value the layout reserves for another meaning.
+    #[error("{field} = {value} is reserved")]
+    Reserved { field: &'static str, value: u64 },
 }
 
 /// A link's message enum, encodable and decodable. Implemented for

@@ -216,7 +216,7 @@ pub struct Heartbeat {
 /// Where a copy reads from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopySource {
-    /// The log file of this slot.
+    /// The log file of this slot (any index but `u32::MAX`, which is how zeros are encoded).
     Slot(u32),
     /// Zeros (a newly allocated block's fill); the entry's `src_offset` is 0.
     Zero,

@@ -52,8 +52,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// Decodes `bytes` as every link from every party; checks the allocation bound. The result
-/// itself may be anything.
+/// Decodes `bytes` as every link from every party; checks the allocation bound, and that
+/// what decodes re-encodes to the same bytes.
 fn decode_everything(bytes: &[u8]) {
     for from in [Party::Client, Party::Nicfs, Party::Kworker] {
         LARGEST.with(|l| l.set(0));
@@ -63,6 +63,16 @@ fn decode_everything(bytes: &[u8]) {
         let b = decode::<Bulk>(bytes, from);
         let k = decode::<Kworker>(bytes, from);
         WATCHING.with(|w| w.set(false));
+        // The encoding is canonical: whatever decodes re-encodes to the same bytes.
+        if let Ok(f) = &c {
+            assert_eq!(encode(f).unwrap(), bytes);
+        }
+        if let Ok(f) = &b {
+            assert_eq!(encode(f).unwrap(), bytes);
+        }
+        if let Ok(f) = &k {
+            assert_eq!(encode(f).unwrap(), bytes);
+        }
         let largest = LARGEST.with(Cell::get);
         let total = TOTAL.with(Cell::get);
         assert!(largest <= bytes.len(), "one allocation of {largest} bytes for {} bytes of input", bytes.len());

@@ -149,6 +149,9 @@ fn encoders_refuse_what_the_wire_cannot_carry() {
         vec![CopyEntry { source: CopySource::Zero, src_offset: 0, dst_offset: 0, len: 1 }; MAX_COPY_ENTRIES + 1];
     let list = Kworker::CopyList(CopyList { list_id: 1, entries });
     assert!(matches!(encode(&Frame { id: 1, msg: list }), Err(EncodeError::TooLong { .. })));
+    let slot_max = CopyEntry { source: CopySource::Slot(u32::MAX), src_offset: 0, dst_offset: 0, len: 1 };
+    let list = Kworker::CopyList(CopyList { list_id: 1, entries: vec![slot_max] });
+    assert!(matches!(encode(&Frame { id: 1, msg: list }), Err(EncodeError::Reserved { .. })));
     let groups = Creds { uid: 0, gid: 0, groups: vec![0; MAX_GROUPS + 1] };
     let open = Control::OpenCheck(OpenCheck { inode: 1, flags: 0, creds: groups });
     assert!(matches!(encode(&Frame { id: 1, msg: open }), Err(EncodeError::TooLong { .. })));
