@@ -20,7 +20,7 @@ fn round_trip<M: Codec + PartialEq + std::fmt::Debug>(frame: &Frame<M>, from: Pa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(strategies::cases(2000)))]
 
     #[test]
     fn control_round_trips((frame, from) in strategies::frame(strategies::control())) {

@@ -6,6 +6,11 @@ use linefs_proto::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
 
+/// Cases per property: `PROPTEST_CASES` if set, else `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 pub fn text() -> impl Strategy<Value = String> {
     prop_oneof![
         Just(String::new()),
