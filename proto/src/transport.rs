@@ -3,12 +3,13 @@
 //! credentials (SO_PEERCRED), and what a server answers to a frame it cannot read.
 //!
 //! Descriptors ride on the frame's first bytes: the sender passes them with the `sendmsg`
-//! that starts the frame, and the receiver takes the header with `recvmsg`. Linux attaches
-//! them to the first byte of that send and never lets one receive cross into a send that
-//! carries descriptors, and this reader never reads past the end of a frame, so they arrive
-//! with the header of their own frame. Descriptors a peer attaches anywhere else are
-//! closed by the kernel (the payload is read without a control buffer). Every received
-//! descriptor is close-on-exec.
+//! that starts the frame, so Linux attaches them to the frame's first byte, and the
+//! receiver takes the header with `recvmsg`. This reader never reads past the end of a
+//! frame, so every frame's first receive starts exactly there and the descriptors arrive
+//! with the header of their own frame, never with the previous one (the attach test sends
+//! two frames back to back to hold this). Descriptors a peer attaches anywhere else reach
+//! a read without a control buffer and are closed by the kernel. Every received descriptor
+//! is close-on-exec, and more than [`MAX_FDS`] in one frame is an error.
 //!
 //! A read first takes the 24-byte header into a stack buffer and checks it (magic, size
 //! against [`MAX_FRAME`](crate::MAX_FRAME)) before it reads or allocates anything of the payload: a peer that
