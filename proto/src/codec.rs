@@ -1,0 +1,262 @@
+//! Encoding and decoding of whole frames, over the per-kind layouts of [`payloads`] (and
+//! `links`, which maps each link's enum onto them).
+//!
+//! Decoding is total: any byte string gives `Ok` or a precise [`DecodeError`], never a panic.
+//! Every read goes through `Reader`, which checks the bytes are there before it takes
+//! them; every list and text is bounded twice before anything is allocated (by its own
+//! maximum, and by the bytes actually left in the payload), so the decoder never allocates
+//! more than the input's length. Fixed parts are read through `Fixed`, whose offsets are
+//! checked against the part's size at compile time.
+
+mod links;
+pub mod payloads;
+
+use crate::error::DecodeError;
+use crate::frame::{Header, HEADER_LEN, MAX_FRAME, MAX_PAYLOAD};
+use crate::kind::{Kind, Party};
+use crate::messages::{Frame, LinkMessage};
+
+/// A message that cannot be put on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("{kind} frame of {len} bytes is over the {max}-byte limit", max = MAX_FRAME)]
+    Oversized { kind: Kind, len: usize },
+    #[error("{field}: {len} is over the limit of {max}")]
+    TooLong { field: &'static str, len: usize, max: usize },
+    /// A value the layout reserves for another meaning.
+    #[error("{field} = {value} is reserved")]
+    Reserved { field: &'static str, value: u64 },
+}
+
+/// A link's message enum, encodable and decodable. Implemented for
+/// [`Control`](crate::Control), [`Bulk`](crate::Bulk) and [`Kworker`](crate::Kworker).
+pub trait Codec: LinkMessage {
+    /// Appends this message's payload (its layout in [`payloads`]).
+    fn encode_payload(&self, out: &mut Vec<u8>) -> Result<(), EncodeError>;
+    /// Decodes a payload of `kind`, which the caller has checked belongs to this link.
+    fn decode_payload(kind: Kind, payload: &[u8]) -> Result<Self, DecodeError>;
+}
+
+/// Encodes a frame (header and payload).
+pub fn encode<M: Codec>(frame: &Frame<M>) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 64);
+    encode_into(frame, &mut out)?;
+    Ok(out)
+}
+
+/// Appends an encoded frame to `out` (which is left as it was on error).
+pub fn encode_into<M: Codec>(frame: &Frame<M>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER_LEN]);
+    let kind = frame.msg.kind();
+    if let Err(e) = frame.msg.encode_payload(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let payload_len = out.len() - start - HEADER_LEN;
+    if payload_len > MAX_PAYLOAD {
+        out.truncate(start);
+        return Err(EncodeError::Oversized { kind, len: payload_len + HEADER_LEN });
+    }
+    let header = Header::new(kind, payload_len, frame.id);
+    out[start..start + HEADER_LEN].copy_from_slice(&header.encode());
+    Ok(())
+}
+
+/// Decodes one whole frame (exactly: bytes after it are an error) of link `M`, sent by
+/// `from`. A frame that carries file descriptors is checked against its header's count;
+/// the transport checks that the descriptors really came.
+pub fn decode<M: Codec>(bytes: &[u8], from: Party) -> Result<Frame<M>, DecodeError> {
+    let head: &[u8; HEADER_LEN] = bytes
+        .get(..HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: bytes.len() })?;
+    let header = Header::decode(head)?;
+    let rest = &bytes[HEADER_LEN..];
+    let need = header.payload_len as usize;
+    if rest.len() < need {
+        return Err(DecodeError::Truncated { what: "frame payload", need, have: rest.len() });
+    }
+    if rest.len() > need {
+        let kind = Kind::from_u16(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
+        return Err(DecodeError::TrailingBytes { kind, extra: rest.len() - need });
+    }
+    decode_payload(&header, rest, from)
+}
+
+/// Decodes the payload that follows `header` (already read and size-checked): the version,
+/// the kind against the link and the sender, the descriptor count, the id, then the
+/// kind's layout.
+pub fn decode_payload<M: Codec>(header: &Header, payload: &[u8], from: Party) -> Result<Frame<M>, DecodeError> {
+    if let Err(e) = header.check_version() {
+        return Err(version_refusal(header, payload).unwrap_or(e));
+    }
+    let kind = Kind::from_u16(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
+    if !kind.on_link(M::LINK) {
+        return Err(DecodeError::WrongLink { kind, link: M::LINK });
+    }
+    if !kind.sent_by(from) {
+        return Err(DecodeError::WrongSender { kind, from });
+    }
+    if header.fd_count != kind.fds() {
+        return Err(DecodeError::FdCount { kind, expected: kind.fds(), found: header.fd_count as usize });
+    }
+    if header.id == 0 && kind != Kind::Error {
+        return Err(DecodeError::FieldOutOfRange { field: "id", value: 0 });
+    }
+    let msg = M::decode_payload(kind, payload)?;
+    Ok(Frame { id: header.id, msg })
+}
+
+/// A frame of another version that is an Error (whose layout is frozen): the peer's refusal.
+fn version_refusal(header: &Header, payload: &[u8]) -> Option<DecodeError> {
+    if header.kind != Kind::Error as u16 {
+        return None;
+    }
+    let e = payloads::decode_error_reply(payload).ok()?;
+    Some(DecodeError::VersionRefused { version: header.version, errno: e.errno, message: e.message })
+}
+
+/// A cursor over a payload that checks every take.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    kind: Kind,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(kind: Kind, buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf, pos: 0, kind }
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Takes `n` bytes.
+    pub(crate) fn bytes(&mut self, what: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.remaining() {
+            return Err(DecodeError::Truncated { what, need: n, have: self.remaining() });
+        }
+        let b = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(b)
+    }
+
+    /// Takes a fixed part of `N` bytes.
+    pub(crate) fn fixed<const N: usize>(&mut self, what: &'static str) -> Result<Fixed<'a, N>, DecodeError> {
+        let b = self.bytes(what, N)?;
+        // `bytes` returned exactly N bytes.
+        b.try_into().map(Fixed).map_err(|_| DecodeError::Truncated { what, need: N, have: b.len() })
+    }
+
+    /// Checks that `count` elements of `size` bytes may be taken: at most `max`, and no more
+    /// than the bytes left. Called before any allocation sized by `count`.
+    pub(crate) fn check_count(
+        &self,
+        field: &'static str,
+        count: u64,
+        size: usize,
+        max: usize,
+    ) -> Result<usize, DecodeError> {
+        if count > max as u64 {
+            return Err(DecodeError::ListTooLong { field, count, max: max as u64 });
+        }
+        let n = count as usize;
+        let need = n.checked_mul(size).ok_or(DecodeError::ListTooLong { field, count, max: max as u64 })?;
+        if need > self.remaining() {
+            return Err(DecodeError::Truncated { what: field, need, have: self.remaining() });
+        }
+        Ok(n)
+    }
+
+    /// A UTF-8 text of `len` bytes (length already read from the fixed part).
+    pub(crate) fn text(&mut self, field: &'static str, len: u64, max: usize) -> Result<String, DecodeError> {
+        let n = self.check_count(field, len, 1, max)?;
+        let b = self.bytes(field, n)?;
+        std::str::from_utf8(b).map(str::to_owned).map_err(|_| DecodeError::BadUtf8 { field })
+    }
+
+    /// The payload must end here.
+    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
+        match self.remaining() {
+            0 => Ok(()),
+            extra => Err(DecodeError::TrailingBytes { kind: self.kind, extra }),
+        }
+    }
+}
+
+/// A fixed part of `N` bytes, read by offset. Offsets are const generics so that an offset
+/// past the part fails to compile instead of panicking at run time.
+pub(crate) struct Fixed<'a, const N: usize>(&'a [u8; N]);
+
+impl<const N: usize> Fixed<'_, N> {
+    pub(crate) fn u8<const O: usize>(&self) -> u8 {
+        const { assert!(O < N) };
+        self.0[O]
+    }
+
+    pub(crate) fn u16<const O: usize>(&self) -> u16 {
+        const { assert!(O + 2 <= N) };
+        u16::from_le_bytes([self.0[O], self.0[O + 1]])
+    }
+
+    pub(crate) fn u32<const O: usize>(&self) -> u32 {
+        const { assert!(O + 4 <= N) };
+        u32::from_le_bytes([self.0[O], self.0[O + 1], self.0[O + 2], self.0[O + 3]])
+    }
+
+    pub(crate) fn u64<const O: usize>(&self) -> u64 {
+        const { assert!(O + 8 <= N) };
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[O..O + 8]);
+        u64::from_le_bytes(b)
+    }
+
+    /// Bytes `O..E` must be zero.
+    pub(crate) fn reserved<const O: usize, const E: usize>(&self, field: &'static str) -> Result<(), DecodeError> {
+        const { assert!(O <= E && E <= N) };
+        if self.0[O..E].iter().all(|&b| b == 0) {
+            Ok(())
+        } else {
+            Err(DecodeError::ReservedNonZero { field })
+        }
+    }
+}
+
+/// A fixed part being built: zeroed (so reserved bytes are zero), filled by offset.
+pub(crate) struct FixedOut<const N: usize>([u8; N]);
+
+impl<const N: usize> FixedOut<N> {
+    pub(crate) fn new() -> Self {
+        FixedOut([0u8; N])
+    }
+
+    pub(crate) fn u8<const O: usize>(&mut self, v: u8) -> &mut Self {
+        const { assert!(O < N) };
+        self.0[O] = v;
+        self
+    }
+
+    pub(crate) fn u16<const O: usize>(&mut self, v: u16) -> &mut Self {
+        const { assert!(O + 2 <= N) };
+        self.0[O..O + 2].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub(crate) fn u32<const O: usize>(&mut self, v: u32) -> &mut Self {
+        const { assert!(O + 4 <= N) };
+        self.0[O..O + 4].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub(crate) fn u64<const O: usize>(&mut self, v: u64) -> &mut Self {
+        const { assert!(O + 8 <= N) };
+        self.0[O..O + 8].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub(crate) fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0);
+    }
+}

@@ -1,0 +1,163 @@
+//! The frame: a fixed 24-byte header, then the message's payload.
+//!
+//! Frame header, byte by byte (every integer little-endian):
+//!
+//! ```text
+//! off len field
+//!   0   4 magic        b"LFSP" (linefs socket protocol)
+//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 1)
+//!   6   2 kind         the message kind (crate::kind::Kind)
+//!   8   4 payload_len  bytes that follow the header; HEADER_LEN + payload_len <= MAX_FRAME
+//!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
+//!                      what the kind carries (2 for Attached, 0 for every other kind)
+//!  13   3 reserved     0
+//!  16   8 id           a request or notice: the sender's own id for it (never 0);
+//!                      a reply: the id of the request it answers (an Error reply may say 0
+//!                      when the frame it answers had no readable id)
+//!  24   … payload      the kind's layout (crate::codec::payloads)
+//! ```
+//!
+//! Ids are per sender: each side numbers the requests and notices it originates (a client
+//! its lease requests, nicfs its revokes and publication notices), and a reply carries the
+//! id its peer chose. Whether a frame is a request, a reply or a notice follows from its
+//! kind, so there is no direction flag to disagree with it.
+//!
+//! Frozen across versions: bytes 0..12 of the header (magic, version, kind, payload_len)
+//! and the layout of the Error kind. That is what lets a peer of any version read the
+//! refusal "I speak version N" (crate docs, *Versioning*).
+//!
+//! No checksum: a Unix stream socket neither loses, reorders nor corrupts bytes; what the
+//! decoder defends against is a hostile or buggy peer, and it checks every field instead.
+//!
+//! The offsets are the constants of [`header_off`], used by [`Header::encode`] and
+//! [`Header::decode`] alike; `proto/tests/bytes.rs` pins them against literal bytes.
+
+use crate::error::DecodeError;
+use crate::kind::Kind;
+
+/// `b"LFSP"`: the first four bytes of every frame.
+pub const MAGIC: [u8; 4] = *b"LFSP";
+/// The protocol version this build speaks (and the only one it accepts).
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes of the frame header.
+pub const HEADER_LEN: usize = 24;
+/// Hard maximum of a whole frame, header included (1 MiB). A header declaring more is
+/// refused before any payload byte is read or any buffer allocated; senders batch under it
+/// (copy lists, published-inode lists).
+pub const MAX_FRAME: usize = 1 << 20;
+/// Hard maximum of a payload.
+pub const MAX_PAYLOAD: usize = MAX_FRAME - HEADER_LEN;
+/// Most file descriptors a frame may carry (the receive buffer is sized for this many).
+pub const MAX_FDS: usize = 4;
+
+/// Byte offsets of the header's fields (the table in the module doc).
+pub mod header_off {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 4;
+    pub const KIND: usize = 6;
+    pub const PAYLOAD_LEN: usize = 8;
+    pub const FD_COUNT: usize = 12;
+    pub const RESERVED: usize = 13;
+    pub const ID: usize = 16;
+    pub const END: usize = 24;
+    const _: () = assert!(
+        MAGIC + 4 == VERSION
+            && VERSION + 2 == KIND
+            && KIND + 2 == PAYLOAD_LEN
+            && PAYLOAD_LEN + 4 == FD_COUNT
+            && FD_COUNT + 1 == RESERVED
+            && RESERVED + 3 == ID
+            && ID + 8 == END
+            && END == super::HEADER_LEN
+    );
+}
+
+/// A decoded frame header. `kind` is kept raw: [`Header::decode`] checks only what must
+/// hold before the payload may be read (magic, version, size); the kind is checked by the
+/// payload decoder, so that a frame of an unknown kind can still be skipped whole and the
+/// stream stay in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub version: u16,
+    pub kind: u16,
+    pub payload_len: u32,
+    pub fd_count: u8,
+    pub id: u64,
+}
+
+impl Header {
+    /// A header of this build's version for a message of `kind`.
+    pub fn new(kind: Kind, payload_len: usize, id: u64) -> Header {
+        Header {
+            version: PROTOCOL_VERSION,
+            kind: kind as u16,
+            // Encoders never build a payload over MAX_PAYLOAD (asserted in codec).
+            payload_len: u32::try_from(payload_len).unwrap_or(u32::MAX),
+            fd_count: kind.fds(),
+            id,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        use header_off as o;
+        let mut b = [0u8; HEADER_LEN];
+        b[o::MAGIC..o::VERSION].copy_from_slice(&MAGIC);
+        b[o::VERSION..o::KIND].copy_from_slice(&self.version.to_le_bytes());
+        b[o::KIND..o::PAYLOAD_LEN].copy_from_slice(&self.kind.to_le_bytes());
+        b[o::PAYLOAD_LEN..o::FD_COUNT].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[o::FD_COUNT] = self.fd_count;
+        // RESERVED stays zero.
+        b[o::ID..o::END].copy_from_slice(&self.id.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a header: magic, payload length against [`MAX_FRAME`], reserved
+    /// bytes. A version other than ours is returned, not refused, because the caller may
+    /// still read the payload of a version refusal (the Error kind's layout is frozen);
+    /// [`Header::check_version`] refuses it.
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
+        use header_off as o;
+        let magic = [b[o::MAGIC], b[o::MAGIC + 1], b[o::MAGIC + 2], b[o::MAGIC + 3]];
+        if magic != MAGIC {
+            return Err(DecodeError::BadMagic { found: magic });
+        }
+        let version = u16::from_le_bytes([b[o::VERSION], b[o::VERSION + 1]]);
+        let kind = u16::from_le_bytes([b[o::KIND], b[o::KIND + 1]]);
+        let payload_len = u32::from_le_bytes([
+            b[o::PAYLOAD_LEN],
+            b[o::PAYLOAD_LEN + 1],
+            b[o::PAYLOAD_LEN + 2],
+            b[o::PAYLOAD_LEN + 3],
+        ]);
+        if payload_len as usize > MAX_PAYLOAD {
+            return Err(DecodeError::Oversized { declared: payload_len as u64 + HEADER_LEN as u64, max: MAX_FRAME });
+        }
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&b[o::ID..o::END]);
+        let header = Header { version, kind, payload_len, fd_count: b[o::FD_COUNT], id: u64::from_le_bytes(id) };
+        // Fields after the frozen prefix mean what they say only in our version.
+        if version == PROTOCOL_VERSION {
+            if b[o::RESERVED..o::ID].iter().any(|&x| x != 0) {
+                return Err(DecodeError::ReservedNonZero { field: "frame header" });
+            }
+            if header.fd_count as usize > MAX_FDS {
+                return Err(DecodeError::FieldOutOfRange { field: "fd_count", value: header.fd_count as u64 });
+            }
+        }
+        Ok(header)
+    }
+
+    /// Refuses a header of another protocol version.
+    pub fn check_version(&self) -> Result<(), DecodeError> {
+        if self.version == PROTOCOL_VERSION {
+            Ok(())
+        } else {
+            Err(DecodeError::UnsupportedVersion { version: self.version, supported: PROTOCOL_VERSION })
+        }
+    }
+
+    /// Bytes of the whole frame.
+    pub fn frame_len(&self) -> usize {
+        HEADER_LEN + self.payload_len as usize
+    }
+}
