@@ -221,7 +221,7 @@ impl Testbed {
         std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
         let pm_dir = crate::procs::absolute(&pm_dir)?;
         let local = pm_dir.join(format!("bench-{pid}-local"));
-        let pm_file = pm_dir.join(format!("bench-{pid}.pm"));
+        let pm_file = pm_dir.join(format!("bench-{pid}"));
         if pm_file.exists() {
             return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
         }

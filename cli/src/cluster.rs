@@ -16,19 +16,17 @@ use crate::util::{fail, human_size, unix_now, utc_date, CliResult, Context};
 
 pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
 
-/// Formats `path` with linefs unless it already holds a valid image (kept as it is).
-/// Returns whether it was formatted.
-pub fn ensure_pm_file(path: &Path, size: u64) -> CliResult<bool> {
+/// Formats a node in the directory `path` (its public file and log files, see
+/// `linefs_pm::node`) unless it already holds a valid node (kept as it is). Returns the
+/// node's PM size and whether it was formatted.
+pub fn ensure_node(path: &Path, size: u64) -> CliResult<(u64, bool)> {
     if path.exists() {
-        mkfs::check_file(path)
-            .ctx(|| format!("{}: not a valid linefs PM file (remove it to reformat)", path.display()))?;
-        return Ok(false);
+        let geo = mkfs::check_dir(path)
+            .ctx(|| format!("{}: not a valid linefs node (remove it to reformat)", path.display()))?;
+        return Ok((geo.node_size(), false));
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).ctx(|| format!("{}: create", dir.display()))?;
-    }
-    mkfs::format_file(path, &FormatParams::for_size(size)).ctx(|| format!("{}: format", path.display()))?;
-    Ok(true)
+    let node = mkfs::format_dir(path, &FormatParams::for_size(size)).ctx(|| format!("{}: format", path.display()))?;
+    Ok((node.geometry.node_size(), true))
 }
 
 /// The options of `up`.
@@ -89,7 +87,7 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         (None, None) => dir.root.join("pm"),
     };
     let size = args.pm_size.unwrap_or(DEFAULT_PM_SIZE);
-    let pm_files: Vec<PathBuf> = (0..args.nodes).map(|i| pm_dir.join(format!("node{i}.pm"))).collect();
+    let pm_files: Vec<PathBuf> = (0..args.nodes).map(|i| pm_dir.join(format!("node{i}"))).collect();
     let desc = create(dir, &pm_dir, &pm_files, size, args.zk.clone(), existing.as_ref())?;
     let mut msg = format!("cluster in {} is up: {} node", dir.root.display(), desc.nodes.len());
     for n in &desc.nodes {
@@ -115,8 +113,7 @@ pub fn create(
     }
     let mut nodes = Vec::new();
     for (index, pm_path) in pm_files.iter().enumerate() {
-        ensure_pm_file(pm_path, size)?;
-        let pm_size = std::fs::metadata(pm_path).map(|m| m.len()).unwrap_or(size);
+        let (pm_size, _) = ensure_node(pm_path, size)?;
         nodes.push(NodeDesc { index, pm_path: pm_path.clone(), pm_size });
     }
     let now = unix_now();

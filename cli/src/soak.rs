@@ -205,7 +205,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
     let pm_dir = crate::procs::absolute(&pm_dir)?;
     let soak = ClusterDir::new(&dir.root.join(format!("soak-{pid}")))?;
-    let pm_file = pm_dir.join(format!("soak-{pid}.pm"));
+    let pm_file = pm_dir.join(format!("soak-{pid}"));
     if pm_file.exists() {
         return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
     }

@@ -119,6 +119,20 @@ impl Setup {
             // and hang the test instead of failing it.
             .stdout(fs::File::create(self.path("stdout")).unwrap())
             .stderr(fs::File::create(self.path("stderr")).unwrap());
+        // A shell without job control starts its background commands with SIGINT ignored,
+        // and bash cannot trap a signal ignored when it starts: under such a parent (a CI
+        // runner, `cmd &` in a script) the Ctrl-C below would never reach the runner. Start
+        // it with the dispositions a terminal's foreground job has.
+        // SAFETY: between fork and exec the closure only calls signal(2), which is
+        // async-signal-safe, and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
         cmd
     }
 

@@ -61,7 +61,7 @@ fn every_fsynced_file_survives_kill_9() {
     }
     let work = tempfile::tempdir().expect("tempdir");
     let pm = work.path().join("node.pm");
-    linefs_pm::mkfs::format_file(&pm, &linefs_pm::layout::FormatParams::for_size(512 << 20)).expect("format");
+    linefs_pm::mkfs::format_dir(&pm, &linefs_pm::layout::FormatParams::for_size(512 << 20)).expect("format");
     let mnt = work.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let manifest = Arc::new(Mutex::new(Vec::new()));

@@ -126,7 +126,7 @@ fn linefs_mount_works_and_persists() {
     let pm = tmp.path().join("node0.pm");
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    linefs_pm::mkfs::format_file(&pm, &linefs_pm::layout::FormatParams::for_size(64 << 20)).unwrap();
+    linefs_pm::mkfs::format_dir(&pm, &linefs_pm::layout::FormatParams::for_size(64 << 20)).unwrap();
     let open = || Arc::new(Fs::mount(FsOptions { pm_path: pm.clone(), ..FsOptions::default() }).unwrap());
 
     let fs1 = open();

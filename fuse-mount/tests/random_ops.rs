@@ -224,7 +224,7 @@ fn random_ops_agree_with_the_host_file_system() {
     }
     let work = tempfile::tempdir().expect("tempdir");
     let pm = work.path().join("node.pm");
-    linefs_pm::mkfs::format_file(&pm, &linefs_pm::layout::FormatParams::for_size(256 << 20)).expect("format");
+    linefs_pm::mkfs::format_dir(&pm, &linefs_pm::layout::FormatParams::for_size(256 << 20)).expect("format");
     let mnt = work.path().join("mnt");
     let reference = work.path().join("ref");
     std::fs::create_dir(&mnt).unwrap();

@@ -36,7 +36,7 @@ fn seek_data_and_hole() {
     let pm = tmp.path().join("node0.pm");
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    linefs_pm::mkfs::format_file(&pm, &linefs_pm::layout::FormatParams::for_size(32 << 20)).unwrap();
+    linefs_pm::mkfs::format_dir(&pm, &linefs_pm::layout::FormatParams::for_size(32 << 20)).unwrap();
     let fs = Arc::new(Fs::mount(FsOptions { pm_path: pm, ..FsOptions::default() }).unwrap());
     let session =
         mount(LinefsFuse::new(fs.clone()), &mnt, &MountConfig { threads: 2, ..MountConfig::default() }).unwrap();

@@ -1,15 +1,15 @@
 //! Micro-benchmark of the libfs write path without FUSE: 16 KiB appends to one file.
-//! `cargo run --release -p libfs --example writeloop -- PMFILE [MiB]`
+//! `cargo run --release -p libfs --example writeloop -- NODEDIR [MiB]` (NODEDIR is replaced)
 
 use libfs::*;
 use std::time::Instant;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let path = std::path::PathBuf::from(args.next().expect("PMFILE"));
+    let path = std::path::PathBuf::from(args.next().expect("NODEDIR"));
     let mib: u64 = args.next().map(|s| s.parse().expect("MiB")).unwrap_or(256);
-    let _ = std::fs::remove_file(&path);
-    linefs_pm::mkfs::format_file(&path, &linefs_pm::layout::FormatParams::for_size(1 << 30)).expect("format");
+    let _ = std::fs::remove_dir_all(&path);
+    linefs_pm::mkfs::format_dir(&path, &linefs_pm::layout::FormatParams::for_size(1 << 30)).expect("format");
     let bg = std::env::var_os("NO_BG").is_none();
     let fs =
         Fs::mount(FsOptions { pm_path: path.clone(), background_publish: bg, ..Default::default() }).expect("mount");

@@ -1,6 +1,7 @@
 //! Mounting a client and shutting it down.
 //!
-//! In the host-only mode the client owns the node's PM file (an exclusive `flock`): mount
+//! In the host-only mode the client owns the node's PM (an exclusive `flock` of its public
+//! file): mount
 //! runs pm's node recovery ([`linefs_pm::recovery::recover`]: every log slot re-published,
 //! orphans freed, torn structures checked), builds the DRAM view from the recovered public
 //! area and starts the publisher thread. Shutdown publishes everything, frees this client's
@@ -12,6 +13,7 @@ use crate::options::FsOptions;
 use crate::publication::{Publication, Wakeup};
 use crate::state::{Client, Front, Fs};
 use crate::view::{Node, View};
+use linefs_pm::node::{NodePm, PUBLIC_FILE};
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::record::Record;
 use linefs_pm::recovery::recover;
@@ -22,26 +24,34 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 impl Fs {
-    /// Open a PM file: recover (re-publish the committed logs), then serve.
+    /// Open a node's PM (the directory `opts.pm_path`): recover (re-publish the committed
+    /// logs), then serve.
     pub fn mount(opts: FsOptions) -> FsResult<Fs> {
+        let public = opts.pm_path.join(PUBLIC_FILE);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(&opts.pm_path)
-            .map_err(|e| FsError::Io { what: format!("open {}", opts.pm_path.display()), source: e })?;
-        // One client per PM file in the host-only mode: it publishes and recovers the node.
+            .open(&public)
+            .map_err(|e| FsError::Io { what: format!("open {}", public.display()), source: e })?;
+        // One client per node in the host-only mode: it publishes and recovers the node.
         if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             return Err(FsError::Busy(opts.pm_path.display().to_string()));
         }
-        let region = Arc::new(PmRegion::open(&opts.pm_path)?);
-        let mut fs = Fs::mount_region(region, opts)?;
+        let node = NodePm::open(&opts.pm_path)?;
+        let mut fs = Fs::mount_node(node, opts)?;
         fs._lock = Some(file);
         Ok(fs)
     }
 
-    /// Open a region that is already mapped (tests: traced regions and crash images).
+    /// Open a node packed in one region that is already mapped (tests: traced regions and
+    /// crash images).
     pub fn mount_region(region: Arc<PmRegion>, opts: FsOptions) -> FsResult<Fs> {
-        let rec = recover(region.clone())?;
+        Fs::mount_node(NodePm::packed(region)?, opts)
+    }
+
+    /// Open a node whose files are mapped.
+    pub fn mount_node(node: NodePm, opts: FsOptions) -> FsResult<Fs> {
+        let rec = recover(&node)?;
         let geo = rec.geometry;
         let Some(mine) = rec.slots.iter().find(|s| s.slot == opts.client) else {
             return Err(FsError::Invalid("client number beyond the log slots"));
@@ -75,8 +85,8 @@ impl Fs {
                 detail: "missing".into(),
             }));
         }
-        let log = LogSlot::new(region.clone(), &geo, opts.client);
-        let publication = Arc::new(Publication::new(region.clone(), geo, log, rec.area, published));
+        let log = LogSlot::new(node.logs[opts.client as usize].clone(), &geo, opts.client);
+        let publication = Arc::new(Publication::new(node.public.clone(), geo, log, rec.area, published));
         let front = Front {
             publication: publication.clone(),
             view,
@@ -108,7 +118,7 @@ impl Fs {
             publisher: Mutex::new(publisher),
             next_fh: AtomicU64::new(1),
             dir_streams: Mutex::new(HashMap::new()),
-            pm_path: region.path().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into()),
+            pm_path: node.dir().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into()),
             slot: opts.client,
             _lock: None,
         })

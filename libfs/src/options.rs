@@ -6,6 +6,7 @@ use std::time::Duration;
 /// Options of [`Fs::mount`](crate::Fs::mount).
 #[derive(Debug, Clone)]
 pub struct FsOptions {
+    /// The node's PM directory (its public file and log files, see `linefs_pm::node`).
     pub pm_path: PathBuf,
     /// Publication batch: the publisher wakes when this much log is unpublished.
     pub chunk_size: u64,

@@ -39,7 +39,8 @@ pub(crate) struct PublicState {
 /// Lock order: `Client::front` → `publish` → `public`; `pending` is a leaf (held briefly,
 /// nothing taken under it).
 pub(crate) struct Publication {
-    pub(crate) region: Arc<PmRegion>,
+    /// The node's public file (for what status reports about the PM).
+    pub(crate) public_region: Arc<PmRegion>,
     pub(crate) geo: Geometry,
     pub(crate) log: LogSlot,
     /// One publisher at a time (the background thread, or an update that needs space).
@@ -55,10 +56,16 @@ pub(crate) struct Publication {
 }
 
 impl Publication {
-    pub(crate) fn new(region: Arc<PmRegion>, geo: Geometry, log: LogSlot, area: PublicArea, published: u64) -> Self {
+    pub(crate) fn new(
+        public_region: Arc<PmRegion>,
+        geo: Geometry,
+        log: LogSlot,
+        area: PublicArea,
+        published: u64,
+    ) -> Self {
         let free = area.free_blocks() + area.pending_free_blocks();
         Publication {
-            region,
+            public_region,
             geo,
             log,
             publish: Mutex::new(()),

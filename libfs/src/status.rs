@@ -37,10 +37,10 @@ impl Fs {
         let front = self.rlock();
         let publication = &self.client.publication;
         let ps = publication.public.read();
-        let region = &publication.region;
+        let region = &publication.public_region;
         FsStatus {
             pm_path: self.pm_path.clone(),
-            pm_size: region.len(),
+            pm_size: publication.geo.node_size(),
             backing: region.backing().to_string(),
             persist_method: region.persist_method().to_string(),
             client: self.slot,
@@ -63,7 +63,7 @@ impl Fs {
 
     /// The PM backing and persist method (for benchmarks and status).
     pub fn pm_info(&self) -> (Backing, PersistMethod) {
-        let region = &self.client.publication.region;
+        let region = &self.client.publication.public_region;
         (region.backing(), region.persist_method())
     }
 }

@@ -149,10 +149,10 @@ fn full_public_area_is_enospc_and_recoverable() {
 #[test]
 fn pm_files_that_are_corrupt_truncated_or_foreign_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("node.pm");
-    linefs_pm::mkfs::format_file(&path, &linefs_pm::layout::FormatParams::for_size(16 << 20)).unwrap();
+    let path = dir.path().join("node");
+    linefs_pm::mkfs::format_dir(&path, &linefs_pm::layout::FormatParams::for_size(16 << 20)).unwrap();
     // Formatting over an existing image is refused.
-    assert!(linefs_pm::mkfs::format_file(&path, &linefs_pm::layout::FormatParams::for_size(16 << 20)).is_err());
+    assert!(linefs_pm::mkfs::format_dir(&path, &linefs_pm::layout::FormatParams::for_size(16 << 20)).is_err());
     let open = |p: &std::path::Path| Fs::mount(FsOptions { pm_path: p.to_path_buf(), ..Default::default() });
     {
         let fs = open(&path).unwrap();
@@ -161,26 +161,42 @@ fn pm_files_that_are_corrupt_truncated_or_foreign_are_refused() {
         assert_eq!(err.errno(), libc::EBUSY);
         fs.mkdir(&Cred::root(), ROOT_INO, b"d", 0o755, 0).unwrap();
     }
-    let bytes = std::fs::read(&path).unwrap();
+    let bytes = std::fs::read(path.join(linefs_pm::node::PUBLIC_FILE)).unwrap();
+    // A copy of the node whose public file holds `b`.
     let write = |name: &str, b: &[u8]| {
         let p = dir.path().join(name);
-        std::fs::write(&p, b).unwrap();
+        std::fs::create_dir(&p).unwrap();
+        for e in std::fs::read_dir(&path).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), p.join(e.file_name())).unwrap();
+        }
+        std::fs::write(p.join(linefs_pm::node::PUBLIC_FILE), b).unwrap();
         p
     };
     let mut flipped = bytes.clone();
     flipped[20] ^= 0xff;
-    let msg = open(&write("flipped.pm", &flipped)).err().unwrap().to_string();
+    let msg = open(&write("flipped", &flipped)).err().unwrap().to_string();
     assert!(msg.contains("checksum"), "{msg}");
-    let msg = open(&write("short.pm", &bytes[..8 << 20])).err().unwrap().to_string();
+    let msg = open(&write("short", &bytes[..8 << 20])).err().unwrap().to_string();
     assert!(msg.contains("truncated"), "{msg}");
     let mut version = bytes.clone();
     version[8] = 99;
-    let msg = open(&write("version.pm", &version)).err().unwrap().to_string();
+    let msg = open(&write("version", &version)).err().unwrap().to_string();
     assert!(msg.contains("version 99"), "{msg}");
-    let msg = open(&write("zero.pm", &vec![0u8; 1 << 20])).err().unwrap().to_string();
+    let msg = open(&write("zero", &vec![0u8; 1 << 20])).err().unwrap().to_string();
     assert!(msg.contains("not a linefs PM file"), "{msg}");
-    let msg = open(&dir.path().join("missing.pm")).err().unwrap().to_string();
-    assert!(msg.contains("missing.pm"), "{msg}");
+    let msg = open(&dir.path().join("missing")).err().unwrap().to_string();
+    assert!(msg.contains("missing"), "{msg}");
+    // A node whose log file is gone or cut short is refused too.
+    let nolog = write("nolog", &bytes);
+    std::fs::remove_file(nolog.join(linefs_pm::node::log_file_name(1))).unwrap();
+    let msg = open(&nolog).err().unwrap().to_string();
+    assert!(msg.contains("log-01.pm"), "{msg}");
+    let shortlog = write("shortlog", &bytes);
+    let log = shortlog.join(linefs_pm::node::log_file_name(0));
+    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(64 << 10).unwrap();
+    let msg = open(&shortlog).err().unwrap().to_string();
+    assert!(msg.contains("truncated"), "{msg}");
     // The original is intact.
     let fs = open(&path).unwrap();
     assert_eq!(fs.lookup(&Cred::root(), ROOT_INO, b"d").unwrap().kind, FileKind::Dir);
@@ -188,7 +204,6 @@ fn pm_files_that_are_corrupt_truncated_or_foreign_are_refused() {
 
 #[test]
 fn hostile_log_entry_stops_recovery_without_damage() {
-    use linefs_pm::layout::Superblock;
     use linefs_pm::oplog::LogSlot;
     use linefs_pm::record::{EntryBuilder, InodeImage};
     let (region, fs) = fresh(16 << 20);
@@ -197,8 +212,9 @@ fn hostile_log_entry_stops_recovery_without_damage() {
     fs.write(&root, a.ino, 0, b"precious").unwrap();
     drop(fs);
     // Forge a well-formed entry that frees the root and points a name at a free inode.
-    let geo = Superblock::read(&region).unwrap().geometry;
-    let slot = LogSlot::new(region.clone(), &geo, 0);
+    let node = linefs_pm::node::NodePm::packed(region.clone()).unwrap();
+    let geo = node.geometry;
+    let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     let published = slot.published_lsn().unwrap();
     let tail = slot.scan(published).unwrap().end;
     let mut b = EntryBuilder::new();
@@ -213,7 +229,7 @@ fn hostile_log_entry_stops_recovery_without_damage() {
     // Nothing was damaged: the public area and earlier entries are intact once the forged
     // entry is gone.
     let mut clean = region.tracer().unwrap().live_image();
-    let slot_ring = geo.log_slot_off(0) + 4096;
+    let slot_ring = geo.packed_log_off(0) + 4096;
     let at = (slot_ring + tail % slot.ring_bytes()) as usize;
     clean[at..at + 64].fill(0);
     let r2 = Arc::new(PmRegion::traced_from_image(clean));

@@ -1,16 +1,25 @@
-//! The persisted layout of a node's PM file: superblock and geometry.
+//! The persisted layout of a node's PM: superblock and geometry.
 //!
-//! A PM file is an array of 4 KiB blocks:
+//! A node's PM is several files (see [`crate::node`]): one *public* file that nicfs (or the
+//! host-only client) owns, and one *log* file per client slot, so that a client can be
+//! handed write access to its own log and read access to the public area only. Each is an
+//! array of 4 KiB blocks. The public file:
 //!
 //! ```text
 //! block 0                      superblock (first 256 bytes used, rest zero)
-//! [log_start, +log_slots*log_blocks)   client operation logs; each slot is one header
-//!                              block followed by a ring of (log_blocks - 1) blocks
 //! [itable_start, +itable_blocks)       inode table: 256-byte inodes, 16 per block,
 //!                              inode number i at index i (0 unused, 1 = root)
 //! [data_start, total_blocks)   data blocks: file data, directory slots, indirect
 //!                              blocks, xattr blocks
 //! ```
+//!
+//! A log file: one header block followed by a ring of `log_blocks - 1` blocks (see
+//! [`crate::oplog`]). Block numbers in the public area (inode block maps) count blocks of
+//! the public file; offsets in log records (a WRITE's data) count bytes of the writer's log
+//! file.
+//!
+//! Tests and the crash suite hold a whole node in one region, *packed*: the public file
+//! followed by log 0, log 1, … ([`Geometry::packed_log_off`]).
 //!
 //! Superblock, byte by byte (all integers little-endian):
 //!
@@ -19,11 +28,11 @@
 //!   0   8 magic          b"LINEFSPM"
 //!   8   4 version        FORMAT_VERSION
 //!  12   4 block_size     4096
-//!  16   8 total_blocks   size of the file / 4096
-//!  24   4 log_slots      number of client logs
+//!  16   8 total_blocks   size of the public file / 4096
+//!  24   4 log_slots      number of client logs (log files)
 //!  28   4 reserved       0
-//!  32   8 log_start      first block of log slot 0
-//!  40   8 log_blocks     blocks per log slot, header block included
+//!  32   8 reserved       0 (version 3: log_start, when the logs were inside this file)
+//!  40   8 log_blocks     blocks per log file, header block included
 //!  48   8 itable_start   first block of the inode table
 //!  56   8 inode_count    inodes in the table (index 0 unused)
 //!  64   8 data_start     first data block
@@ -58,7 +67,10 @@ pub const BLOCK_SIZE: u64 = 4096;
 /// 3: the log entry checksum moves to header bytes 28..32 and covers the whole header before
 /// it (version 2 left bytes 28..32 unprotected); the log slot header checksum moves to bytes
 /// 60..64 and covers bytes 0..60.
-pub const FORMAT_VERSION: u32 = 3;
+/// 4: a node is a public file plus one file per log slot (the logs left the PM file, so that
+/// a client can be given its own log and nothing else to write); superblock bytes 32..40
+/// (log_start) are reserved; WRITE records name offsets in the writer's log file.
+pub const FORMAT_VERSION: u32 = 4;
 /// Magic at offset 0 of a linefs PM file.
 pub const MAGIC: &[u8; 8] = b"LINEFSPM";
 /// Size of one on-PM inode.
@@ -74,7 +86,8 @@ pub mod sb_off {
     pub const TOTAL_BLOCKS: usize = 16;
     pub const LOG_SLOTS: usize = 24;
     pub const RESERVED0: usize = 28;
-    pub const LOG_START: usize = 32;
+    /// Version 3's `log_start`; zero since the logs are files of their own.
+    pub const RESERVED_LOG_START: usize = 32;
     pub const LOG_BLOCKS: usize = 40;
     pub const ITABLE_START: usize = 48;
     pub const INODE_COUNT: usize = 56;
@@ -85,7 +98,8 @@ pub mod sb_off {
     pub const RESERVED1: usize = 104;
     /// crc32c over bytes `0..CRC`.
     pub const CRC: usize = 252;
-    const _: () = assert!(RESERVED0 + 4 == LOG_START && UUID + 16 == FORMAT_TIME && FORMAT_TIME + 8 == RESERVED1);
+    const _: () =
+        assert!(RESERVED0 + 4 == RESERVED_LOG_START && UUID + 16 == FORMAT_TIME && FORMAT_TIME + 8 == RESERVED1);
     const _: () = assert!(CRC + 4 == super::SUPERBLOCK_SIZE);
 }
 
@@ -112,12 +126,15 @@ pub enum FormatError {
     Pm(#[from] PmError),
 }
 
-/// Where everything lives in a PM file. Derived at format time and stored in the superblock.
+/// Where everything lives in a node's PM files. Derived at format time and stored in the
+/// superblock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Blocks of the public file.
     pub total_blocks: u64,
+    /// Log files (client slots).
     pub log_slots: u32,
-    pub log_start: u64,
+    /// Blocks of each log file, header block included.
     pub log_blocks: u64,
     pub itable_start: u64,
     pub inode_count: u64,
@@ -128,9 +145,10 @@ pub struct Geometry {
 /// The parameters of `format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FormatParams {
-    /// Size of the PM file in bytes (multiple of 4096).
+    /// Bytes of PM for the whole node, public file and log files together (multiple of
+    /// 4096).
     pub size: u64,
-    /// Bytes per client log, header block included.
+    /// Bytes per client log file, header block included.
     pub log_size: u64,
     pub log_slots: u32,
     pub inodes: u64,
@@ -146,7 +164,8 @@ impl FormatParams {
 }
 
 impl Geometry {
-    /// Lay out a file of `p.size` bytes.
+    /// Lay out a node of `p.size` bytes: `p.log_slots` log files of `p.log_size` bytes and a
+    /// public file of the rest.
     pub fn compute(p: &FormatParams) -> Result<Geometry, FormatError> {
         if !p.size.is_multiple_of(BLOCK_SIZE) {
             return Err(FormatError::Options(format!("size {} is not a multiple of 4096", p.size)));
@@ -163,10 +182,9 @@ impl Geometry {
         if p.inodes < 16 {
             return Err(FormatError::Options("at least 16 inodes".into()));
         }
-        let total_blocks = p.size / BLOCK_SIZE;
-        let log_start = 1;
         let log_blocks = p.log_size / BLOCK_SIZE;
-        let itable_start = log_start + log_blocks * p.log_slots as u64;
+        let total_blocks = (p.size / BLOCK_SIZE).saturating_sub(log_blocks * p.log_slots as u64);
+        let itable_start = 1;
         let per_block = BLOCK_SIZE / INODE_SIZE;
         let itable_blocks = p.inodes.div_ceil(per_block);
         let inode_count = itable_blocks * per_block;
@@ -180,7 +198,6 @@ impl Geometry {
         Ok(Geometry {
             total_blocks,
             log_slots: p.log_slots,
-            log_start,
             log_blocks,
             itable_start,
             inode_count,
@@ -189,9 +206,24 @@ impl Geometry {
         })
     }
 
-    /// Byte offset of log slot `slot`'s header block.
-    pub fn log_slot_off(&self, slot: u32) -> u64 {
-        (self.log_start + self.log_blocks * slot as u64) * BLOCK_SIZE
+    /// Bytes of the public file.
+    pub fn public_size(&self) -> u64 {
+        self.total_blocks * BLOCK_SIZE
+    }
+
+    /// Bytes of each log file.
+    pub fn log_size(&self) -> u64 {
+        self.log_blocks * BLOCK_SIZE
+    }
+
+    /// Bytes of the whole node (all files).
+    pub fn node_size(&self) -> u64 {
+        self.public_size() + self.log_slots as u64 * self.log_size()
+    }
+
+    /// Offset of log file `slot` in a packed node (public file, then the logs in order).
+    pub fn packed_log_off(&self, slot: u32) -> u64 {
+        self.public_size() + slot as u64 * self.log_size()
     }
 
     /// Byte offset of inode `ino` in the table.
@@ -212,11 +244,10 @@ impl Geometry {
                 found: file_len,
             });
         }
-        if self.log_start != 1 || self.log_slots == 0 || self.log_slots > 64 || self.log_blocks < 64 {
+        if self.log_slots == 0 || self.log_slots > 64 || self.log_blocks < 64 {
             return bad("log area");
         }
-        let itable = self.log_blocks.checked_mul(self.log_slots as u64).and_then(|b| b.checked_add(1));
-        if itable != Some(self.itable_start) {
+        if self.itable_start != 1 {
             return bad("inode table start");
         }
         let per_block = BLOCK_SIZE / INODE_SIZE;
@@ -251,7 +282,6 @@ impl Superblock {
         put_le32(&mut b, o::BLOCK_SIZE, BLOCK_SIZE as u32);
         put_le64(&mut b, o::TOTAL_BLOCKS, g.total_blocks);
         put_le32(&mut b, o::LOG_SLOTS, g.log_slots);
-        put_le64(&mut b, o::LOG_START, g.log_start);
         put_le64(&mut b, o::LOG_BLOCKS, g.log_blocks);
         put_le64(&mut b, o::ITABLE_START, g.itable_start);
         put_le64(&mut b, o::INODE_COUNT, g.inode_count);
@@ -285,7 +315,6 @@ impl Superblock {
         let geometry = Geometry {
             total_blocks: le64(b, o::TOTAL_BLOCKS),
             log_slots: le32(b, o::LOG_SLOTS),
-            log_start: le64(b, o::LOG_START),
             log_blocks: le64(b, o::LOG_BLOCKS),
             itable_start: le64(b, o::ITABLE_START),
             inode_count: le64(b, o::INODE_COUNT),
@@ -306,6 +335,22 @@ impl Superblock {
         let mut b = [0u8; SUPERBLOCK_SIZE];
         region.read(0, &mut b)?;
         Superblock::decode(&b, region.len())
+    }
+
+    /// Read and check the superblock at the start of a packed node (public file, then the
+    /// log files): the region must be exactly as large as the node it describes.
+    pub fn read_packed(region: &PmRegion) -> Result<Superblock, FormatError> {
+        if region.len() < BLOCK_SIZE {
+            return Err(FormatError::SizeMismatch { expected: BLOCK_SIZE, found: region.len() });
+        }
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        region.read(0, &mut b)?;
+        let public = le64(&b, sb_off::TOTAL_BLOCKS).saturating_mul(BLOCK_SIZE);
+        let sb = Superblock::decode(&b, public)?;
+        if sb.geometry.node_size() != region.len() {
+            return Err(FormatError::SizeMismatch { expected: sb.geometry.node_size(), found: region.len() });
+        }
+        Ok(sb)
     }
 }
 
@@ -338,23 +383,27 @@ mod tests {
     fn superblock_roundtrip() {
         let sb = sample();
         let b = sb.encode();
-        assert_eq!(Superblock::decode(&b, 64 << 20).unwrap(), sb);
+        assert_eq!(Superblock::decode(&b, sb.geometry.public_size()).unwrap(), sb);
+        // The node's files add up to what was asked for.
+        assert_eq!(sb.geometry.node_size(), 64 << 20);
+        assert_eq!(sb.geometry.packed_log_off(1), sb.geometry.public_size() + sb.geometry.log_size());
     }
 
     #[test]
     fn superblock_rejects_corruption() {
         let sb = sample();
         let mut b = sb.encode();
+        let size = sb.geometry.public_size();
         b[17] ^= 1;
-        assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::SuperblockChecksum { .. })));
+        assert!(matches!(Superblock::decode(&b, size), Err(FormatError::SuperblockChecksum { .. })));
         let b = sb.encode();
         assert!(matches!(Superblock::decode(&b, 32 << 20), Err(FormatError::SizeMismatch { .. })));
         let mut b = sb.encode();
         b[0] = b'X';
-        assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::BadMagic)));
+        assert!(matches!(Superblock::decode(&b, size), Err(FormatError::BadMagic)));
         let mut b = sb.encode();
         b[sb_off::VERSION] = 9;
-        assert!(matches!(Superblock::decode(&b, 64 << 20), Err(FormatError::Version { found: 9, .. })));
+        assert!(matches!(Superblock::decode(&b, size), Err(FormatError::Version { found: 9, .. })));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   records ([`public::PublicArea`]).
 //! * [`publish`]: publication of one log slot from its checkpoint, scanned in PM.
 //! * [`recovery`]: recovery of a node from PM alone (every slot re-published, orphans freed).
+//! * [`node`]: a node's PM as files (public file, one log file per slot), or packed in one
+//!   region for tests.
 //! * [`mkfs`]: formatting a node.
 //! * [`bitmap`]: the DRAM bitmap allocator (data blocks, inode numbers).
 //!
@@ -22,6 +24,7 @@ pub mod bitmap;
 pub mod layout;
 pub mod mkfs;
 pub mod mountinfo;
+pub mod node;
 pub mod oplog;
 pub mod public;
 pub mod publish;

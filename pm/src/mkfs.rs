@@ -1,8 +1,9 @@
-//! Formatting a node: every log slot empty, an empty public area with a root directory, and
-//! the superblock written last — it is the format's commit point, so a crash while
+//! Formatting a node: every log file an empty slot, an empty public area with a root
+//! directory, and the superblock written last — it is the format's commit point, so a crash while
 //! formatting leaves a file that opening refuses (bad magic), never a half-made node.
 
 use crate::layout::{FormatError, FormatParams, Geometry, Superblock, SUPERBLOCK_SIZE};
+use crate::node::{is_node_dir, NodePm};
 use crate::oplog::LogSlot;
 use crate::public::PublicArea;
 use crate::record::{InodeImage, Timespec, ROOT_INO};
@@ -11,24 +12,27 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Create the PM file `path` of `params.size` bytes and format it. Refuses to touch an
-/// existing non-empty file.
-pub fn format_file(path: &Path, params: &FormatParams) -> Result<Geometry, FormatError> {
-    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
-        return Err(FormatError::Exists(path.display().to_string()));
+/// Create the files of a node in `dir` (`params.size` bytes in all) and format them.
+/// Refuses a directory that already holds a node.
+pub fn format_dir(dir: &Path, params: &FormatParams) -> Result<NodePm, FormatError> {
+    if is_node_dir(dir) {
+        return Err(FormatError::Exists(dir.display().to_string()));
     }
     let geo = Geometry::compute(params)?;
-    let region = Arc::new(PmRegion::create(path, params.size)?);
-    format_region(&region, &geo)?;
-    Ok(geo)
+    let node = NodePm::create(dir, &geo)?;
+    format_node(&node)?;
+    Ok(node)
 }
 
-/// Format a region that is already mapped (tests use traced regions). The root directory
-/// belongs to root with mode 0755.
-pub fn format_region(region: &Arc<PmRegion>, geo: &Geometry) -> Result<(), FormatError> {
-    for slot in 0..geo.log_slots {
-        LogSlot::new(region.clone(), geo, slot).format()?;
+/// Format the files of `node` (tests use a traced, packed node). The root directory belongs
+/// to root with mode 0755.
+pub fn format_node(node: &NodePm) -> Result<(), FormatError> {
+    let geo = &node.geometry;
+    for (slot, log) in node.logs.iter().enumerate() {
+        LogSlot::new(log.clone(), geo, slot as u32).format()?;
+        log.fence();
     }
+    let region = &node.public;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let t = Timespec { sec: now.as_secs() as i64, nsec: now.subsec_nanos() };
     let root = InodeImage {
@@ -57,8 +61,12 @@ pub fn format_region(region: &Arc<PmRegion>, geo: &Geometry) -> Result<(), Forma
     Ok(())
 }
 
-/// Check that `path` holds a valid linefs PM file (superblock and geometry).
-pub fn check_file(path: &Path) -> Result<Geometry, FormatError> {
-    let region = PmRegion::open(path)?;
-    Ok(Superblock::read(&region)?.geometry)
+/// Check that `dir` holds a valid linefs node (superblock, geometry, every log file).
+pub fn check_dir(dir: &Path) -> Result<Geometry, FormatError> {
+    Ok(NodePm::open(dir)?.geometry)
+}
+
+/// Format a node packed in one region of `geo.node_size()` bytes (tests, the crash suite).
+pub fn format_region(region: &Arc<PmRegion>, geo: &Geometry) -> Result<(), FormatError> {
+    format_node(&NodePm::packed_with(region.clone(), geo)?)
 }

@@ -1,6 +1,7 @@
 //! The operation-log ring of one client (a log slot).
 //!
-//! A slot is one header block followed by a ring of `ring_bytes`. Positions in the log are
+//! A slot is a log file of its own (see [`crate::node`]): one header block followed by a ring
+//! of `ring_bytes`. Positions in the log are
 //! *LSNs*: byte offsets in an endless virtual log; an LSN lives at ring offset
 //! `lsn % ring_bytes`. Every entry starts on a 64-byte boundary (so two entries never share a
 //! cache line), never wraps (a PAD entry fills the end of the ring instead), and records its
@@ -139,9 +140,15 @@ fn align(n: u64) -> u64 {
 }
 
 impl LogSlot {
+    /// Slot `slot` of a node with geometry `geo`, in its log file `region` (header block at
+    /// offset 0, then the ring).
     pub fn new(region: Arc<PmRegion>, geo: &Geometry, slot: u32) -> LogSlot {
-        let hdr_off = geo.log_slot_off(slot);
-        LogSlot { region, slot, hdr_off, ring_off: hdr_off + BLOCK_SIZE, ring_bytes: (geo.log_blocks - 1) * BLOCK_SIZE }
+        LogSlot { region, slot, hdr_off: 0, ring_off: BLOCK_SIZE, ring_bytes: (geo.log_blocks - 1) * BLOCK_SIZE }
+    }
+
+    /// The log file: entries' payloads (and so WRITE records' data) live at offsets in it.
+    pub fn region(&self) -> &Arc<PmRegion> {
+        &self.region
     }
 
     /// Index of this slot.

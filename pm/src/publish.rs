@@ -91,12 +91,12 @@ pub fn publish_slot(area: &mut PublicArea, log: &LogSlot, bounds: Bounds) -> Res
                 break;
             }
         };
-        if let Err(e) = area.validate(&records) {
+        if let Err(e) = area.validate(&records, log.region()) {
             rejected = Some((loc.lsn, e.to_string()));
             break;
         }
         for r in &records {
-            area.apply(r).map_err(|source| SlotError::Failed { slot, lsn: loc.lsn, source })?;
+            area.apply(r, log.region()).map_err(|source| SlotError::Failed { slot, lsn: loc.lsn, source })?;
             done.touched.push(r.target());
         }
         done.upto = loc.end;

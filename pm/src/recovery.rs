@@ -21,13 +21,12 @@
 //! Orphans — inodes with no name left, unlinked while open — are freed once nobody can hold
 //! them any more, which at recovery is always (no client is attached yet).
 
-use crate::layout::{FormatError, Geometry, Superblock};
+use crate::layout::{FormatError, Geometry};
+use crate::node::NodePm;
 use crate::oplog::{LogSlot, ScanStop};
 use crate::public::{Loaded, PublicArea, PublishError};
 use crate::record::{decode_records, Record, ROOT_INO};
-use crate::region::PmRegion;
 use std::collections::HashSet;
-use std::sync::Arc;
 
 /// What recovery did to one slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,11 +72,12 @@ pub enum RecoveryError {
     },
 }
 
-/// Recover the node in `region`.
-pub fn recover(region: Arc<PmRegion>) -> Result<Recovered, RecoveryError> {
-    let geo = Superblock::read(&region)?.geometry;
-    let (mut area, loaded) = PublicArea::load(region.clone(), geo)?;
-    let logs: Vec<LogSlot> = (0..geo.log_slots).map(|s| LogSlot::new(region.clone(), &geo, s)).collect();
+/// Recover `node`.
+pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
+    let geo = node.geometry;
+    let (mut area, loaded) = PublicArea::load(node.public.clone(), geo)?;
+    let logs: Vec<LogSlot> =
+        node.logs.iter().enumerate().map(|(s, r)| LogSlot::new(r.clone(), &geo, s as u32)).collect();
 
     // Every slot's committed suffix, decoded.
     let mut suffixes = Vec::new();
@@ -115,12 +115,13 @@ pub fn recover(region: Arc<PmRegion>) -> Result<Recovered, RecoveryError> {
         let mut upto = from;
         for (loc, records) in &entries {
             // Validate the whole entry first: it is published entirely or not at all.
-            if let Err(e) = area.validate_with(records, &unsettled) {
+            if let Err(e) = area.validate_with(records, &unsettled, log.region()) {
                 tracing::error!(slot, lsn = loc.lsn, error = %e, "invalid log entry; refusing to recover");
                 return Err(RecoveryError::InvalidEntry { slot, lsn: loc.lsn, why: e.to_string() });
             }
             for r in records {
-                area.apply_replayed(r, &unsettled).map_err(|source| RecoveryError::Publish { slot, source })?;
+                area.apply_replayed(r, &unsettled, log.region())
+                    .map_err(|source| RecoveryError::Publish { slot, source })?;
             }
             upto = loc.end;
         }
@@ -136,12 +137,14 @@ pub fn recover(region: Arc<PmRegion>) -> Result<Recovered, RecoveryError> {
     }
 
     let replayed: u64 = slots.iter().map(|s| s.replayed).sum();
-    let (mut area, mut loaded) = if replayed > 0 { PublicArea::load(region.clone(), geo)? } else { (area, loaded) };
+    let (mut area, mut loaded) =
+        if replayed > 0 { PublicArea::load(node.public.clone(), geo)? } else { (area, loaded) };
     let orphans: Vec<u64> =
         loaded.inodes.values().filter(|i| i.img.nlink == 0 && i.img.ino != ROOT_INO).map(|i| i.img.ino).collect();
     if !orphans.is_empty() {
         for &ino in &orphans {
-            area.apply(&Record::FreeInode { ino }).map_err(|source| RecoveryError::Publish { slot: 0, source })?;
+            area.apply(&Record::FreeInode { ino }, &node.public)
+                .map_err(|source| RecoveryError::Publish { slot: 0, source })?;
         }
         area.fence();
         area.checkpoint_done();
@@ -149,7 +152,7 @@ pub fn recover(region: Arc<PmRegion>) -> Result<Recovered, RecoveryError> {
     // Torn structures must have been rewritten by the replay (or freed as orphans).
     area.check_suspects()?;
     if !orphans.is_empty() {
-        (area, loaded) = PublicArea::load(region, geo)?;
+        (area, loaded) = PublicArea::load(node.public.clone(), geo)?;
     }
     Ok(Recovered { geometry: geo, area, loaded, slots, orphans_freed: orphans.len() as u64 })
 }

@@ -1,13 +1,18 @@
-//! A stored PM image of format version 3, opened by the current code.
+//! A stored PM image of format version 4, opened by the current code, and the stored image
+//! of version 3, refused.
 //!
-//! `tests/data/format-v3.img.hex` is a whole node's PM file of the smallest geometry
-//! `Geometry::compute` allows (one log slot of 64 blocks, 16 inodes, 64 data blocks:
-//! 130 blocks, 520 KiB), made by [`make_format_image`] through pm's own API the way libfs
-//! formats and runs a node: log slot, public area with the root, superblock last; then five
+//! `tests/data/format-v4.img.hex` is a whole node of the smallest geometry
+//! `Geometry::compute` allows (one log file of 64 blocks; a public file of 66 blocks: the
+//! superblock, 16 inodes, 64 data blocks; 520 KiB in all), packed in one image (the public
+//! file, then the log file), made by [`make_format_image`] through pm's own API the way a
+//! node is formatted and run: log file, public area with the root, superblock last; then five
 //! entries appended, published and checkpointed (a directory, a file whose data spans two
 //! blocks and a block behind a single-indirect pointer, an xattr, a symlink), and three
 //! more entries committed to the log but not published. [`check_image`] states what the image
 //! holds, field by field.
+//!
+//! `tests/data/format-v3.img.hex` is the same tree in version 3's single PM file (logs
+//! inside it); version 4 refuses it ([`stored_v3_image_is_refused`]).
 //!
 //! # File format of the stored image
 //!
@@ -17,17 +22,18 @@
 //!
 //! # At the next format version bump
 //!
-//! * Keep `format-v3.img.hex` and this file's v3 expectations: the new code must either
-//!   refuse the v3 image with a clear error (change [`stored_v3_image_opens`] into a test of
-//!   that refusal, as [`version_2_is_refused`] does for version 2) or upgrade it on purpose
-//!   (then test that the upgraded image holds exactly the tree [`check_image`] describes).
-//!   Never regenerate the v3 file with the new code.
-//! * Make `format-v4.img.hex` with the generator for the new version (point [`IMAGE`] at the
+//! * Keep `format-v4.img.hex` and this file's v4 expectations: the new code must either
+//!   refuse the v4 image with a clear error (change [`stored_v4_image_opens`] into a test of
+//!   that refusal, as [`stored_v3_image_is_refused`] does for version 3) or upgrade it on
+//!   purpose (then test that the upgraded image holds exactly the tree [`check_image`]
+//!   describes). Never regenerate an old image with the new code.
+//! * Make `format-v5.img.hex` with the generator for the new version (point [`IMAGE`] at the
 //!   new name, run `cargo test -p linefs-pm --test format_image -- --ignored
 //!   make_format_image`), and open it in a test like this one.
 //! * Update the byte pins in `format_bytes.rs`.
 
 use linefs_pm::layout::{FormatError, FormatParams, Geometry, Superblock, BLOCK_SIZE, FORMAT_VERSION};
+use linefs_pm::node::NodePm;
 use linefs_pm::oplog::{LogSlot, ScanStop};
 use linefs_pm::public::{LoadedDirent, PublicArea, PublicReader};
 use linefs_pm::record::{decode_records, dtype, EntryBuilder, InodeImage, Record, Timespec};
@@ -35,9 +41,11 @@ use linefs_pm::PmRegion;
 use std::sync::Arc;
 
 /// The stored image of the current format version, relative to the crate.
-const IMAGE: &str = "tests/data/format-v3.img.hex";
+const IMAGE: &str = "tests/data/format-v4.img.hex";
+/// The image of version 3 (one PM file holding the logs), kept to show it is refused.
+const V3_IMAGE: &str = "tests/data/format-v3.img.hex";
 
-const UUID: [u8; 16] = *b"linefs v3 image!";
+const UUID: [u8; 16] = *b"linefs v4 image!";
 const FORMAT_TIME_NS: u64 = 1_700_000_000_000_000_000;
 
 fn geometry() -> Geometry {
@@ -185,11 +193,11 @@ fn unpublished_entries() -> Vec<EntryBuilder> {
 /// Make the image with the current code (see the module doc).
 fn build_image() -> Vec<u8> {
     let geo = geometry();
-    let size = geo.total_blocks * BLOCK_SIZE;
-    let region = Arc::new(PmRegion::traced(size));
-    // As libfs formats a node: every log slot, the public area with its root, then the
+    let node = NodePm::traced(&geo);
+    let region = node.public.clone();
+    // As pm's mkfs formats a node: every log file, the public area with its root, then the
     // superblock, written last.
-    let slot = LogSlot::new(region.clone(), &geo, 0);
+    let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     slot.format().unwrap();
     PublicArea::format(&region, &geo, &root(64, 2, 0)).unwrap();
     region.fence();
@@ -204,9 +212,9 @@ fn build_image() -> Vec<u8> {
         let loc = slot.append(tail, 0, e.payload()).unwrap();
         tail = loc.end;
         let recs = decode_records(&slot.read_payload(&loc).unwrap(), loc.payload_off).unwrap();
-        pa.validate(&recs).unwrap();
+        pa.validate(&recs, slot.region()).unwrap();
         for r in &recs {
-            pa.apply(r).unwrap();
+            pa.apply(r, slot.region()).unwrap();
         }
     }
     pa.fence();
@@ -223,17 +231,18 @@ fn build_image() -> Vec<u8> {
 /// Check that `image` holds exactly what [`make_format_image`] put there.
 fn check_image(image: Vec<u8>) {
     let geo = geometry();
-    assert_eq!(image.len() as u64, geo.total_blocks * BLOCK_SIZE);
-    let region = Arc::new(PmRegion::traced_from_image(image));
+    assert_eq!(image.len() as u64, geo.node_size());
+    let node = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).unwrap();
+    let region = node.public.clone();
 
     // Superblock.
     let sb = Superblock::read(&region).unwrap();
     assert_eq!(sb, Superblock { geometry: geo, uuid: UUID, format_time_ns: FORMAT_TIME_NS });
     assert_eq!(
-        (geo.total_blocks, geo.log_slots, geo.log_start, geo.log_blocks, geo.itable_start, geo.inode_count),
-        (130, 1, 1, 64, 65, 16)
+        (geo.total_blocks, geo.log_slots, geo.log_blocks, geo.itable_start, geo.inode_count),
+        (66, 1, 64, 1, 16)
     );
-    assert_eq!((geo.data_start, geo.data_blocks), (66, 64));
+    assert_eq!((geo.data_start, geo.data_blocks), (2, 64));
 
     // Public area: the tree after the five published entries, nothing of the other three.
     let loaded = PublicReader::new(region.clone(), geo).load().unwrap();
@@ -278,7 +287,7 @@ fn check_image(image: Vec<u8>) {
     assert_eq!(pa.free_blocks(), 64 - 8);
 
     // Log: exactly the three unpublished entries after the published LSN.
-    let slot = LogSlot::new(region.clone(), &geo, 0);
+    let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     let published = slot.published_lsn().unwrap();
     let scan = slot.scan(published).unwrap();
     assert_eq!(scan.stop, ScanStop::End);
@@ -316,7 +325,7 @@ fn check_image(image: Vec<u8>) {
     );
     assert_eq!(late_data, scan.entries[0].payload_off + 8 + 120 + 8 + 16);
     let mut late_bytes = vec![0u8; LATE.len()];
-    region.read(late_data, &mut late_bytes).unwrap();
+    slot.region().read(late_data, &mut late_bytes).unwrap();
     assert_eq!(late_bytes, LATE);
     // The published entries are still in the ring before the checkpoint, intact.
     let before = slot.scan(0).unwrap();
@@ -330,7 +339,12 @@ fn image_path() -> std::path::PathBuf {
 
 /// Parse the stored image (format in the module doc).
 fn read_image() -> Vec<u8> {
-    let path = image_path();
+    read_image_at(IMAGE)
+}
+
+/// Parse a stored image at `rel` (relative to the crate).
+fn read_image_at(rel: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut image: Option<Vec<u8>> = None;
     for (n, line) in text.lines().enumerate() {
@@ -353,19 +367,30 @@ fn read_image() -> Vec<u8> {
     image.expect("no size line")
 }
 
-/// The v3 image as stored, opened by the current code.
+/// The v4 image as stored, opened by the current code.
 #[test]
-fn stored_v3_image_opens() {
-    assert_eq!(FORMAT_VERSION, 3, "a new format version: see the module doc of this file");
+fn stored_v4_image_opens() {
+    assert_eq!(FORMAT_VERSION, 4, "a new format version: see the module doc of this file");
     check_image(read_image());
+}
+
+/// The v3 image (one PM file with the logs inside) is refused with a message naming both
+/// versions: there is no upgrade path from it.
+#[test]
+fn stored_v3_image_is_refused() {
+    let image = read_image_at(V3_IMAGE);
+    let err = Superblock::read(&PmRegion::traced_from_image(image.clone())).unwrap_err();
+    assert!(matches!(err, FormatError::Version { found: 3, expected: 4 }), "{err:?}");
+    let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
+    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 4");
 }
 
 /// Recovery of the stored image replays its three unpublished entries: `late` appears with
 /// its data, `docs` gets its two attributes, `link` and its inode are gone.
 #[test]
-fn stored_v3_image_recovers() {
-    let region = Arc::new(PmRegion::traced_from_image(read_image()));
-    let rec = linefs_pm::recovery::recover(region.clone()).expect("recovery");
+fn stored_v4_image_recovers() {
+    let node = NodePm::packed(Arc::new(PmRegion::traced_from_image(read_image()))).unwrap();
+    let rec = linefs_pm::recovery::recover(&node).expect("recovery");
     assert_eq!(rec.replayed(), 3);
     assert_eq!(rec.orphans_freed, 0);
     let mut names: Vec<_> = rec.loaded.dirs[&1].iter().map(|e| e.name.clone()).collect();
@@ -379,7 +404,7 @@ fn stored_v3_image_recovers() {
     let mut buf = vec![0u8; LATE.len()];
     rec.area.reader().read_file(5, 0, &mut buf).unwrap();
     assert_eq!(buf, LATE);
-    let log = LogSlot::new(region, &geometry(), 0);
+    let log = LogSlot::new(node.logs[0].clone(), &geometry(), 0);
     assert_eq!(log.scan(log.published_lsn().unwrap()).unwrap().entries.len(), 0, "all published");
 }
 
@@ -400,13 +425,13 @@ fn version_2_is_refused() {
     image[252..256].copy_from_slice(&crc.to_le_bytes());
     let region = PmRegion::traced_from_image(image);
     let err = Superblock::read(&region).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 2, expected: 3 }), "{err:?}");
-    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 3");
+    assert!(matches!(err, FormatError::Version { found: 2, expected: 4 }), "{err:?}");
+    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 4");
 }
 
 /// Write the image of the current format version (run on purpose, see the module doc).
 #[test]
-#[ignore = "generator: writes tests/data/format-v3.img.hex"]
+#[ignore = "generator: writes tests/data/format-v4.img.hex"]
 fn make_format_image() {
     let image = build_image();
     check_image(image.clone());
@@ -415,8 +440,9 @@ fn make_format_image() {
         "# linefs PM image, format version {FORMAT_VERSION}, made by pm/tests/format_image.rs (make_format_image).\n\
          # Do not regenerate after a format change: keep it as the record of version {FORMAT_VERSION}.\n\
          # Each line: hex byte offset, then the 64 bytes there as hex; lines not listed are zero.\n\
-         # Blocks of 4096: 0 superblock, 1 log slot header, 2..=64 log ring, 65 inode table,\n\
-         # 66..=129 data (directories, file data, indirect, xattr and symlink blocks).\n"
+         # A node packed in one image: the public file (blocks of 4096: 0 superblock, 1 inode table,\n\
+         # 2..=65 data: directories, file data, indirect, xattr and symlink blocks), then the log\n\
+         # file of slot 0 (blocks 66 header, 67..=129 ring).\n"
     ));
     text.push_str(&format!("size {}\n", image.len()));
     for (i, line) in image.chunks(64).enumerate() {

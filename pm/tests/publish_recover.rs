@@ -3,22 +3,21 @@
 //! there with everything before it checkpointed; recovery replays every slot of a node.
 
 use linefs_pm::layout::{FormatParams, Geometry, Superblock};
-use linefs_pm::mkfs::format_region;
+use linefs_pm::mkfs::format_node;
+use linefs_pm::node::NodePm;
 use linefs_pm::oplog::{EntryLoc, LogSlot};
 use linefs_pm::public::{PublicArea, PublicReader};
 use linefs_pm::publish::{publish_slot, Bounds, SlotError};
 use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
 use linefs_pm::recovery::{recover, RecoveryError};
-use linefs_pm::PmRegion;
-use std::sync::Arc;
 
-fn node(slots: u32) -> (Arc<PmRegion>, Geometry) {
+fn node(slots: u32) -> (NodePm, Geometry) {
     let params = FormatParams { size: 16 << 20, log_size: 1 << 20, log_slots: slots, inodes: 256 };
     let geo = Geometry::compute(&params).unwrap();
-    let region = Arc::new(PmRegion::traced(params.size));
-    format_region(&region, &geo).unwrap();
-    assert_eq!(Superblock::read(&region).unwrap().geometry, geo);
-    (region, geo)
+    let node = NodePm::traced(&geo);
+    format_node(&node).unwrap();
+    assert_eq!(Superblock::read(&node.public).unwrap().geometry, geo);
+    (node, geo)
 }
 
 /// A log writer as a client is: appends entries after the tail.
@@ -28,8 +27,8 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(region: &Arc<PmRegion>, geo: &Geometry, slot: u32) -> Writer {
-        Writer { log: LogSlot::new(region.clone(), geo, slot), tail: 0 }
+    fn new(node: &NodePm, geo: &Geometry, slot: u32) -> Writer {
+        Writer { log: LogSlot::new(node.logs[slot as usize].clone(), geo, slot), tail: 0 }
     }
 
     fn append(&mut self, b: &EntryBuilder) -> EntryLoc {
@@ -58,10 +57,10 @@ fn names(reader: &PublicReader) -> Vec<Vec<u8>> {
 
 #[test]
 fn a_slot_is_published_in_bounded_batches_from_its_checkpoint() {
-    let (region, geo) = node(1);
-    let mut w = Writer::new(&region, &geo, 0);
+    let (node, geo) = node(1);
+    let mut w = Writer::new(&node, &geo, 0);
     let locs: Vec<_> = (0..6).map(|i| w.create(10 + i, format!("f{i}").as_bytes(), &[i as u8; 5000])).collect();
-    let (mut area, _) = PublicArea::load(region.clone(), geo).unwrap();
+    let (mut area, _) = PublicArea::load(node.public.clone(), geo).unwrap();
     // Only what the writer declared durable (up to the 4th entry) is published, two at a time.
     let until = locs[3].end;
     let one = locs[0].end - locs[0].lsn;
@@ -84,15 +83,15 @@ fn a_slot_is_published_in_bounded_batches_from_its_checkpoint() {
 
 #[test]
 fn a_rejected_entry_and_what_follows_stay_unpublished() {
-    let (region, geo) = node(1);
-    let mut w = Writer::new(&region, &geo, 0);
+    let (node, geo) = node(1);
+    let mut w = Writer::new(&node, &geo, 0);
     let good = w.create(10, b"good", b"kept");
     // A well-formed entry the public area must refuse: a name for an unallocated inode.
     let mut b = EntryBuilder::new();
     b.dirent(ROOT_INO, b"ghost", 200, dtype::REG);
     let bad = w.append(&b);
     w.create(11, b"after", b"depends on the refused entry, maybe");
-    let (mut area, _) = PublicArea::load(region.clone(), geo).unwrap();
+    let (mut area, _) = PublicArea::load(node.public.clone(), geo).unwrap();
     let free = area.free_blocks();
     match publish_slot(&mut area, &w.log, Bounds::until(w.tail)) {
         Err(SlotError::Rejected { slot: 0, lsn, why, published }) => {
@@ -112,9 +111,9 @@ fn a_rejected_entry_and_what_follows_stay_unpublished() {
 
 #[test]
 fn recovery_replays_every_slot_and_frees_orphans() {
-    let (region, geo) = node(3);
-    let mut a = Writer::new(&region, &geo, 0);
-    let mut c = Writer::new(&region, &geo, 2);
+    let (node, geo) = node(3);
+    let mut a = Writer::new(&node, &geo, 0);
+    let mut c = Writer::new(&node, &geo, 2);
     a.create(10, b"from-slot-0", b"zero");
     c.create(20, b"from-slot-2", b"two");
     // An inode that lost its last name while open: an orphan after a crash.
@@ -123,11 +122,11 @@ fn recovery_replays_every_slot_and_frees_orphans() {
     b.write(21, 0, b"unlinked but open");
     c.append(&b);
     // Half of slot 0 was published before the "crash".
-    let (mut area, _) = PublicArea::load(region.clone(), geo).unwrap();
+    let (mut area, _) = PublicArea::load(node.public.clone(), geo).unwrap();
     publish_slot(&mut area, &a.log, Bounds::until(a.tail)).unwrap();
     a.create(11, b"late", b"only in the log");
     drop(area);
-    let rec = recover(region.clone()).unwrap();
+    let rec = recover(&node).unwrap();
     assert_eq!(rec.replayed(), 3);
     assert_eq!(rec.orphans_freed, 1);
     assert_eq!(rec.slots.iter().map(|s| s.published).collect::<Vec<_>>(), vec![a.tail, 0, c.tail]);
@@ -137,23 +136,23 @@ fn recovery_replays_every_slot_and_frees_orphans() {
     assert_eq!(got, [&b"from-slot-0"[..], b"from-slot-2", b"late"].map(|n| n.to_vec()));
     assert!(!rec.loaded.inodes.contains_key(&21), "the orphan is freed");
     // Recovery is idempotent: a second run finds nothing to do.
-    let again = recover(region).unwrap();
+    let again = recover(&node).unwrap();
     assert_eq!((again.replayed(), again.orphans_freed), (0, 0));
     assert_eq!(again.area.free_blocks(), rec.area.free_blocks());
 }
 
 #[test]
 fn recovery_refuses_a_forged_entry_before_changing_it() {
-    let (region, geo) = node(2);
-    let mut w = Writer::new(&region, &geo, 1);
+    let (node, geo) = node(2);
+    let mut w = Writer::new(&node, &geo, 1);
     let mut b = EntryBuilder::new();
     b.free_inode(ROOT_INO);
     w.append(&b);
-    match recover(region.clone()) {
+    match recover(&node) {
         Err(RecoveryError::InvalidEntry { slot: 1, lsn: 0, .. }) => {}
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a forged entry must stop recovery"),
     }
-    let root = PublicReader::new(region, geo).read_inode(ROOT_INO).unwrap();
+    let root = PublicReader::new(node.public.clone(), geo).read_inode(ROOT_INO).unwrap();
     assert_eq!(root.kind(), libc::S_IFDIR, "the root is untouched");
 }

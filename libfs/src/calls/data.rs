@@ -78,7 +78,7 @@ impl Front {
             }
             let dst = &mut buf[(a - off) as usize..(b - off) as usize];
             match src {
-                Src::Log(at) => self.publication.region.read(at, dst)?,
+                Src::Log(at) => self.publication.log.region().read(at, dst)?,
                 Src::Zero => dst.fill(0),
             }
             pos = b;

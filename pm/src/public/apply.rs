@@ -8,6 +8,7 @@ use super::validate::check_xattrs;
 use super::{dtype_of_mode, invalid, xattr_chain_blocks, PublishError, Result};
 use crate::layout::{BLOCK_SIZE, INODE_SIZE};
 use crate::record::{dtype, put_xattr, xattrs_len, InodeImage, Record};
+use crate::region::PmRegion;
 use std::collections::HashSet;
 
 impl PublicArea {
@@ -16,8 +17,8 @@ impl PublicArea {
     /// already freed or recreated as another type is skipped — a later record of the replay
     /// frees or recreates that inode again. Returns whether the record was applied. Records
     /// are refused before anything is written, so a skipped record changed nothing.
-    pub fn apply_replayed(&mut self, rec: &Record, unsettled: &HashSet<u64>) -> Result<bool> {
-        match self.apply(rec) {
+    pub fn apply_replayed(&mut self, rec: &Record, unsettled: &HashSet<u64>, log: &PmRegion) -> Result<bool> {
+        match self.apply(rec, log) {
             Ok(()) => Ok(true),
             Err(PublishError::Invalid { ino, why }) if unsettled.contains(&ino) => {
                 tracing::debug!(ino, %why, "replay: record for an inode the public area is ahead on; skipped");
@@ -29,11 +30,11 @@ impl PublicArea {
 
     /// Apply one record. Writes are persisted but not fenced; the caller fences and then
     /// durably advances its checkpoint, then calls [`PublicArea::checkpoint_done`].
-    pub fn apply(&mut self, rec: &Record) -> Result<()> {
+    pub fn apply(&mut self, rec: &Record, log: &PmRegion) -> Result<()> {
         match rec {
             Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
             Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),
-            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, *data_off),
+            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, log, *data_off),
             Record::Truncate { ino, size } => {
                 let mut inode = self.live_inode(*ino)?;
                 self.truncate_blocks(&mut inode, *size)?;
@@ -130,14 +131,14 @@ impl PublicArea {
         Ok(())
     }
 
-    fn apply_write(&mut self, ino: u64, off: u64, len: u64, data_off: u64) -> Result<()> {
+    fn apply_write(&mut self, ino: u64, off: u64, len: u64, log: &PmRegion, data_off: u64) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         let k = inode.img.mode & libc::S_IFMT;
         if k != libc::S_IFREG && k != libc::S_IFLNK {
             return Err(invalid(ino, "data write to a non-file"));
         }
-        if data_off.checked_add(len).is_none_or(|e| e > self.region.len()) {
-            return Err(invalid(ino, "write data outside the region"));
+        if data_off.checked_add(len).is_none_or(|e| e > log.len()) {
+            return Err(invalid(ino, "write data outside the writer's log"));
         }
         let mut buf = vec![0u8; BLOCK_SIZE as usize];
         let mut new_links = Vec::new();
@@ -151,7 +152,7 @@ impl PublicArea {
             let src = data_off + (pos - off);
             match self.lookup(&inode, idx)? {
                 Some(b) => {
-                    self.region.read(src, &mut buf[..n as usize])?;
+                    log.read(src, &mut buf[..n as usize])?;
                     self.region.write(b * BLOCK_SIZE + within, &buf[..n as usize])?;
                     self.region.persist(b * BLOCK_SIZE + within, n)?;
                     prev = Some(b);
@@ -159,7 +160,7 @@ impl PublicArea {
                 None => {
                     let b = self.alloc.alloc(prev.map(|p| p + 1)).ok_or(PublishError::NoSpace)?;
                     buf.fill(0);
-                    self.region.read(src, &mut buf[within as usize..(within + n) as usize])?;
+                    log.read(src, &mut buf[within as usize..(within + n) as usize])?;
                     self.region.write(b * BLOCK_SIZE, &buf)?;
                     self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
                     new_links.push((idx, b));
@@ -168,15 +169,7 @@ impl PublicArea {
             }
             pos += n;
         }
-        if !new_links.is_empty() {
-            self.region.fence();
-            *self.nblocks.entry(ino).or_default() += new_links.len() as u64;
-            for (idx, b) in new_links {
-                self.link(&mut inode, idx, b)?;
-            }
-            self.write_inode(&inode)?;
-        }
-        Ok(())
+        self.link_new_blocks(&mut inode, new_links)
     }
 
     fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64) -> Result<()> {
@@ -239,15 +232,7 @@ impl PublicArea {
                 }
             }
         }
-        if !new_links.is_empty() {
-            self.region.fence();
-            *self.nblocks.entry(ino).or_default() += new_links.len() as u64;
-            for (idx, b) in new_links {
-                self.link(&mut inode, idx, b)?;
-            }
-            self.write_inode(&inode)?;
-        }
-        Ok(())
+        self.link_new_blocks(&mut inode, new_links)
     }
 
     fn apply_xattrs(&mut self, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
@@ -328,5 +313,19 @@ impl PublicArea {
         self.suspect_inodes.remove(&ino);
         self.suspect_xattrs.remove(&ino);
         Ok(())
+    }
+
+    /// Link freshly written data blocks `(file block, block)` into `inode` and write it:
+    /// the blocks' contents are fenced before any pointer to them is persisted.
+    fn link_new_blocks(&mut self, inode: &mut PmInode, new_links: Vec<(u64, u64)>) -> Result<()> {
+        if new_links.is_empty() {
+            return Ok(());
+        }
+        self.region.fence();
+        *self.nblocks.entry(inode.img.ino).or_default() += new_links.len() as u64;
+        for (idx, b) in new_links {
+            self.link(inode, idx, b)?;
+        }
+        self.write_inode(inode)
     }
 }

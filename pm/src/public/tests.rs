@@ -18,13 +18,19 @@ fn setup() -> (Arc<PmRegion>, Geometry) {
     (region, geo)
 }
 
-/// Apply an entry built in DRAM: its payload is placed at the end of the region so that
+/// A log file for records that name no data.
+fn no_log() -> PmRegion {
+    PmRegion::traced(1 << 20)
+}
+
+/// Apply an entry built in DRAM: its payload is placed in a log file of its own so that
 /// WRITE records can name their data.
 fn apply(pa: &mut PublicArea, b: &EntryBuilder) {
-    let at = pa.region.len() - (2 << 20);
-    pa.region.write(at, b.payload()).unwrap();
+    let log = PmRegion::traced(b.payload().len().next_multiple_of(4096) as u64 + 4096);
+    let at = 4096;
+    log.write(at, b.payload()).unwrap();
     for r in decode_records(b.payload(), at).unwrap() {
-        pa.apply(&r).unwrap();
+        pa.apply(&r, &log).unwrap();
     }
     pa.fence();
     pa.checkpoint_done();
@@ -153,17 +159,19 @@ fn xattr_chains_grow_shrink_reload_and_reveal_a_torn_block() {
     assert!(loaded(&region).is_empty());
     // More than an inode may hold is refused.
     let huge: XattrList = (0..5).map(|i| (format!("user.{i}").into_bytes(), vec![1u8; 65536])).collect();
-    assert!(pa3.apply(&Record::Xattrs { ino: 2, attrs: huge }).is_err());
-    assert!(pa3.apply(&Record::Xattrs { ino: 2, attrs: vec![(b"user.v".to_vec(), vec![0; 65537])] }).is_err());
+    assert!(pa3.apply(&Record::Xattrs { ino: 2, attrs: huge }, &no_log()).is_err());
+    assert!(pa3
+        .apply(&Record::Xattrs { ino: 2, attrs: vec![(b"user.v".to_vec(), vec![0; 65537])] }, &no_log())
+        .is_err());
 }
 
 #[test]
 fn hostile_records_are_refused() {
     let (region, geo) = setup();
     let (mut pa, _) = PublicArea::load(region, geo).unwrap();
-    assert!(pa.apply(&Record::Write { ino: 9, off: 0, len: 1, data_off: 0 }).is_err());
-    assert!(pa.apply(&Record::FreeInode { ino: 1 }).is_err());
-    assert!(pa.apply(&Record::Dirent { dir: 77, ino: 2, dtype: dtype::REG, name: b"x".to_vec() }).is_err());
-    assert!(pa.apply(&Record::Inode { fresh: true, img: InodeImage { ino: 100000, ..file(0) } }).is_err());
-    assert!(pa.apply(&Record::Inode { fresh: true, img: InodeImage { mode: 0, ..file(5) } }).is_err());
+    assert!(pa.apply(&Record::Write { ino: 9, off: 0, len: 1, data_off: 0 }, &no_log()).is_err());
+    assert!(pa.apply(&Record::FreeInode { ino: 1 }, &no_log()).is_err());
+    assert!(pa.apply(&Record::Dirent { dir: 77, ino: 2, dtype: dtype::REG, name: b"x".to_vec() }, &no_log()).is_err());
+    assert!(pa.apply(&Record::Inode { fresh: true, img: InodeImage { ino: 100000, ..file(0) } }, &no_log()).is_err());
+    assert!(pa.apply(&Record::Inode { fresh: true, img: InodeImage { mode: 0, ..file(5) } }, &no_log()).is_err());
 }

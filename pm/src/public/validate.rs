@@ -6,6 +6,7 @@ use super::area::PublicArea;
 use super::format::{PmInode, XATTR_SPACE};
 use super::{dtype_of_mode, invalid, Result};
 use crate::record::{dtype, xattrs_len, Record, NAME_MAX, XATTR_VALUE_MAX};
+use crate::region::PmRegion;
 use std::collections::{HashMap, HashSet};
 
 /// Whether a set of extended attributes can be published: names of 1..=255 bytes, values of
@@ -35,9 +36,10 @@ impl PublicArea {
 
     /// Check that every record of one entry can be applied, without changing anything, so
     /// that an entry is published entirely or not at all. Records may depend on earlier
-    /// records of the same entry (a file created and written in one entry).
-    pub fn validate(&self, records: &[Record]) -> Result<()> {
-        self.validate_with(records, &HashSet::new())
+    /// records of the same entry (a file created and written in one entry). `log` is the
+    /// writer's log file, where WRITE records' data lives.
+    pub fn validate(&self, records: &[Record], log: &PmRegion) -> Result<()> {
+        self.validate_with(records, &HashSet::new(), log)
     }
 
     /// [`PublicArea::validate`] for recovery. A crash in the middle of a publication batch
@@ -48,7 +50,7 @@ impl PublicArea {
     /// the checkpoint), so for the inodes in `unsettled` — those the suffix itself frees or
     /// creates — whether they are allocated, and as what, is not held against an entry;
     /// everything else is checked as usual.
-    pub fn validate_with(&self, records: &[Record], unsettled: &HashSet<u64>) -> Result<()> {
+    pub fn validate_with(&self, records: &[Record], unsettled: &HashSet<u64>, log: &PmRegion) -> Result<()> {
         // ino -> Some(Some(mode)): allocated; Some(None): free; None: unknown (unsettled).
         let mut local: HashMap<u64, Option<u32>> = HashMap::new();
         let mode_of = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<Option<Option<u32>>> {
@@ -103,8 +105,8 @@ impl PublicArea {
                     if k.is_some_and(|k| k != libc::S_IFREG && k != libc::S_IFLNK) {
                         return Err(invalid(*ino, "data write to a non-file"));
                     }
-                    if data_off.checked_add(*len).is_none_or(|e| e > self.region.len()) {
-                        return Err(invalid(*ino, "write data outside the region"));
+                    if data_off.checked_add(*len).is_none_or(|e| e > log.len()) {
+                        return Err(invalid(*ino, "write data outside the writer's log"));
                     }
                 }
                 Record::Truncate { ino, .. } | Record::Punch { ino, .. } => {

@@ -1,0 +1,107 @@
+//! A node's PM: the public file and one log file per client slot, in one directory.
+//!
+//! ```text
+//! NODE_DIR/public.pm     superblock, inode table, data blocks (owned by nicfs, or by the
+//!                        host-only client; clients map it read-only)
+//! NODE_DIR/log-00.pm     log slot 0: header block + ring (written by the client of slot 0)
+//! NODE_DIR/log-01.pm     …
+//! ```
+//!
+//! Splitting the node into files is what makes the trust boundary enforceable: a client is
+//! handed a writable descriptor of its own log file and a read-only one of the public file,
+//! and the kernel refuses it everything else.
+//!
+//! Tests and the crash suite hold a node *packed* in one region — the public file followed
+//! by the log files — and see each file as a [`PmRegion::window`] of it, so that one tracer
+//! records every store and fence of the node and one crash image covers all its files.
+
+use crate::layout::{FormatError, Geometry, Superblock};
+use crate::region::PmRegion;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the public file in a node directory.
+pub const PUBLIC_FILE: &str = "public.pm";
+
+/// Name of log slot `slot`'s file in a node directory.
+pub fn log_file_name(slot: u32) -> String {
+    format!("log-{slot:02}.pm")
+}
+
+/// The PM regions of one node.
+pub struct NodePm {
+    pub geometry: Geometry,
+    pub public: Arc<PmRegion>,
+    pub logs: Vec<Arc<PmRegion>>,
+    dir: Option<PathBuf>,
+}
+
+impl NodePm {
+    /// Create (or truncate) the files of a node with geometry `geo` in `dir`, which is created
+    /// if missing. Formatting is [`crate::mkfs`]'s.
+    pub fn create(dir: &Path, geo: &Geometry) -> Result<NodePm, FormatError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::PmError::Io { what: format!("create {}", dir.display()), source: e })?;
+        let public = Arc::new(PmRegion::create(&dir.join(PUBLIC_FILE), geo.public_size())?);
+        let logs = (0..geo.log_slots)
+            .map(|s| PmRegion::create(&dir.join(log_file_name(s)), geo.log_size()).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(NodePm { geometry: *geo, public, logs, dir: Some(dir.to_path_buf()) })
+    }
+
+    /// Open the node in `dir`: the public file's superblock gives the geometry, and every log
+    /// file must be there with the size it names.
+    pub fn open(dir: &Path) -> Result<NodePm, FormatError> {
+        let public = Arc::new(PmRegion::open(&dir.join(PUBLIC_FILE))?);
+        let geometry = Superblock::read(&public)?.geometry;
+        let mut logs = Vec::new();
+        for s in 0..geometry.log_slots {
+            let path = dir.join(log_file_name(s));
+            let log = PmRegion::open(&path)?;
+            if log.len() != geometry.log_size() {
+                return Err(FormatError::SizeMismatch { expected: geometry.log_size(), found: log.len() });
+            }
+            logs.push(Arc::new(log));
+        }
+        Ok(NodePm { geometry, public, logs, dir: Some(dir.to_path_buf()) })
+    }
+
+    /// The files of a node packed in `region` with geometry `geo` (for formatting it).
+    pub fn packed_with(region: Arc<PmRegion>, geo: &Geometry) -> Result<NodePm, FormatError> {
+        if region.len() != geo.node_size() {
+            return Err(FormatError::SizeMismatch { expected: geo.node_size(), found: region.len() });
+        }
+        let public = Arc::new(PmRegion::window(region.clone(), 0, geo.public_size())?);
+        let logs = (0..geo.log_slots)
+            .map(|s| PmRegion::window(region.clone(), geo.packed_log_off(s), geo.log_size()).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(NodePm { geometry: *geo, public, logs, dir: None })
+    }
+
+    /// A formatted node packed in `region` (a crash image, a test's traced region): its
+    /// superblock gives the geometry.
+    pub fn packed(region: Arc<PmRegion>) -> Result<NodePm, FormatError> {
+        let geo = Superblock::read_packed(&region)?.geometry;
+        NodePm::packed_with(region, &geo)
+    }
+
+    /// A new traced region holding a node of geometry `geo`, packed.
+    pub fn traced(geo: &Geometry) -> NodePm {
+        NodePm::packed_with(Arc::new(PmRegion::traced(geo.node_size())), geo).expect("sized for the geometry")
+    }
+
+    /// The directory of a node opened from files.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Log file `slot`, if the node has it.
+    pub fn log(&self, slot: u32) -> Option<&Arc<PmRegion>> {
+        self.logs.get(slot as usize)
+    }
+}
+
+/// Whether `dir` holds a node's public file.
+pub fn is_node_dir(dir: &Path) -> bool {
+    dir.join(PUBLIC_FILE).is_file()
+}
