@@ -180,6 +180,11 @@ impl<K: Key> Engine<K> {
         self.scope_ends.iter().map(|(s, e)| (*s, e))
     }
 
+    /// Obsolete writes in handleObsolete.
+    pub fn spins(&self) -> impl Iterator<Item = &Spin<K>> {
+        self.spins.iter()
+    }
+
     /// Nothing waits: no write, spin, read, persist-ack or scope in progress.
     pub fn is_idle(&self) -> bool {
         self.coord.is_empty()
