@@ -119,14 +119,14 @@ impl ModelCfg {
         ModelCfg { mode, nodes: 3, keys: 2, scripts, duplicates: 0, fifo: false, mutation: Mutation::None }
     }
 
-    /// 3 nodes, 2 concurrent writes to one record, a read racing them on the third node.
+    /// 3 nodes, 2 concurrent writes to one record, a read racing them on the third node; in
+    /// lin-scope node 0 then ends its scope.
     pub fn pair(mode: Mode) -> ModelCfg {
         use Op::*;
         let mut scripts =
             vec![vec![Write { key: 0, value: 1 }], vec![Write { key: 0, value: 2 }], vec![Read { key: 0 }]];
         if mode == Mode::Scope {
             scripts[0].push(ScopeEnd);
-            scripts[1].push(ScopeEnd);
         }
         ModelCfg { mode, nodes: 3, keys: 2, scripts, duplicates: 0, fifo: false, mutation: Mutation::None }
     }

@@ -1,12 +1,12 @@
 //! The bounded model check CI runs: every mode, 3 nodes, 2 records.
 //!
 //! - `pair`: 2 concurrent writes to one record and a racing read, explored to the end (every
-//!   interleaving, reordering and completion order of persists; one duplicated delivery in
-//!   synch and event), so deadlock freedom and the final-state checks are exercised;
-//!   lin-scope's pair is bounded at depth 26 (its full space is 3.6 million states, about
-//!   two minutes: `--example check -- --mode scope --workload pair --dups 0`).
+//!   interleaving, reordering and completion order of persists; in synch also one duplicated
+//!   delivery), so deadlock freedom and the final-state checks are exercised; strict is
+//!   bounded at depth 18 and scope at depth 24 to keep CI within minutes (their full spaces
+//!   are in docs/MINOS.md).
 //! - `standard`: 3 concurrent writes (two to one record) and a read per node, explored
-//!   breadth-first to depth 14.
+//!   breadth-first to depth 12.
 //!
 //! The deeper run is `cargo run --release -p linefs-minos --example check` (docs/MINOS.md).
 //! Each run prints its state counts.
@@ -21,8 +21,9 @@ fn report(what: &str, o: &Outcome) {
 
 fn pair(mode: Mode) {
     let (depth, dups) = match mode {
-        Mode::Scope => (Some(26), 0),
-        Mode::Synch | Mode::Eventual => (None, 1),
+        Mode::Synch => (None, 1),
+        Mode::Strict => (Some(18), 0),
+        Mode::Scope => (Some(24), 0),
         _ => (None, 0),
     };
     let o = run(ModelCfg::pair(mode).with_duplicates(dups), depth, 2);
@@ -31,7 +32,7 @@ fn pair(mode: Mode) {
 }
 
 fn standard(mode: Mode) {
-    report("standard", &run(ModelCfg::standard(mode), Some(14), 2));
+    report("standard", &run(ModelCfg::standard(mode), Some(12), 2));
 }
 
 #[test]
