@@ -16,7 +16,7 @@
 
 use crate::engine::{Config, Engine};
 use crate::linearizability::{self, HistOp, OpKind};
-use crate::mode::Mode;
+use crate::mode::{Mode, Mutation};
 use crate::msg::{Input, Message, OpId, Output, ScopeId, Value};
 use crate::ts::{NodeId, Ts};
 use rand::rngs::StdRng;
@@ -34,11 +34,13 @@ pub struct SimCfg {
     /// Share of reads among client operations, in percent.
     pub read_percent: u32,
     pub seed: u64,
+    /// Only the mutation tests set this.
+    pub mutation: Mutation,
 }
 
 impl SimCfg {
     pub fn new(mode: Mode, nodes: u32, ops: usize, seed: u64) -> SimCfg {
-        SimCfg { mode, nodes, clients_per_node: 2, keys: 4, ops, read_percent: 40, seed }
+        SimCfg { mode, nodes, clients_per_node: 2, keys: 4, ops, read_percent: 40, seed, mutation: Mutation::None }
     }
 }
 
@@ -72,8 +74,9 @@ enum Event {
 /// Run one simulation; `Err` describes the first violation.
 pub fn simulate(cfg: &SimCfg) -> Result<SimReport, String> {
     let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let mut nodes: Vec<Engine<u32>> =
-        (0..cfg.nodes).map(|i| Engine::new(Config::new(i, cfg.nodes, cfg.mode))).collect();
+    let mut nodes: Vec<Engine<u32>> = (0..cfg.nodes)
+        .map(|i| Engine::new(Config { mutation: cfg.mutation, ..Config::new(i, cfg.nodes, cfg.mode) }))
+        .collect();
     let mut pm: Vec<BTreeMap<u32, Ts>> = vec![BTreeMap::new(); cfg.nodes as usize];
     let mut clients: Vec<Client> = (0..cfg.nodes * cfg.clients_per_node)
         .map(|i| Client {

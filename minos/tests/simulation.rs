@@ -9,7 +9,7 @@
 //! `cargo run --release -p linefs-minos --example sim -- --seeds 100`.
 
 use linefs_minos::sim::{simulate, SimCfg};
-use linefs_minos::Mode;
+use linefs_minos::{Mode, Mutation};
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("bad {name}={v}")))
@@ -21,11 +21,11 @@ fn simulation_every_mode_5_and_9_nodes() {
         Ok(m) => vec![m.parse().expect("MINOS_SIM_MODE")],
         Err(_) => Mode::ALL.to_vec(),
     };
-    let ops: usize = env("MINOS_SIM_OPS").unwrap_or(2000);
+    let ops: usize = env("MINOS_SIM_OPS").unwrap_or(3000);
     let plan: Vec<(u32, Vec<u64>)> = match (env::<u32>("MINOS_SIM_NODES"), env::<u64>("MINOS_SIM_SEED")) {
         (n, Some(seed)) => vec![(n.unwrap_or(5), vec![seed])],
         (Some(n), None) => vec![(n, (1..=4).collect())],
-        (None, None) => vec![(5, (1..=4).collect()), (9, (1..=2).collect())],
+        (None, None) => vec![(5, (1..=8).collect()), (9, (1..=4).collect())],
     };
     let mut failures = vec![];
     for mode in &modes {
@@ -54,4 +54,20 @@ fn simulation_every_mode_5_and_9_nodes() {
         }
     }
     assert!(failures.is_empty(), "{} failing seed(s): {failures:#?}", failures.len());
+}
+
+/// The simulation is no rubber stamp either: each planted bug fails some seed.
+#[test]
+fn simulation_catches_mutations() {
+    for (mutation, mode) in [
+        (Mutation::ValBeforeAllAcks, Mode::Eventual),
+        (Mutation::RdLockNotReleased, Mode::Strict),
+        (Mutation::ObsoleteApplied, Mode::Synch),
+        (Mutation::SynchPersistNotAwaited, Mode::Synch),
+        (Mutation::ScopeEndsEarly, Mode::Scope),
+    ] {
+        let found = (1..=4).find_map(|seed| simulate(&SimCfg { mutation, ..SimCfg::new(mode, 5, 3000, seed) }).err());
+        let e = found.unwrap_or_else(|| panic!("{mutation:?} in {mode} passed every seed"));
+        println!("{mutation:?} in {mode}: {e}");
+    }
 }
