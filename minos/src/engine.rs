@@ -50,7 +50,7 @@ pub struct Config {
 
 impl Config {
     pub fn new(id: NodeId, nodes: u32, mode: Mode) -> Config {
-        assert!(nodes >= 1 && nodes <= NodeSet::MAX_NODES && id < nodes, "node {id} of {nodes}");
+        assert!((1..=NodeSet::MAX_NODES).contains(&nodes) && id < nodes, "node {id} of {nodes}");
         Config { id, nodes, mode, mutation: Mutation::None }
     }
 }
@@ -110,6 +110,9 @@ pub struct ScopeEnd<K> {
     pub acks: NodeSet,
 }
 
+/// A [PERSIST]sc a follower received: (coordinator, scope, the scope's writes).
+pub(crate) type ScopePersist<K> = (NodeId, ScopeId, Vec<(K, Ts)>);
+
 /// The MINOS engine of one node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Engine<K> {
@@ -126,7 +129,7 @@ pub struct Engine<K> {
     open_scopes: BTreeMap<ScopeId, Vec<(K, Ts)>>,
     scope_ends: BTreeMap<ScopeId, ScopeEnd<K>>,
     /// [PERSIST]sc received: (coordinator, scope, writes) waiting for local persists.
-    scope_persists: BTreeSet<(NodeId, ScopeId, Vec<(K, Ts)>)>,
+    scope_persists: BTreeSet<ScopePersist<K>>,
 }
 
 impl<K: Key> Engine<K> {

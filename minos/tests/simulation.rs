@@ -50,7 +50,7 @@ fn simulation_every_mode_5_and_9_nodes() {
                 "{mode}: {nodes} nodes, seeds {seeds:?}, {ops} ops each: {w} writes, {r} reads, {scopes} scope ends, {msgs} messages, {skips} obsolete skips"
             );
             // The run must exercise the contended paths, or it proves little.
-            assert!(failures.len() > 0 || skips > 0, "{mode}/{nodes}: no write was ever obsolete");
+            assert!(!failures.is_empty() || skips > 0, "{mode}/{nodes}: no write was ever obsolete");
         }
     }
     assert!(failures.is_empty(), "{} failing seed(s): {failures:#?}", failures.len());

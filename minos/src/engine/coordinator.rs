@@ -19,7 +19,7 @@
 //! happen in one step from the current volatileTS, so TS_WR is always newer than it and the
 //! check cannot fire; it is asserted instead of carrying a path that cannot run.
 
-use super::{CoordWrite, Engine, Key, ScopeEnd, Stage};
+use super::{CoordWrite, Engine, Key, ScopeEnd, ScopePersist, Stage};
 use crate::mode::{Mode, Mutation};
 use crate::msg::{Message, OpId, Output, ScopeId, Value};
 use crate::ts::{NodeId, NodeSet, Ts};
@@ -171,7 +171,7 @@ impl<K: Key> Engine<K> {
                 moved = true;
             }
         }
-        let ready: Vec<(NodeId, ScopeId, Vec<(K, Ts)>)> = self
+        let ready: Vec<ScopePersist<K>> = self
             .scope_persists
             .iter()
             .filter(|(_, _, writes)| writes.iter().all(|(k, ts)| self.durable_here(k, *ts)))
