@@ -17,14 +17,19 @@ pub struct Args {
     pub socket: PathBuf,
     /// CPUs to run on, e.g. `2,3` or `0-1,4`.
     #[arg(long, value_parser = parse_cpus)]
-    pub cpus: Option<Vec<usize>>,
+    pub cpus: Option<CpuList>,
     /// A JSON status file, rewritten every second and at exit.
     #[arg(long)]
     pub status_file: Option<PathBuf>,
 }
 
+/// CPU numbers, sorted, without duplicates. (A newtype: clap reads `Option<Vec<_>>` as a
+/// repeated argument.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
 /// Parses a CPU list: comma-separated numbers and inclusive ranges.
-pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
+pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
     let mut cpus = Vec::new();
     for part in s.split(',').map(str::trim) {
         let num = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad CPU number {t:?} in {s:?}"));
@@ -42,13 +47,13 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     }
     cpus.sort_unstable();
     cpus.dedup();
-    Ok(cpus)
+    Ok(CpuList(cpus))
 }
 
 /// Pins the calling thread — call it before starting any other, which inherit it — to `cpus`.
-pub fn pin(cpus: &[usize]) -> std::io::Result<()> {
+pub fn pin(cpus: &CpuList) -> std::io::Result<()> {
     let mut set = CpuSet::new();
-    for &c in cpus {
+    for &c in &cpus.0 {
         set.set(c);
     }
     sched_setaffinity(None, &set)?;
@@ -60,9 +65,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn command_line() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--cpus", "1,0"]).unwrap();
+        assert_eq!(a.cpus, Some(CpuList(vec![0, 1])));
+        assert_eq!(a.status_file, None);
+        assert!(Args::try_parse_from(["nicfs", "--node", "n"]).is_err());
+    }
+
+    #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpus("3").unwrap(), vec![3]);
-        assert_eq!(parse_cpus("0-2,5, 1").unwrap(), vec![0, 1, 2, 5]);
+        assert_eq!(parse_cpus("3").unwrap().0, vec![3]);
+        assert_eq!(parse_cpus("0-2,5, 1").unwrap().0, vec![0, 1, 2, 5]);
         assert!(parse_cpus("2-1").is_err());
         assert!(parse_cpus("x").is_err());
         assert!(parse_cpus("").is_err());

@@ -31,8 +31,8 @@ impl Ctx {
 pub fn run(args: Args) -> Result<(), String> {
     let signals = ShutdownSignals::block().map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
     if let Some(cpus) = &args.cpus {
-        crate::args::pin(cpus).map_err(|e| format!("cannot pin to CPUs {cpus:?}: {e}"))?;
-        tracing::info!(?cpus, "pinned");
+        crate::args::pin(cpus).map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
+        tracing::info!(cpus = ?cpus.0, "pinned");
     }
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     let listener = bind(&args.socket)?;

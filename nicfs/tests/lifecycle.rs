@@ -124,3 +124,40 @@ fn sigterm_publishes_every_attached_client_and_exits_cleanly() {
     // The clients see their connections end.
     assert!(read_frame::<Control>(&a.control, Party::Nicfs, Some(WAIT)).is_err());
 }
+
+#[test]
+fn cpus_pins_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("n");
+    let params = linefs_pm::layout::FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 1, inodes: 256 };
+    linefs_pm::mkfs::format_dir(&node, &params).unwrap();
+    let socket = dir.path().join("s");
+    let mut child = std::process::Command::new(nicfs_bin())
+        .arg("--node")
+        .arg(&node)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--cpus", "0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the socket", || {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("nicfs exited ({st}): {err}");
+        }
+        socket.exists().then_some(())
+    });
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+    assert_eq!(allowed.split_whitespace().nth(1), Some("0"), "{allowed}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A bad list is refused at the command line.
+    let out = std::process::Command::new(nicfs_bin())
+        .args(["--node", "x", "--socket", "y", "--cpus", "3-1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
