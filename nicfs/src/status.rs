@@ -82,8 +82,10 @@ pub fn snapshot(ctx: &Ctx) -> Status {
 /// Writes the status to `path` atomically.
 pub fn write(ctx: &Ctx, path: &Path) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(&snapshot(ctx)).map_err(std::io::Error::other)?;
+    // A name of its own per write: the status thread and the exit may write at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".tmp{}", WRITES.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&tmp, json)?;
     std::fs::rename(&tmp, path)
 }
