@@ -1,0 +1,84 @@
+//! One accepted connection: read its Hello (within [`HELLO_TIMEOUT`]), then serve it as a
+//! control connection (a new session, [`crate::control`]) or as the bulk connection of an
+//! existing one ([`crate::bulk`]). Also the policy for frames that do not decode.
+
+use crate::daemon::Ctx;
+use linefs_proto::{
+    answer_bad_frame, peer_credentials, recv_frame, Channel, Control, Party, PeerCred, ReadError, Received,
+};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a new connection may take to say Hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a write to a client may block (a client that stops reading is cut off).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Frames that fail to decode before a connection is closed.
+pub const MAX_BAD_FRAMES: u32 = 8;
+
+/// Serves one accepted connection to its end.
+pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
+    let cred = match peer_credentials(&stream) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the peer's credentials; closing");
+            return;
+        }
+    };
+    let peer = describe(&cred);
+    if let Err(e) = stream.set_write_timeout(Some(WRITE_TIMEOUT)) {
+        tracing::warn!(%peer, error = %e, "cannot set a write timeout; closing");
+        return;
+    }
+    let first: Received<Control> = match recv_frame(&stream, Party::Client, Some(HELLO_TIMEOUT)) {
+        Ok(r) => r,
+        Err(e) => {
+            answer_bad_frame(&stream, &peer, &e);
+            return;
+        }
+    };
+    let id = first.frame.id;
+    let Control::Hello(hello) = first.frame.msg else {
+        tracing::warn!(%peer, kind = ?first.frame.msg, "first frame is not Hello; closing");
+        let _ = linefs_proto::write_error(&stream, id, libc::EPROTO, "the first frame must be Hello");
+        return;
+    };
+    match hello.channel {
+        Channel::Control => crate::control::serve(&ctx, stream, cred, id, hello),
+        Channel::Bulk => crate::bulk::serve(&ctx, stream, cred, id, hello),
+        Channel::Kworker => {
+            tracing::warn!(%peer, "kworker connection refused: not served by this nicfs yet");
+            let _ = linefs_proto::write_error(&stream, id, libc::EOPNOTSUPP, "kworker links are not served yet");
+        }
+    }
+}
+
+/// A peer as logs name it.
+pub fn describe(cred: &PeerCred) -> String {
+    format!("pid {} uid {} gid {}", cred.pid, cred.uid, cred.gid)
+}
+
+/// Counts the frames of one connection that did not decode.
+#[derive(Default)]
+pub struct BadFrames(u32);
+
+impl BadFrames {
+    /// Answers a failed read (see [`answer_bad_frame`]) and says whether to keep reading:
+    /// not after the end of the connection, a frame not consumed whole, or too many bad
+    /// frames.
+    pub fn go_on(&mut self, stream: &UnixStream, peer: &str, err: &ReadError) -> bool {
+        if matches!(err, ReadError::Closed) {
+            return false;
+        }
+        if !answer_bad_frame(stream, peer, err) {
+            return false;
+        }
+        self.0 += 1;
+        if self.0 >= MAX_BAD_FRAMES {
+            tracing::warn!(peer, bad = self.0, "too many bad frames; disconnecting");
+            return false;
+        }
+        true
+    }
+}

@@ -1,0 +1,139 @@
+//! The daemon's life: lock and recover the node, bind the socket, serve connections (a
+//! thread each), and on SIGTERM/SIGINT stop: publish what every attached client has
+//! committed, write the last status, remove the socket, exit 0.
+
+use crate::args::Args;
+use crate::node::Node;
+use crate::session::Sessions;
+use crate::signals::ShutdownSignals;
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// What every thread of the daemon shares.
+pub struct Ctx {
+    pub node: Arc<Node>,
+    pub sessions: Arc<Sessions>,
+    pub socket: PathBuf,
+    stopping: AtomicBool,
+}
+
+impl Ctx {
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// Runs nicfs; the error is the one-line reason it cannot.
+pub fn run(args: Args) -> Result<(), String> {
+    let signals = ShutdownSignals::block().map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
+    if let Some(cpus) = &args.cpus {
+        crate::args::pin(cpus).map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
+        tracing::info!(cpus = ?cpus.0, "pinned");
+    }
+    let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
+    let listener = bind(&args.socket)?;
+    tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
+    let ctx = Arc::new(Ctx {
+        node,
+        sessions: Arc::new(Sessions::default()),
+        socket: args.socket.clone(),
+        stopping: AtomicBool::new(false),
+    });
+    if let Some(path) = args.status_file.clone() {
+        let c = ctx.clone();
+        spawn("status", move || crate::status::run(c, path))?;
+    }
+    {
+        let c = ctx.clone();
+        spawn("signals", move || {
+            match signals.wait() {
+                Ok(sig) => tracing::info!(sig, "signal received: stopping"),
+                Err(e) => tracing::error!(error = %e, "sigwait failed: stopping"),
+            }
+            c.stopping.store(true, Ordering::Release);
+            // Wake the accept loop.
+            let _ = UnixStream::connect(&c.socket);
+        })?;
+    }
+    for conn in listener.incoming() {
+        if ctx.stopping() {
+            break;
+        }
+        match conn {
+            Ok(stream) => {
+                let c = ctx.clone();
+                if let Err(e) = spawn("conn", move || crate::conn::serve(c, stream)) {
+                    tracing::error!("{e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+    }
+    stop(&ctx, args.status_file.as_deref());
+    Ok(())
+}
+
+/// Publishes every attached client's committed log, then holds the public area (no
+/// publisher may start a batch the exit would cut), writes the last status and removes
+/// the socket.
+fn stop(ctx: &Ctx, status_file: Option<&Path>) {
+    let _ = std::fs::remove_file(&ctx.socket);
+    let sessions = ctx.sessions.all();
+    for s in &sessions {
+        crate::publisher::settle(&ctx.node, s);
+        tracing::info!(
+            session = s.id,
+            slot = s.slot,
+            published = s.published.load(Ordering::Acquire),
+            "published at shutdown"
+        );
+    }
+    let _frozen = ctx.node.freeze();
+    if let Some(path) = status_file {
+        if let Err(e) = crate::status::write(ctx, path) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
+        }
+    }
+    for s in &sessions {
+        s.hang_up();
+    }
+    tracing::info!(sessions = sessions.len(), "stopped");
+}
+
+/// Binds the socket at `path`, replacing a stale one (a socket nobody listens on), with mode
+/// 0666 so that unprivileged clients can connect.
+fn bind(path: &Path) -> Result<UnixListener, String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(format!("socket {} is in use by a live server", path.display()));
+            }
+            std::fs::remove_file(path).map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?;
+            tracing::info!(socket = %path.display(), "removed a stale socket");
+        }
+        Ok(_) => return Err(format!("{} exists and is not a socket", path.display())),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot stat {}: {e}", path.display())),
+    }
+    let listener = UnixListener::bind(path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(|_| ())
+        .map_err(|e| format!("cannot start the {name} thread: {e}"))
+}

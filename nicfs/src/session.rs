@@ -1,0 +1,167 @@
+//! Sessions: one per attached client, from its control Hello to the end of its control
+//! connection. A session owns a claimed log slot, the client's credentials as the kernel
+//! reported them (SO_PEERCRED, not what the client says), the writing halves of its two
+//! connections, and the queue of its publisher thread ([`crate::publisher`]), which keeps
+//! the client's publications in order.
+//!
+//! Writes to one connection come from two threads (the connection's reader answers
+//! requests, the publisher sends notices), so each writing half sits behind a mutex that
+//! is held for one whole frame.
+
+use crate::publisher::Job;
+use linefs_proto::{Codec, Frame, PeerCred, Role, SendError};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One attached client.
+pub struct Session {
+    pub id: u64,
+    pub slot: u32,
+    pub cred: PeerCred,
+    pub role: Role,
+    control: Mutex<UnixStream>,
+    bulk: Mutex<Option<UnixStream>>,
+    pub jobs: crossbeam_channel::Sender<Job>,
+    /// Highest LSN the client said was committed (ChunkReady, Fsync).
+    pub committed: AtomicU64,
+    /// The slot's durable checkpoint as of the last publication.
+    pub published: AtomicU64,
+    /// Set once an entry was refused: nothing more is published for this session.
+    failed: AtomicBool,
+    failure: Mutex<Option<String>>,
+    /// Ids of the frames nicfs starts (notices), per session.
+    next_id: AtomicU64,
+}
+
+impl Session {
+    pub fn new(
+        id: u64,
+        slot: u32,
+        cred: PeerCred,
+        role: Role,
+        control: UnixStream,
+        jobs: crossbeam_channel::Sender<Job>,
+        published: u64,
+    ) -> Session {
+        Session {
+            id,
+            slot,
+            cred,
+            role,
+            control: Mutex::new(control),
+            bulk: Mutex::new(None),
+            jobs,
+            committed: AtomicU64::new(published),
+            published: AtomicU64::new(published),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// A fresh id for a frame nicfs starts.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends a frame on the control connection.
+    pub fn send_control<M: Codec>(&self, frame: &Frame<M>) -> Result<(), SendError> {
+        linefs_proto::write_frame(&self.control.lock(), frame)
+    }
+
+    /// Sends an Error reply on the control connection.
+    pub fn control_error(&self, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
+        linefs_proto::write_error(&self.control.lock(), id, errno, message)
+    }
+
+    /// Sends a frame on the bulk connection; false if there is none.
+    pub fn send_bulk<M: Codec>(&self, frame: &Frame<M>) -> Result<bool, SendError> {
+        match &*self.bulk.lock() {
+            Some(s) => linefs_proto::write_frame(s, frame).map(|_| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Sends an Error reply on the bulk connection, if there is one.
+    pub fn bulk_error(&self, id: u64, errno: i32, message: &str) {
+        if let Some(s) = &*self.bulk.lock() {
+            if let Err(e) = linefs_proto::write_error(s, id, errno, message) {
+                tracing::debug!(session = self.id, error = %e, "cannot send an Error on the bulk connection");
+            }
+        }
+    }
+
+    /// Records the writing half of the session's bulk connection; false if it has one.
+    pub fn set_bulk(&self, stream: UnixStream) -> bool {
+        let mut bulk = self.bulk.lock();
+        if bulk.is_some() {
+            return false;
+        }
+        *bulk = Some(stream);
+        true
+    }
+
+    pub fn clear_bulk(&self) {
+        *self.bulk.lock() = None;
+    }
+
+    pub fn has_bulk(&self) -> bool {
+        self.bulk.lock().is_some()
+    }
+
+    /// Marks the session failed (an entry refused) with why.
+    pub fn fail(&self, why: String) {
+        *self.failure.lock() = Some(why);
+        self.failed.store(true, Ordering::Release);
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
+    }
+
+    /// Closes both connections (their readers see the end and the session ends).
+    pub fn hang_up(&self) {
+        let _ = self.control.lock().shutdown(std::net::Shutdown::Both);
+        if let Some(b) = &*self.bulk.lock() {
+            let _ = b.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The attached sessions, by id.
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<BTreeMap<u64, Arc<Session>>>,
+    last_id: AtomicU64,
+}
+
+impl Sessions {
+    /// A session id never handed out before in this process.
+    pub fn new_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn insert(&self, s: Arc<Session>) {
+        self.map.lock().insert(s.id, s);
+    }
+
+    pub fn remove(&self, id: u64) -> Option<Arc<Session>> {
+        self.map.lock().remove(&id)
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<Session>> {
+        self.map.lock().get(&id).cloned()
+    }
+
+    /// Every session now, in id order.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.map.lock().values().cloned().collect()
+    }
+}

@@ -1,0 +1,101 @@
+//! The status file: a JSON snapshot of the daemon (its pid, node, sessions and publication
+//! counters), rewritten every [`INTERVAL`] and at exit. Written to a temporary file in the
+//! same directory and renamed over the old one, so a reader never sees half a file.
+
+use crate::daemon::Ctx;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub pid: u32,
+    pub node_dir: String,
+    pub socket: String,
+    pub log_slots: u32,
+    pub stopping: bool,
+    pub sessions: Vec<SessionStatus>,
+    pub counters: CounterStatus,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionStatus {
+    pub session: u64,
+    pub slot: u32,
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+    pub role: String,
+    pub bulk: bool,
+    pub committed_lsn: u64,
+    pub published_lsn: u64,
+    /// Why the session failed (an entry refused), if it did.
+    pub failed: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CounterStatus {
+    pub entries_published: u64,
+    pub bytes_published: u64,
+    pub chunks: u64,
+    pub rejections: u64,
+}
+
+/// The daemon's state now.
+pub fn snapshot(ctx: &Ctx) -> Status {
+    let c = &ctx.node.counters;
+    Status {
+        pid: std::process::id(),
+        node_dir: ctx.node.dir.display().to_string(),
+        socket: ctx.socket.display().to_string(),
+        log_slots: ctx.node.geometry.log_slots,
+        stopping: ctx.stopping(),
+        sessions: ctx
+            .sessions
+            .all()
+            .iter()
+            .map(|s| SessionStatus {
+                session: s.id,
+                slot: s.slot,
+                pid: s.cred.pid,
+                uid: s.cred.uid,
+                gid: s.cred.gid,
+                role: format!("{:?}", s.role),
+                bulk: s.has_bulk(),
+                committed_lsn: s.committed.load(Ordering::Acquire),
+                published_lsn: s.published.load(Ordering::Acquire),
+                failed: s.failure(),
+            })
+            .collect(),
+        counters: CounterStatus {
+            entries_published: c.entries.load(Ordering::Relaxed),
+            bytes_published: c.bytes.load(Ordering::Relaxed),
+            chunks: c.chunks.load(Ordering::Relaxed),
+            rejections: c.rejections.load(Ordering::Relaxed),
+        },
+    }
+}
+
+/// Writes the status to `path` atomically.
+pub fn write(ctx: &Ctx, path: &Path) -> std::io::Result<()> {
+    let json = serde_json::to_vec_pretty(&snapshot(ctx)).map_err(std::io::Error::other)?;
+    // A name of its own per write: the status thread and the exit may write at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", WRITES.fetch_add(1, Ordering::Relaxed)));
+    std::fs::write(&tmp, json)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Rewrites the status file every [`INTERVAL`] until the daemon stops.
+pub fn run(ctx: std::sync::Arc<Ctx>, path: std::path::PathBuf) {
+    while !ctx.stopping() {
+        if let Err(e) = write(&ctx, &path) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
+        }
+        std::thread::sleep(INTERVAL);
+    }
+}

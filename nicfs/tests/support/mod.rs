@@ -1,0 +1,254 @@
+//! What the nicfs integration tests share: a formatted node in a temp directory with the
+//! real `nicfs` binary serving it, and a test client that speaks the protocol and writes its
+//! log through the descriptor nicfs hands it. Every wait has a deadline.
+#![allow(dead_code)]
+
+use linefs_pm::layout::{FormatParams, Geometry, Superblock};
+use linefs_pm::oplog::LogSlot;
+use linefs_pm::public::PublicReader;
+use linefs_pm::record::{dtype, EntryBuilder, InodeImage};
+use linefs_pm::PmRegion;
+use linefs_proto::*;
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub fn nicfs_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_nicfs")
+}
+
+/// Polls `f` until it gives Some, or panics with `what` after [`WAIT`].
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A formatted node and the nicfs serving it (killed on drop if still running).
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub node: PathBuf,
+    pub socket: PathBuf,
+    pub status: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl Daemon {
+    /// A node with `slots` log slots, served by a new nicfs.
+    pub fn start(slots: u32) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("node0");
+        let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: slots, inodes: 256 };
+        linefs_pm::mkfs::format_dir(&node, &params).unwrap();
+        let socket = dir.path().join("nicfs.sock");
+        let status = dir.path().join("status.json");
+        let mut d = Daemon { dir, node, socket, status, child: None };
+        d.child = Some(d.spawn(&d.socket.clone()));
+        let child = d.child.as_mut().unwrap();
+        wait_for("the socket and status file", || {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("nicfs exited at start: {st}");
+            }
+            (d.socket.exists() && d.status.exists()).then_some(())
+        });
+        d
+    }
+
+    /// Starts a nicfs on this node with its output captured.
+    pub fn spawn(&self, socket: &std::path::Path) -> Child {
+        Command::new(nicfs_bin())
+            .arg("--node")
+            .arg(&self.node)
+            .arg("--socket")
+            .arg(socket)
+            .arg("--status-file")
+            .arg(&self.status)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nicfs")
+    }
+
+    /// The status file, parsed (it is replaced atomically, so always whole).
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&self.status).unwrap()).unwrap()
+    }
+
+    /// Waits until the status file satisfies `pred`.
+    pub fn wait_status(&self, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        wait_for(what, || Some(self.status()).filter(|s| pred(s)))
+    }
+
+    /// Whether nicfs is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().unwrap().is_none()
+    }
+
+    /// Sends `sig` and waits (bounded) for the exit; returns it and what nicfs wrote to stderr.
+    pub fn stop(&mut self, sig: i32) -> (ExitStatus, String) {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) on the pid of a child we started and have not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = wait_for("nicfs to exit", || child.try_wait().unwrap());
+        let mut err = String::new();
+        use std::io::Read;
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        (status, err)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A client attached through the protocol, writing its log through the descriptor it was
+/// given.
+pub struct Client {
+    pub control: UnixStream,
+    pub bulk: UnixStream,
+    pub attached: Attached,
+    pub log_fd: OwnedFd,
+    pub public_fd: OwnedFd,
+    pub log: LogSlot,
+    pub geometry: Geometry,
+    /// Where the next entry goes.
+    pub tail: u64,
+    next_id: u64,
+}
+
+/// Sends a control Hello and reads the answer.
+pub fn hello_control(socket: &std::path::Path) -> (UnixStream, Received<Control>) {
+    let control = UnixStream::connect(socket).unwrap();
+    let hello = Hello { channel: Channel::Control, role: Role::DirectApi, session: 0 };
+    write_frame(&control, &Frame { id: 1, msg: Control::Hello(hello) }).unwrap();
+    let r = recv_frame(&control, Party::Nicfs, Some(WAIT)).unwrap();
+    (control, r)
+}
+
+impl Client {
+    /// Attaches (panics on an Error reply).
+    pub fn attach(socket: &std::path::Path) -> Client {
+        Client::try_attach(socket).unwrap_or_else(|e| panic!("attach refused: {e:?}"))
+    }
+
+    /// Attaches, or returns the Error nicfs answered.
+    pub fn try_attach(socket: &std::path::Path) -> Result<Client, ErrorReply> {
+        let (control, r) = hello_control(socket);
+        let attached = match r.frame.msg {
+            Control::Attached(a) => a,
+            Control::Error(e) => return Err(e),
+            other => panic!("unexpected answer to Hello: {other:?}"),
+        };
+        let mut fds = r.fds.into_iter();
+        let (log_fd, public_fd) = (fds.next().unwrap(), fds.next().unwrap());
+        let geometry = Superblock::read(&read_public(&public_fd)).unwrap().geometry;
+        let region = PmRegion::open(&PathBuf::from(format!("/proc/self/fd/{}", log_fd.as_raw_fd()))).unwrap();
+        let log = LogSlot::new(Arc::new(region), &geometry, attached.slot);
+        let bulk = UnixStream::connect(socket).unwrap();
+        let hello = Hello { channel: Channel::Bulk, role: Role::DirectApi, session: attached.session };
+        write_frame(&bulk, &Frame { id: 1, msg: Bulk::Hello(hello) }).unwrap();
+        let ok: Frame<Bulk> = read_frame(&bulk, Party::Nicfs, Some(WAIT)).unwrap();
+        assert_eq!(ok.msg, Bulk::Ok);
+        let tail = attached.log.start_lsn;
+        Ok(Client { control, bulk, attached, log_fd, public_fd, log, geometry, tail, next_id: 2 })
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Appends an entry (persisted and fenced: committed); returns its LSN.
+    pub fn append(&mut self, b: &EntryBuilder) -> u64 {
+        let published = self.log.published_lsn().unwrap();
+        let loc = self.log.append(self.tail, published, b.payload()).unwrap();
+        self.tail = loc.end;
+        loc.lsn
+    }
+
+    pub fn chunk_ready(&mut self) {
+        let id = self.id();
+        write_frame(&self.bulk, &Frame { id, msg: Bulk::ChunkReady(ChunkReady { committed_lsn: self.tail }) }).unwrap();
+    }
+
+    pub fn recv_bulk(&self) -> Bulk {
+        read_frame::<Bulk>(&self.bulk, Party::Nicfs, Some(WAIT)).unwrap().msg
+    }
+
+    pub fn recv_control(&self) -> Control {
+        read_frame::<Control>(&self.control, Party::Nicfs, Some(WAIT)).unwrap().msg
+    }
+
+    /// A control request and its answer.
+    pub fn request(&mut self, msg: Control) -> Control {
+        let id = self.id();
+        write_frame(&self.control, &Frame { id, msg }).unwrap();
+        let f = read_frame::<Control>(&self.control, Party::Nicfs, Some(WAIT)).unwrap();
+        assert_eq!(f.id, id);
+        f.msg
+    }
+
+    /// The public area as read now through the read-only descriptor.
+    pub fn public(&self) -> PublicReader {
+        PublicReader::new(Arc::new(read_public(&self.public_fd)), self.geometry)
+    }
+}
+
+/// The public file's bytes, read through `fd`, as an in-memory region.
+pub fn read_public(fd: &OwnedFd) -> PmRegion {
+    let file = File::from(fd.try_clone().unwrap());
+    let len = file.metadata().unwrap().len() as usize;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, 0).unwrap();
+    PmRegion::traced_from_image(buf)
+}
+
+/// An entry creating file `name` (inode `ino`) in the root directory holding `data`.
+pub fn create_file(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
+    let mut b = EntryBuilder::new();
+    let img = InodeImage { ino, size: data.len() as u64, mode: libc::S_IFREG | 0o644, nlink: 1, ..Default::default() };
+    b.inode(&img, true);
+    b.dirent(1, name, ino, dtype::REG);
+    b.write(ino, 0, data);
+    b
+}
+
+/// `ino` of `name` in the root directory of `public`, if there.
+pub fn lookup(public: &PublicReader, name: &[u8]) -> Option<u64> {
+    let loaded = public.load().unwrap();
+    loaded.dirs.get(&1)?.iter().find(|d| d.name == name).map(|d| d.ino)
+}
+
+/// The first `len` bytes of file `ino`.
+pub fn read_file(public: &PublicReader, ino: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    public.read_file(ino, 0, &mut buf).unwrap();
+    buf
+}
+
+/// Expects a Published notice; returns it.
+pub fn expect_published(c: &Client) -> Published {
+    match c.recv_bulk() {
+        Bulk::Published(p) => p,
+        other => panic!("expected Published, got {other:?}"),
+    }
+}
