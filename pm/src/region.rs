@@ -173,6 +173,9 @@ pub enum PmError {
     /// A forced persist method that cannot be used (unknown name, CPU lacks it).
     #[error("persist method {method:?} unusable: {reason}")]
     Unsupported { method: String, reason: String },
+    /// A store to a region mapped read-only.
+    #[error("{what}: the PM region is mapped read-only")]
+    ReadOnly { what: String },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> PmError {
@@ -215,6 +218,9 @@ enum Backend {
 /// A PM region: a shared mapping of a file, or an in-memory traced region.
 pub struct PmRegion {
     size: u64,
+    /// False for a read-only mapping (a client's view of the public file): every store is
+    /// refused before it could touch the mapping.
+    writable: bool,
     method: PersistMethod,
     backing: Backing,
     path: Option<PathBuf>,
@@ -373,6 +379,19 @@ impl PmRegion {
             .write(true)
             .open(path)
             .map_err(io_err(format!("open PM file {}", path.display())))?;
+        Self::from_file(file, path, true)
+    }
+
+    /// Map an existing file read-only (shared): every store to the region is refused.
+    pub fn open_read_only(path: &Path) -> Result<PmRegion, PmError> {
+        let file = File::open(path).map_err(io_err(format!("open PM file {}", path.display())))?;
+        Self::from_file(file, path, false)
+    }
+
+    /// Map an open file (e.g. a descriptor received over a socket), read-write or read-only
+    /// as `writable` says — a read-only descriptor can only be mapped read-only. `path`
+    /// names it in messages and is where DAX is looked for.
+    pub fn from_file(file: File, path: &Path, writable: bool) -> Result<PmRegion, PmError> {
         let meta = file.metadata().map_err(io_err(format!("stat {}", path.display())))?;
         if !meta.is_file() {
             return Err(PmError::NotRegularFile { path: path.to_path_buf() });
@@ -385,18 +404,25 @@ impl PmRegion {
             return Err(PmError::BadSize { path: path.to_path_buf(), size, reason: "not a multiple of 4096" });
         }
         let backing = detect_backing(&file, path);
-        Self::map(file, path, size, backing)
+        Self::map_with(file, path, size, backing, writable)
     }
 
     fn map(file: File, path: &Path, size: u64, backing: Backing) -> Result<PmRegion, PmError> {
+        Self::map_with(file, path, size, backing, true)
+    }
+
+    fn map_with(file: File, path: &Path, size: u64, backing: Backing, writable: bool) -> Result<PmRegion, PmError> {
         let method = select_method(backing, forced_method_from_env()?.as_deref())?;
         let len = usize::try_from(size).map_err(|_| PmError::BadSize {
             path: path.to_path_buf(),
             size,
             reason: "larger than the address space",
         })?;
-        let map = MmapOptions::new().len(len).map_raw(&file).map_err(io_err(format!("mmap {}", path.display())))?;
-        if matches!(backing, Backing::Tmpfs | Backing::Dax) && std::env::var_os(NO_PREFAULT_ENV).is_none() {
+        let mut opts = MmapOptions::new();
+        opts.len(len);
+        let map = if writable { opts.map_raw(&file) } else { opts.map_raw_read_only(&file) }
+            .map_err(io_err(format!("mmap {}", path.display())))?;
+        if writable && matches!(backing, Backing::Tmpfs | Backing::Dax) && std::env::var_os(NO_PREFAULT_ENV).is_none() {
             // Real PM is memory the node owns; tmpfs allocates (and zeroes) a page at its
             // first touch, which would otherwise land on the write path of whatever touches
             // it first. Populate the whole mapping once, up front. Best effort: an old kernel
@@ -413,10 +439,12 @@ impl PmRegion {
             size,
             %backing,
             %method,
+            writable,
             "mapped PM region"
         );
         Ok(PmRegion {
             size,
+            writable,
             method,
             backing,
             path: Some(path.to_path_buf()),
@@ -437,6 +465,7 @@ impl PmRegion {
     pub fn traced_from_image(image: Vec<u8>) -> PmRegion {
         PmRegion {
             size: image.len() as u64,
+            writable: true,
             method: PersistMethod::Traced,
             backing: Backing::Memory,
             path: None,
@@ -454,6 +483,7 @@ impl PmRegion {
         parent.check(base, len)?;
         Ok(PmRegion {
             size: len,
+            writable: parent.writable,
             method: parent.method,
             backing: parent.backing,
             path: None,
@@ -497,6 +527,23 @@ impl PmRegion {
         }
     }
 
+    /// [`check`](Self::check) for a store: also refused on a read-only mapping.
+    fn check_store(&self, off: u64, len: u64) -> Result<usize, PmError> {
+        if !self.writable {
+            let what = match &self.path {
+                Some(p) => format!("store of {len} bytes at {off} in {}", p.display()),
+                None => format!("store of {len} bytes at {off}"),
+            };
+            return Err(PmError::ReadOnly { what });
+        }
+        self.check(off, len)
+    }
+
+    /// Whether stores are allowed (false for a read-only mapping).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// Copy `buf.len()` bytes at `off` into `buf`.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), PmError> {
         let o = self.check(off, buf.len() as u64)?;
@@ -515,12 +562,12 @@ impl PmRegion {
 
     /// Store `data` at `off` (not durable until persisted and fenced).
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), PmError> {
-        let o = self.check(off, data.len() as u64)?;
+        let o = self.check_store(off, data.len() as u64)?;
         match &self.backend {
             Backend::Mapped(map) => {
-                // SAFETY: [o, o + data.len()) is within the writable shared mapping (checked
-                // above), which lives as long as `self`. `data` is a shared Rust borrow, so no
-                // one may be writing it; callers never pass a slice of the mapping itself (the
+                // SAFETY: [o, o + data.len()) is within the shared mapping, which is writable
+                // (both checked by check_store) and lives as long as `self`. `data` is a
+                // shared Rust borrow, so no one may be writing it; callers never pass a slice of the mapping itself (the
                 // region hands out no references into it), and same-byte writers are excluded
                 // by the callers' locks (module doc).
                 unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), map.as_mut_ptr().add(o), data.len()) }
@@ -534,10 +581,10 @@ impl PmRegion {
 
     /// Store `len` zero bytes at `off` (not durable until persisted and fenced).
     pub fn zero(&self, off: u64, len: u64) -> Result<(), PmError> {
-        let o = self.check(off, len)?;
+        let o = self.check_store(off, len)?;
         match &self.backend {
             Backend::Mapped(map) => {
-                // SAFETY: [o, o + len) is within the writable mapping (checked above), which
+                // SAFETY: [o, o + len) is within the mapping, which is writable (check_store), which
                 // lives as long as `self`; same-byte writers are excluded by callers' locks.
                 unsafe { std::ptr::write_bytes(map.as_mut_ptr().add(o), 0, len as usize) }
             }
@@ -572,10 +619,10 @@ impl PmRegion {
     /// Store a little-endian u64 at `off`. When `off % 8 == 0` this is a single atomic
     /// 8-byte store (the log's commit words rely on it). Not durable until persisted.
     pub fn write_u64(&self, off: u64, v: u64) -> Result<(), PmError> {
-        let o = self.check(off, 8)?;
+        let o = self.check_store(off, 8)?;
         match &self.backend {
             Backend::Mapped(map) if off.is_multiple_of(8) => {
-                // SAFETY: [o, o + 8) is within the writable mapping (checked above), which
+                // SAFETY: [o, o + 8) is within the mapping, which is writable (check_store), which
                 // lives as long as `self`; page-aligned base + o % 8 == 0 gives an 8-aligned
                 // pointer as AtomicU64 requires. Non-atomic accesses to these bytes are
                 // excluded by the callers' locks.
@@ -598,7 +645,7 @@ impl PmRegion {
     /// Write back the cache lines covering `[off, off + len)` (clwb / clflushopt / clflush),
     /// or msync the page-aligned range of a disk file. Not ordered until [`fence`](Self::fence).
     pub fn persist(&self, off: u64, len: u64) -> Result<(), PmError> {
-        let o = self.check(off, len)?;
+        let o = self.check_store(off, len)?;
         if self.failed.load(Ordering::Acquire) {
             return Err(PmError::Io {
                 what: "an earlier msync of this PM file failed".into(),

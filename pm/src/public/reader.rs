@@ -72,11 +72,31 @@ impl LoadVisitor for NoVisitor {
 pub struct PublicReader {
     region: Arc<PmRegion>,
     geo: Geometry,
+    /// Another process publishes into this area while we read (see [`PublicReader::shared`]).
+    shared: bool,
 }
 
+/// How often [`PublicReader::read_inode`] of a shared reader re-reads an inode whose
+/// checksum does not match before it calls the inode corrupt.
+const TORN_READ_RETRIES: u32 = 1000;
+
 impl PublicReader {
+    /// A reader of a public area that nothing else changes while it reads (the publisher's
+    /// own, or one at rest).
     pub fn new(region: Arc<PmRegion>, geo: Geometry) -> PublicReader {
-        PublicReader { region, geo }
+        PublicReader { region, geo, shared: false }
+    }
+
+    /// A reader of a public area that another process (nicfs) publishes into while this one
+    /// reads — a client's view through its read-only mapping. Block pointers are single
+    /// aligned 8-byte words, read atomically; an inode (256 bytes) is rewritten in place, so
+    /// a read can see half of an update: its checksum then fails, and the read is retried
+    /// until it matches (the publisher's store of an inode is short). An inode whose checksum
+    /// never matches is corrupt. File data is not re-checked: a client only reads bytes of a
+    /// file that nobody is rewriting — its own unpublished ranges come from its log, and no
+    /// other client may write a file it holds a lease on (docs/ARCHITECTURE.md).
+    pub fn shared(region: Arc<PmRegion>, geo: Geometry) -> PublicReader {
+        PublicReader { region, geo, shared: true }
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -244,14 +264,27 @@ impl PublicReader {
         Ok((chain, get_xattrs(&stream, head.count)))
     }
 
-    /// Read inode `ino` from the table (checksum not required: callers hold it live).
+    /// Read inode `ino` from the table. The publisher's own reader does not require the
+    /// checksum (recovery rewrites torn inodes through it); a [shared](Self::shared) reader
+    /// re-reads an inode caught mid-update until its checksum matches.
     pub fn read_inode(&self, ino: u64) -> Result<PmInode, FormatError> {
         if ino == 0 || ino >= self.geo.inode_count {
             return Err(corrupt(ino, "inode number out of range".into()));
         }
         let mut b = [0u8; INODE_SIZE as usize];
-        self.region.read(self.geo.inode_off(ino), &mut b)?;
-        Ok(PmInode::decode(&b).0)
+        let mut tries = 0;
+        loop {
+            self.region.read(self.geo.inode_off(ino), &mut b)?;
+            let (inode, ok) = PmInode::decode(&b);
+            if ok || !self.shared || b.iter().all(|&x| x == 0) {
+                return Ok(inode);
+            }
+            tries += 1;
+            if tries >= TORN_READ_RETRIES {
+                return Err(corrupt(ino, "inode checksum mismatch".into()));
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// The block holding file block `idx` of `inode`, if mapped.

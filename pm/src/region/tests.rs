@@ -318,3 +318,34 @@ fn region_is_send_sync_and_concurrent_disjoint_writes_work() {
         }
     }
 }
+
+#[test]
+fn read_only_regions_refuse_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ro.pm");
+    let rw = PmRegion::create(&p, MIB).unwrap();
+    rw.write(100, b"hello").unwrap();
+    rw.persist_now(100, 5).unwrap();
+    for ro in [
+        PmRegion::open_read_only(&p).unwrap(),
+        PmRegion::from_file(std::fs::File::open(&p).unwrap(), &p, false).unwrap(),
+    ] {
+        assert!(!ro.is_writable());
+        let mut got = [0u8; 5];
+        ro.read(100, &mut got).unwrap();
+        assert_eq!(&got, b"hello");
+        assert!(matches!(ro.write(0, b"x"), Err(PmError::ReadOnly { .. })));
+        assert!(matches!(ro.zero(0, 64), Err(PmError::ReadOnly { .. })));
+        assert!(matches!(ro.write_u64(8, 1), Err(PmError::ReadOnly { .. })));
+        assert!(matches!(ro.persist(0, 64), Err(PmError::ReadOnly { .. })));
+        let w = PmRegion::window(Arc::new(ro), 0, 4096).unwrap();
+        assert!(matches!(w.write(0, b"x"), Err(PmError::ReadOnly { .. })));
+        // Stores through the writable mapping show through the read-only one.
+        rw.write(100, b"HELLO").unwrap();
+        w.read(100, &mut got).unwrap();
+        assert_eq!(&got, b"HELLO");
+        rw.write(100, b"hello").unwrap();
+    }
+    // A read-only descriptor cannot be mapped for writing.
+    assert!(PmRegion::from_file(std::fs::File::open(&p).unwrap(), &p, true).is_err());
+}
