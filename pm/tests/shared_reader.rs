@@ -51,7 +51,7 @@ fn a_shared_reader_never_sees_a_torn_inode() {
             let (ea, eb) = (a.encode(), b.encode());
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                writer.write(geo.inode_off(5), if n % 2 == 0 { &eb } else { &ea }).unwrap();
+                writer.write(geo.inode_off(5), if n.is_multiple_of(2) { &eb } else { &ea }).unwrap();
                 n += 1;
             }
             n
