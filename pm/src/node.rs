@@ -17,6 +17,7 @@
 
 use crate::layout::{FormatError, Geometry, Superblock};
 use crate::region::PmRegion;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,9 +43,18 @@ impl NodePm {
     pub fn create(dir: &Path, geo: &Geometry) -> Result<NodePm, FormatError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| crate::PmError::Io { what: format!("create {}", dir.display()), source: e })?;
-        let public = Arc::new(PmRegion::create(&dir.join(PUBLIC_FILE), geo.public_size())?);
+        // Only the node's owner (nicfs, or the host-only client) opens these files by path:
+        // clients get descriptors over the socket, a log to write and the public file to read.
+        // Anyone else could otherwise read another client's unpublished log, or write.
+        let private = |path: &Path, size: u64| -> Result<Arc<PmRegion>, FormatError> {
+            let region = PmRegion::create(path, size)?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| crate::PmError::Io { what: format!("chmod 600 {}", path.display()), source: e })?;
+            Ok(Arc::new(region))
+        };
+        let public = private(&dir.join(PUBLIC_FILE), geo.public_size())?;
         let logs = (0..geo.log_slots)
-            .map(|s| PmRegion::create(&dir.join(log_file_name(s)), geo.log_size()).map(Arc::new))
+            .map(|s| private(&dir.join(log_file_name(s)), geo.log_size()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(NodePm { geometry: *geo, public, logs, dir: Some(dir.to_path_buf()) })
     }

@@ -75,6 +75,19 @@ fn a_shared_reader_never_sees_a_torn_inode() {
 }
 
 #[test]
+fn node_files_are_private_to_their_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let node = format_dir(&dir.path().join("node"), &FormatParams::for_size(16 << 20)).unwrap();
+    let mut files = vec![PUBLIC_FILE.to_string()];
+    files.extend((0..node.geometry.log_slots).map(linefs_pm::node::log_file_name));
+    for f in files {
+        let mode = std::fs::metadata(dir.path().join("node").join(&f)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{f}");
+    }
+}
+
+#[test]
 fn a_shared_reader_reports_an_inode_that_stays_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let node = format_dir(&dir.path().join("node"), &FormatParams::for_size(16 << 20)).unwrap();
