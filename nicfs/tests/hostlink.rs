@@ -166,7 +166,7 @@ struct Node {
 }
 
 fn pattern(slot: u32, off: u64) -> u8 {
-    (off.wrapping_mul(13) ^ (off >> 9) ^ u64::from(slot) * 71) as u8
+    (off.wrapping_mul(13) ^ (off >> 9) ^ (u64::from(slot) * 71)) as u8
 }
 
 fn node() -> Node {

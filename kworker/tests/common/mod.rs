@@ -65,7 +65,7 @@ impl TestNode {
 
 /// The byte at `off` of slot `slot`'s log file (past the header).
 pub fn pattern(slot: u32, off: u64) -> u8 {
-    (off.wrapping_mul(31) ^ (off >> 8) ^ u64::from(slot) * 97) as u8
+    (off.wrapping_mul(31) ^ (off >> 8) ^ (u64::from(slot) * 97)) as u8
 }
 
 pub fn data(slot: u32, src: u64, dst: u64, len: u64) -> CopyEntry {
