@@ -4,7 +4,7 @@
 //! `linefs-proto` protocol, write only their own log, and nicfs publishes it.
 //!
 //! ```text
-//! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH]
+//! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH] [--kworker-heartbeat-ms N]
 //! ```
 //!
 //! What exists now (this is the first slice of the offload design):
@@ -30,10 +30,17 @@
 //! * **bad input**: a frame that does not decode gets an Error reply and a log line; the
 //!   connection closes when the stream is out of step or after [`conn::MAX_BAD_FRAMES`].
 //!   Nothing a peer sends panics the daemon.
-//! * **status** ([`status`]): a JSON file rewritten every second and at exit.
+//! * **host link** ([`hostlink`]): one kworker per node (a second gets EBUSY); the mode is
+//!   `normal` while it heartbeats, `isolated` when its connection ends or 3 intervals pass
+//!   without a heartbeat (noticed within a second); `HostLink::copy` sends a copy list to
+//!   the kworker, or runs it in nicfs with kworker's executor, and redoes a list whose
+//!   kworker died mid-way.
+//! * **status** ([`status`]): a JSON file rewritten every second, at each mode switch and
+//!   at exit.
 //!
 //! Not built yet: the libfs offload client, leases and permission checks (those requests
-//! are answered ENOSYS), inode and block allocation, kworker and the isolated mode,
+//! are answered ENOSYS), inode and block allocation, publication through copy lists (pm's
+//! publisher does not emit them yet: nicfs publishes itself in both modes),
 //! replication, the MINOS engine. See docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
 
