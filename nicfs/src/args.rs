@@ -21,6 +21,10 @@ pub struct Args {
     /// A JSON status file, rewritten every second and at exit.
     #[arg(long)]
     pub status_file: Option<PathBuf>,
+    /// The kworker's heartbeat interval in ms (kworker's `--heartbeat-ms`). Three missed
+    /// beats isolate the node; at most 300 so that a dead host is noticed within a second.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=300))]
+    pub kworker_heartbeat_ms: u64,
 }
 
 /// CPU numbers, sorted, without duplicates. (A newtype: clap reads `Option<Vec<_>>` as a
@@ -71,6 +75,10 @@ mod tests {
         let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--cpus", "1,0"]).unwrap();
         assert_eq!(a.cpus, Some(CpuList(vec![0, 1])));
         assert_eq!(a.status_file, None);
+        assert_eq!(a.kworker_heartbeat_ms, 100);
+        assert!(
+            Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--kworker-heartbeat-ms", "301"]).is_err()
+        );
         assert!(Args::try_parse_from(["nicfs", "--node", "n"]).is_err());
     }
 

@@ -1,6 +1,6 @@
 //! One accepted connection: read its Hello (within [`HELLO_TIMEOUT`]), then serve it as a
-//! control connection (a new session, [`crate::control`]) or as the bulk connection of an
-//! existing one ([`crate::bulk`]). Also the policy for frames that do not decode.
+//! control connection (a new session, [`crate::control`]), as the bulk connection of an
+//! existing one ([`crate::bulk`]), or as the kworker's link ([`crate::hostlink`]). Also the policy for frames that do not decode.
 
 use crate::daemon::Ctx;
 use linefs_proto::{
@@ -47,10 +47,7 @@ pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
     match hello.channel {
         Channel::Control => crate::control::serve(&ctx, stream, cred, id, hello),
         Channel::Bulk => crate::bulk::serve(&ctx, stream, cred, id, hello),
-        Channel::Kworker => {
-            tracing::warn!(%peer, "kworker connection refused: not served by this nicfs yet");
-            let _ = linefs_proto::write_error(&stream, id, libc::EOPNOTSUPP, "kworker links are not served yet");
-        }
+        Channel::Kworker => ctx.host.serve(stream, cred, id, hello),
     }
 }
 

@@ -3,6 +3,7 @@
 //! committed, write the last status, remove the socket, exit 0.
 
 use crate::args::Args;
+use crate::hostlink::HostLink;
 use crate::node::Node;
 use crate::session::Sessions;
 use crate::signals::ShutdownSignals;
@@ -17,6 +18,8 @@ use std::sync::Arc;
 pub struct Ctx {
     pub node: Arc<Node>,
     pub sessions: Arc<Sessions>,
+    /// The kworker link and the node's mode.
+    pub host: Arc<HostLink>,
     pub socket: PathBuf,
     stopping: AtomicBool,
 }
@@ -40,12 +43,19 @@ pub fn run(args: Args) -> Result<(), String> {
     let ctx = Arc::new(Ctx {
         node,
         sessions: Arc::new(Sessions::default()),
+        host: Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms))),
         socket: args.socket.clone(),
         stopping: AtomicBool::new(false),
     });
     if let Some(path) = args.status_file.clone() {
+        let (kick, kicked) = crossbeam_channel::bounded(1);
+        ctx.host.on_switch(kick);
         let c = ctx.clone();
-        spawn("status", move || crate::status::run(c, path))?;
+        spawn("status", move || crate::status::run(c, path, kicked))?;
+    }
+    {
+        let c = ctx.clone();
+        spawn("watchdog", move || c.host.watchdog(|| c.stopping()))?;
     }
     {
         let c = ctx.clone();
@@ -106,6 +116,7 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     for s in &sessions {
         s.hang_up();
     }
+    ctx.host.hang_up();
     tracing::info!(sessions = sessions.len(), "stopped");
 }
 

@@ -1,5 +1,6 @@
-//! The status file: a JSON snapshot of the daemon (its pid, node, sessions and publication
-//! counters), rewritten every [`INTERVAL`] and at exit. Written to a temporary file in the
+//! The status file: a JSON snapshot of the daemon (its pid, node, sessions, mode and
+//! kworker, publication counters), rewritten every [`INTERVAL`], at each mode switch and at
+//! exit. Written to a temporary file in the
 //! same directory and renamed over the old one, so a reader never sees half a file.
 
 use crate::daemon::Ctx;
@@ -18,6 +19,8 @@ pub struct Status {
     pub log_slots: u32,
     pub stopping: bool,
     pub sessions: Vec<SessionStatus>,
+    /// The mode (normal / isolated) and the kworker.
+    pub host: crate::hostlink::HostStatus,
     pub counters: CounterStatus,
 }
 
@@ -70,6 +73,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
                 failed: s.failure(),
             })
             .collect(),
+        host: ctx.host.status(),
         counters: CounterStatus {
             entries_published: c.entries.load(Ordering::Relaxed),
             bytes_published: c.bytes.load(Ordering::Relaxed),
@@ -90,12 +94,15 @@ pub fn write(ctx: &Ctx, path: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Rewrites the status file every [`INTERVAL`] until the daemon stops.
-pub fn run(ctx: std::sync::Arc<Ctx>, path: std::path::PathBuf) {
+/// Rewrites the status file every [`INTERVAL`], and at once when `kicked` (a mode switch),
+/// until the daemon stops.
+pub fn run(ctx: std::sync::Arc<Ctx>, path: std::path::PathBuf, kicked: crossbeam_channel::Receiver<()>) {
     while !ctx.stopping() {
         if let Err(e) = write(&ctx, &path) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
         }
-        std::thread::sleep(INTERVAL);
+        if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) = kicked.recv_timeout(INTERVAL) {
+            std::thread::sleep(INTERVAL);
+        }
     }
 }

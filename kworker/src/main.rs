@@ -1,0 +1,18 @@
+//! The `kworker` binary: see the crate docs of the `kworker` library.
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    match kworker::daemon::run(kworker::args::Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kworker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! nicfs: the NIC-side daemon of a linefs node. In the emulation (DESIGN §1) it is a process
+//! of its own, optionally pinned to CPUs of its own (`--cpus`), and it owns the node's PM:
+//! the public area and the allocation state. Clients attach over a Unix socket with the
+//! `linefs-proto` protocol, write only their own log, and nicfs publishes it.
+//!
+//! ```text
+//! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH] [--kworker-heartbeat-ms N]
+//! ```
+//!
+//! What exists now (this is the first slice of the offload design):
+//!
+//! * **process** ([`daemon`], [`args`], [`signals`]): an exclusive `flock` of
+//!   `DIR/public.pm` (a second nicfs, or a host-only mount, is refused: one line on stderr,
+//!   exit 1), pm's recovery of the node, the socket (mode 0666, a stale one replaced), a
+//!   thread per connection; SIGTERM/SIGINT publish every attached client's committed log,
+//!   write the last status, remove the socket and exit 0.
+//! * **sessions** ([`conn`], [`control`], [`session`], [`bulk`]): a control Hello claims a
+//!   free log slot (an exclusive `flock` of its log file, held for the session), records the
+//!   peer's SO_PEERCRED, and answers `Attached` with the log file read-write and the public
+//!   file read-only — the kernel enforces that a client writes only its own log. No free
+//!   slot: EBUSY. The bulk Hello names the session; the same process only, one per session.
+//! * **publication** ([`publisher`], [`node`]): a thread per session keeps the client's
+//!   order; `ChunkReady` publishes with pm's `publish_slot` up to the committed LSN and
+//!   answers `Published`; `Fsync` publishes then answers `FsyncDone`. One batch (1 MiB of
+//!   log) at a time on the node. A refused entry sends `Rejected` (EINVAL; ENOSPC or EIO
+//!   when applying failed), fails the session — later requests get EIO — and nothing else.
+//! * **client death**: the end of the control connection ends the session: nicfs publishes
+//!   what the slot has committed, drops a refused suffix (the checkpoint moves past it, so
+//!   the next client of the slot starts clean), and frees the slot.
+//! * **bad input**: a frame that does not decode gets an Error reply and a log line; the
+//!   connection closes when the stream is out of step or after [`conn::MAX_BAD_FRAMES`].
+//!   Nothing a peer sends panics the daemon.
+//! * **host link** ([`hostlink`]): one kworker per node (a second gets EBUSY); the mode is
+//!   `normal` while it heartbeats, `isolated` when its connection ends or 3 intervals pass
+//!   without a heartbeat (noticed within a second); `HostLink::copy` sends a copy list to
+//!   the kworker, or runs it in nicfs with kworker's executor, and redoes a list whose
+//!   kworker died mid-way.
+//! * **status** ([`status`]): a JSON file rewritten every second, at each mode switch and
+//!   at exit.
+//!
+//! Not built yet: the libfs offload client, leases and permission checks (those requests
+//! are answered ENOSYS), inode and block allocation, publication through copy lists (pm's
+//! publisher does not emit them yet: nicfs publishes itself in both modes),
+//! replication, the MINOS engine. See docs/ARCHITECTURE.md, "nicfs".
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod args;
+pub mod bulk;
+pub mod conn;
+pub mod control;
+pub mod daemon;
+pub mod hostlink;
+pub mod node;
+pub mod publisher;
+pub mod session;
+pub mod signals;
+pub mod status;

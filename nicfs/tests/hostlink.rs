@@ -1,0 +1,282 @@
+//! The host link with real processes: nicfs's mode follows the kworker (connect, kill -9,
+//! SIGSTOP), one kworker per node, garbage on the link, and a copy list in flight at a
+//! kworker killed mid-way completed by nicfs itself.
+//!
+//! The kworker binary is the one cargo builds next to nicfs's (`cargo test -p kworker -p
+//! nicfs` builds both).
+
+mod support;
+
+use linefs_pm::layout::{Superblock, BLOCK_SIZE};
+use linefs_pm::node::{log_file_name, PUBLIC_FILE};
+use linefs_proto::*;
+use nicfs::hostlink::{Copied, HostLink, Mode};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn kworker_bin() -> PathBuf {
+    let p = Path::new(nicfs_bin()).with_file_name("kworker");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo test -p kworker -p nicfs` (or `cargo build -p kworker`)",
+        p.display()
+    );
+    p
+}
+
+fn spawn_kworker(node: &Path, socket: &Path, entry_delay_ms: Option<u64>) -> Child {
+    let mut c = Command::new(kworker_bin());
+    c.arg("--node")
+        .arg(node)
+        .arg("--socket")
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(ms) = entry_delay_ms {
+        c.env(kworker::daemon::ENTRY_DELAY_ENV, ms.to_string());
+    }
+    c.spawn().expect("start kworker")
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child we started and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
+fn mode(d: &Daemon) -> String {
+    d.status()["host"]["mode"].as_str().unwrap().to_owned()
+}
+
+/// Waits until the status says `want`; returns how long it took and the status.
+fn wait_mode(d: &Daemon, want: &str) -> (Duration, serde_json::Value) {
+    let t0 = Instant::now();
+    let s = d.wait_status(&format!("mode {want}"), |s| s["host"]["mode"] == want);
+    (t0.elapsed(), s)
+}
+
+#[test]
+fn mode_follows_the_kworker() {
+    let mut d = Daemon::start(2);
+    assert_eq!(mode(&d), "isolated");
+    let mut k = spawn_kworker(&d.node, &d.socket, None);
+    let (_, s) = wait_mode(&d, "normal");
+    assert_eq!(s["host"]["kworker_pid"], k.id());
+    assert_eq!(s["host"]["mode_switches"], 1);
+    // Heartbeats keep it normal, and fresh.
+    std::thread::sleep(Duration::from_millis(600));
+    let s = d.status();
+    assert_eq!(s["host"]["mode"], "normal");
+    assert!(s["host"]["last_heartbeat_age_ms"].as_u64().unwrap() < 300, "{s}");
+
+    // kill -9: isolated within a second.
+    signal(&k, libc::SIGKILL);
+    let (took, s) = wait_mode(&d, "isolated");
+    assert!(took < Duration::from_secs(1), "isolated after {took:?}");
+    assert!(s["host"]["kworker_pid"].is_null());
+    assert_eq!(s["host"]["mode_switches"], 2);
+    let _ = k.wait();
+
+    // A new kworker: normal again.
+    let mut k = spawn_kworker(&d.node, &d.socket, None);
+    let (_, s) = wait_mode(&d, "normal");
+    assert_eq!(s["host"]["kworker_pid"], k.id());
+
+    // A stopped host (no end of connection, just no heartbeats): isolated within a second.
+    signal(&k, libc::SIGSTOP);
+    let (took, s) = wait_mode(&d, "isolated");
+    assert!(took < Duration::from_secs(1), "isolated after {took:?}");
+    assert!(s["host"]["mode_reason"].as_str().unwrap().contains("heartbeat"), "{s}");
+    // Continued, it finds its connection closed and comes back.
+    signal(&k, libc::SIGCONT);
+    let (_, s) = wait_mode(&d, "normal");
+    assert_eq!(s["host"]["mode_switches"], 5);
+
+    signal(&k, libc::SIGTERM);
+    let st = wait_for("kworker to exit", || k.try_wait().unwrap());
+    assert!(st.success());
+    wait_mode(&d, "isolated");
+    let (st, err) = d.stop(libc::SIGTERM);
+    assert!(st.success());
+    assert!(err.contains("mode switch"), "switches are logged: {err}");
+}
+
+/// Sends a kworker Hello on a new connection; returns it and the answer.
+fn hello(socket: &Path, role: Role) -> (UnixStream, Kworker) {
+    let s = UnixStream::connect(socket).unwrap();
+    let h = Hello { channel: Channel::Kworker, role, session: 0 };
+    write_frame(&s, &Frame { id: 1, msg: Kworker::Hello(h) }).unwrap();
+    let r = read_frame::<Kworker>(&s, Party::Nicfs, Some(WAIT)).unwrap();
+    (s, r.msg)
+}
+
+#[test]
+fn one_kworker_per_node() {
+    let d = Daemon::start(1);
+    let (_s, r) = hello(&d.socket, Role::DirectApi);
+    assert!(matches!(r, Kworker::Error(ErrorReply { errno: libc::EINVAL, .. })), "{r:?}");
+    let mut k = spawn_kworker(&d.node, &d.socket, None);
+    wait_mode(&d, "normal");
+    let (_s, r) = hello(&d.socket, Role::Kworker);
+    assert!(matches!(r, Kworker::Error(ErrorReply { errno: libc::EBUSY, .. })), "{r:?}");
+    // The first one is untouched.
+    std::thread::sleep(Duration::from_millis(400));
+    let s = d.status();
+    assert_eq!((s["host"]["mode"].as_str(), s["host"]["kworker_pid"].as_u64()), (Some("normal"), Some(k.id() as u64)));
+    let _ = k.kill();
+    let _ = k.wait();
+}
+
+#[test]
+fn garbage_on_the_kworker_link() {
+    let mut d = Daemon::start(1);
+    let (s, r) = hello(&d.socket, Role::Kworker);
+    assert_eq!(r, Kworker::Ok);
+    wait_mode(&d, "normal");
+    // A whole frame of a kind kworker may not send: an Error, the link goes on.
+    let list = CopyList { list_id: 1, entries: vec![] };
+    let bytes = encode(&Frame { id: 5, msg: Kworker::CopyList(list) }).unwrap();
+    send_bytes(&s, &bytes, &[]).unwrap();
+    let r = read_frame::<Kworker>(&s, Party::Nicfs, Some(WAIT)).unwrap();
+    assert!(matches!(r.msg, Kworker::Error(_)), "{r:?}");
+    // Bytes that are no frame at all: an Error, and the link is closed.
+    send_bytes(&s, &[0xFF; 40], &[]).unwrap();
+    let r = read_frame::<Kworker>(&s, Party::Nicfs, Some(WAIT)).unwrap();
+    assert!(matches!(r.msg, Kworker::Error(_)), "{r:?}");
+    wait_mode(&d, "isolated");
+    // nicfs is up and serving.
+    assert!(d.alive());
+    let _c = Client::attach(&d.socket);
+    let (_s, r) = hello(&d.socket, Role::Kworker);
+    assert_eq!(r, Kworker::Ok);
+}
+
+// ---- the copy-list API, in process, against a real kworker process ----
+
+struct Node {
+    _dir: tempfile::TempDir,
+    node: PathBuf,
+    socket: PathBuf,
+    data_start: u64,
+}
+
+fn pattern(slot: u32, off: u64) -> u8 {
+    (off.wrapping_mul(13) ^ (off >> 9) ^ (u64::from(slot) * 71)) as u8
+}
+
+fn node() -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("node0");
+    let params = linefs_pm::layout::FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 2, inodes: 256 };
+    linefs_pm::mkfs::format_dir(&node, &params).unwrap();
+    let public = linefs_pm::PmRegion::open(&node.join(PUBLIC_FILE)).unwrap();
+    let g = Superblock::read(&public).unwrap().geometry;
+    for slot in 0..2 {
+        let f = std::fs::OpenOptions::new().write(true).open(node.join(log_file_name(slot))).unwrap();
+        let bytes: Vec<u8> = (BLOCK_SIZE..g.log_size()).map(|o| pattern(slot, o)).collect();
+        f.write_all_at(&bytes, BLOCK_SIZE).unwrap();
+    }
+    let socket = dir.path().join("nicfs.sock");
+    Node { _dir: dir, node, socket, data_start: g.data_start * BLOCK_SIZE }
+}
+
+/// Serves kworker connections on `socket` with `host`, as nicfs's accept loop does.
+fn serve(host: Arc<HostLink>, socket: &Path) {
+    let listener = UnixListener::bind(socket).unwrap();
+    let watch = host.clone();
+    std::thread::spawn(move || watch.watchdog(|| false));
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let s = s.unwrap();
+            let host = host.clone();
+            std::thread::spawn(move || {
+                let cred = peer_credentials(&s).unwrap();
+                let f = read_frame::<Kworker>(&s, Party::Kworker, Some(WAIT)).unwrap();
+                let Kworker::Hello(h) = f.msg else { panic!("no Hello") };
+                host.serve(s, cred, f.id, h);
+            });
+        }
+    });
+}
+
+fn entries(n: &Node, salt: u64) -> Vec<CopyEntry> {
+    let d = n.data_start;
+    (0..8u64)
+        .map(|i| CopyEntry {
+            source: if i == 3 { CopySource::Zero } else { CopySource::Slot((i % 2) as u32) },
+            src_offset: if i == 3 { 0 } else { BLOCK_SIZE + i * 1000 + salt },
+            dst_offset: d + i * 20_000,
+            len: 5000 + i * 7,
+        })
+        .collect()
+}
+
+fn expected(before: &[u8], entries: &[CopyEntry]) -> Vec<u8> {
+    let mut img = before.to_vec();
+    for e in entries {
+        for i in 0..e.len {
+            img[(e.dst_offset + i) as usize] = match e.source {
+                CopySource::Zero => 0,
+                CopySource::Slot(s) => pattern(s, e.src_offset + i),
+            };
+        }
+    }
+    img
+}
+
+#[test]
+fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
+    let n = node();
+    let public = n.node.join(PUBLIC_FILE);
+    let host = Arc::new(HostLink::new(n.node.clone(), Duration::from_millis(100)));
+    serve(host.clone(), &n.socket);
+
+    // Isolated: nicfs copies itself.
+    let e1 = entries(&n, 0);
+    let before = std::fs::read(&public).unwrap();
+    let c = host.copy(&e1, Duration::from_secs(5)).unwrap();
+    assert_eq!(c, Copied { by_kworker: 0, by_nicfs: 1, redone: 0 });
+    let img = expected(&before, &e1);
+    assert!(std::fs::read(&public).unwrap() == img);
+
+    // Normal: the kworker copies; a bad entry comes back as its CopyFailed.
+    let mut k = spawn_kworker(&n.node, &n.socket, Some(150));
+    wait_for("a kworker", || (host.mode() == Mode::Normal).then_some(()));
+    let e2 = entries(&n, 77);
+    let c = host.copy(&e2[..2], Duration::from_secs(5)).unwrap();
+    assert_eq!(c, Copied { by_kworker: 1, by_nicfs: 0, redone: 0 });
+    let img = expected(&img, &e2[..2]);
+    assert!(std::fs::read(&public).unwrap() == img);
+    let bad = [e2[0], CopyEntry { dst_offset: 0, ..e2[1] }];
+    let err = host.copy(&bad, Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(err, nicfs::hostlink::CopyError::Failed { entry: 1, errno: libc::ERANGE, .. }), "{err}");
+
+    // A list in flight when the kworker is killed mid-way: nicfs redoes it, same bytes.
+    let e3 = entries(&n, 301);
+    let want = expected(&img, &e3);
+    let h = host.clone();
+    let e3c = e3.clone();
+    let copier = std::thread::spawn(move || h.copy(&e3c, Duration::from_secs(20)));
+    // Wait until the kworker has done the first entry (and not the last), then kill it.
+    let first = e3[0];
+    wait_for("the kworker to start the list", || {
+        let now = std::fs::read(&public).unwrap();
+        let r = first.dst_offset as usize..(first.dst_offset + first.len) as usize;
+        (now[r.clone()] == want[r]).then_some(())
+    });
+    let last = e3[7];
+    let r = last.dst_offset as usize..(last.dst_offset + last.len) as usize;
+    assert!(std::fs::read(&public).unwrap()[r.clone()] != want[r], "the kworker finished too soon");
+    signal(&k, libc::SIGKILL);
+    let _ = k.wait();
+    let c = copier.join().unwrap().unwrap();
+    assert_eq!(c, Copied { by_kworker: 0, by_nicfs: 1, redone: 1 });
+    assert!(std::fs::read(&public).unwrap() == want, "the redone list left other bytes");
+    assert_eq!(host.mode(), Mode::Isolated);
+    assert_eq!(host.status().lists_redone, 1);
+}
