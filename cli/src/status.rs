@@ -94,7 +94,7 @@ pub fn render(v: &Value) -> String {
     if !v["zk"].is_null() {
         out.push_str(&format!("zk       {} (recorded; clustermgr not built yet)\n", s(&v["zk"])));
     }
-    out.push_str("\nNODE  PM FILE                                   SIZE       BACKING          PERSIST\n");
+    out.push_str("\nNODE  PM (node directory)                       SIZE       BACKING          PERSIST\n");
     for n in v["nodes"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "{:<5} {:<41} {:<10} {:<16} {}\n",
