@@ -57,7 +57,7 @@
 
 use crate::region::{PmError, PmRegion};
 
-/// Size of every block of the PM file.
+/// Size of every block of a node's PM files.
 pub const BLOCK_SIZE: u64 = 4096;
 /// Persisted format version this build reads and writes. A file of any other version is
 /// refused (no upgrade path yet); `pm/tests/format_image.rs` opens a stored image of this

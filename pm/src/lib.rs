@@ -3,7 +3,7 @@
 //! * [`region`]: a PM region over a memory-mapped file with explicit `persist`/`fence`
 //!   primitives, plus the tracing backend the crash tests use ([`trace`]).
 //! * [`mountinfo`]: the parser of `/proc/self/mountinfo` (DAX detection, the CLI's mounts).
-//! * [`layout`]: the persisted format of a node's PM file (superblock and geometry).
+//! * [`layout`]: the persisted format of a node's PM files (superblock and geometry).
 //! * [`record`]: operation-log records (the unit libfs appends and publishers apply).
 //! * [`oplog`]: the operation-log ring: entry framing, append, scan of the committed prefix.
 //! * [`public`]: the public area: its persisted structures, a read-only view any process can
