@@ -6,7 +6,9 @@
 //! a FUSE passthrough of a directory next to the PM file, and runs the same workload on:
 //! 1. the node-local directory itself (no FUSE),
 //! 2. the FUSE passthrough of it (FUSE's own cost),
-//! 3. linefs in host-only mode on one node (libfs publishes its own log; no replication yet).
+//! 3. Debian's bindfs of the same directory with its best options for throughput
+//!    ([`bindfs`]), when installed (else the bench says it skipped it),
+//! 4. linefs in host-only mode on one node (libfs publishes its own log; no replication yet).
 //!
 //! Rows for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
 //! does) and "linefs + nicfs offload" are printed as pending until those modes exist; add
@@ -14,6 +16,8 @@
 //!
 //! Everything is torn down afterwards, on error too ([`TempCluster`]).
 
+mod bindfs;
+mod datapath;
 mod filebench;
 mod leveldb;
 
@@ -46,6 +50,9 @@ pub enum BenchName {
     Leveldb,
     /// Filebench's varmail/fileserver/webserver flows (--personality); ops/s and MB/s.
     Filebench,
+    /// Data path against both passthroughs: sequential/random 16 KiB, hot 4 KiB reads,
+    /// write+fsync latency; medians of interleaved runs.
+    Datapath,
 }
 
 impl BenchName {
@@ -55,6 +62,7 @@ impl BenchName {
             BenchName::Fsync => "fsync",
             BenchName::Leveldb => "leveldb",
             BenchName::Filebench => "filebench",
+            BenchName::Datapath => "datapath",
         }
     }
 }
@@ -77,6 +85,10 @@ pub struct BenchArgs {
     pub nfiles: Option<usize>,
     /// filebench: worker threads (default: the personality's).
     pub threads: Option<usize>,
+    /// datapath: write+fsync pairs (and a quarter of the hot 4 KiB reads).
+    pub ops: u64,
+    /// datapath: interleaved runs (the report gives medians).
+    pub runs: u64,
 }
 
 /// The systems measured, in report order.
@@ -84,6 +96,7 @@ pub struct BenchArgs {
 pub(crate) enum Target {
     Local,
     Passthrough,
+    Bindfs,
     Linefs,
 }
 
@@ -92,6 +105,7 @@ impl Target {
         match self {
             Target::Local => "local",
             Target::Passthrough => "fuse-passthrough",
+            Target::Bindfs => "bindfs",
             Target::Linefs => "linefs",
         }
     }
@@ -99,6 +113,7 @@ impl Target {
         match self {
             Target::Local => "node-local directory (no FUSE)",
             Target::Passthrough => "FUSE passthrough of it",
+            Target::Bindfs => "bindfs of it (Debian)",
             Target::Linefs => "linefs host-only, 1 node",
         }
     }
@@ -206,6 +221,10 @@ pub(crate) struct Testbed {
     pub pm_file: PathBuf,
     /// The linefs mount's status file's "libfs" object (PM backing, persist method).
     pub libfs_status: Value,
+    /// Targets left out, and why (bindfs not installed).
+    pub skipped: Vec<(Target, String)>,
+    /// Declared before the cluster: unmounted first.
+    _bindfs: Option<bindfs::Bindfs>,
     _teardown: TempCluster,
 }
 
@@ -255,12 +274,20 @@ impl Testbed {
             .and_then(|t| serde_json::from_str::<Value>(&t).ok())
             .map(|v| v["libfs"].clone())
             .unwrap_or(Value::Null);
-        Ok(Testbed {
-            targets: vec![(Target::Local, local), (Target::Passthrough, mnt_pt), (Target::Linefs, mnt_linefs)],
-            pm_file,
-            libfs_status,
-            _teardown: teardown,
-        })
+        let mut targets = vec![(Target::Local, local.clone()), (Target::Passthrough, mnt_pt)];
+        let mut skipped = Vec::new();
+        let bindfs = if bindfs::installed() {
+            let b = bindfs::Bindfs::mount(&local, &pm_dir.join(format!("bench-{pid}-bindfs")))
+                .map_err(|e| fail(format!("bindfs of {}: {e}", local.display())))?;
+            targets.push((Target::Bindfs, b.mountpoint.clone()));
+            Some(b)
+        } else {
+            eprintln!("linefs: bench: bindfs is not installed (apt-get install bindfs): its row is skipped");
+            skipped.push((Target::Bindfs, "not installed (apt-get install bindfs)".to_string()));
+            None
+        };
+        targets.push((Target::Linefs, mnt_linefs));
+        Ok(Testbed { targets, pm_file, libfs_status, skipped, _bindfs: bindfs, _teardown: teardown })
     }
 
     /// A field of the libfs status ("backing", "persist_method").
@@ -323,6 +350,7 @@ pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     match args.name {
         BenchName::Leveldb => return leveldb::run(dir, args),
         BenchName::Filebench => return filebench::run(dir, args),
+        BenchName::Datapath => return datapath::run(dir, args),
         BenchName::Seqwrite | BenchName::Fsync => {}
     }
     if args.size == 0 || args.count == 0 {

@@ -119,9 +119,10 @@ enum Verb {
         name: bench::BenchName,
         #[arg(long)]
         json: bool,
-        /// seqwrite: total bytes written.
-        #[arg(long, default_value = "256M", value_parser = parse_size, value_name = "SIZE")]
-        size: u64,
+        /// seqwrite: total bytes written (default 256M); datapath: the file's size, a bare
+        /// number in MiB (default 256).
+        #[arg(long, value_name = "SIZE")]
+        size: Option<String>,
         /// fsync: number of write+fsync pairs.
         #[arg(long, default_value_t = 2000, value_name = "N")]
         count: u64,
@@ -146,6 +147,12 @@ enum Verb {
         /// filebench: number of worker threads (default: the personality's).
         #[arg(long, value_name = "N")]
         threads: Option<usize>,
+        /// datapath: write+fsync pairs timed (the hot 4 KiB reads do 4 times as many).
+        #[arg(long, default_value_t = 20_000, value_name = "N")]
+        ops: u64,
+        /// datapath: interleaved runs over the targets; the report gives medians.
+        #[arg(long, default_value_t = 3, value_name = "R")]
+        runs: u64,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -227,9 +234,33 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::RestartHost { node, dir } => mounts::restart_host(&ClusterDir::new(&dir.dir)?, node),
         Verb::KillNic { .. } | Verb::RestartNic { .. } => Err(fail("nicfs is not built yet")),
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
-        Verb::Bench { name, json, size, count, pm_dir, pm_size, num, personality, duration, nfiles, threads, dir } => {
+        Verb::Bench {
+            name,
+            json,
+            size,
+            count,
+            pm_dir,
+            pm_size,
+            num,
+            personality,
+            duration,
+            nfiles,
+            threads,
+            ops,
+            runs,
+            dir,
+        } => {
             interrupt::install();
             let d = ClusterDir::new(&dir.dir)?;
+            // datapath takes MiB (a bare number); the others bytes with an optional unit.
+            let size = match (name, size.as_deref()) {
+                (bench::BenchName::Datapath, None) => 256 << 20,
+                (bench::BenchName::Datapath, Some(s)) if s.trim().chars().all(|c| c.is_ascii_digit()) => {
+                    parse_size(s).map_err(fail)?.saturating_mul(1 << 20)
+                }
+                (_, None) => 256 << 20,
+                (_, Some(s)) => parse_size(s).map_err(fail)?,
+            };
             let args = bench::BenchArgs {
                 name,
                 json,
@@ -242,6 +273,8 @@ fn run(verb: Verb) -> CliResult<String> {
                 duration,
                 nfiles,
                 threads,
+                ops,
+                runs,
             };
             bench::run(&d, &args)
         }
