@@ -7,6 +7,8 @@ command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 dpkg -s libfuse3-dev >/dev/null 2>&1 || need+=(libfuse3-dev)
 dpkg -s libleveldb-dev >/dev/null 2>&1 || need+=(libleveldb-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# bindfs: the second FUSE passthrough baseline of `linefs bench` (skipped if missing).
+command -v bindfs >/dev/null 2>&1 || need+=(bindfs)
 
 if [ "${#need[@]}" -gt 0 ]; then
     SUDO=""

@@ -1,0 +1,98 @@
+//! Runs the built `linefs` binary's `bench datapath --size 8 --ops 2000 --runs 1 --json` and
+//! checks that every workload has positive figures on the local directory, the fuser
+//! passthrough and linefs, and on bindfs too unless the report says it is not installed
+//! (bindfs is optional: a machine without it passes). The run is killed (and the test fails)
+//! if it takes longer than [`RUN_LIMIT`]; afterwards nothing of it may stay mounted.
+//!
+//! Needs `/dev/fuse` and `fusermount3`; without them it prints why it is skipped and passes.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "../../fuse-mount/tests/support/fuse.rs"]
+mod support;
+use support::fuse_available;
+
+use serde_json::Value;
+
+const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
+const RUN_LIMIT: Duration = Duration::from_secs(150);
+const WORKLOADS: [&str; 6] = ["seqwrite", "seqread", "randread", "randwrite", "hotread", "fsync"];
+const REQUIRED: [&str; 3] = ["local", "fuse-passthrough", "linefs"];
+
+fn positive(v: &Value, key: &str, what: &str) {
+    let x = v[key].as_f64().unwrap_or(f64::NAN);
+    assert!(x > 0.0 && x.is_finite(), "{what}: {key} = {x} (should be positive)\n{v}");
+}
+
+#[test]
+fn datapath_reports_every_workload_and_target() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let pm = tmp.path().join("pm");
+    let args = ["--size", "8", "--ops", "2000", "--runs", "1", "--json"];
+    let start = Instant::now();
+    let mut child = Command::new(LINEFS)
+        .env("LINEFS_FUSE", "self")
+        .args(["bench", "datapath"])
+        .args(args)
+        .arg("--pm-dir")
+        .arg(&pm)
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run linefs");
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect");
+            panic!("bench datapath took over {RUN_LIMIT:?}; killed\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("collect");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("bench datapath -> {} in {:.1} s\n{stdout}{}", out.status, start.elapsed().as_secs_f64(), {
+        String::from_utf8_lossy(&out.stderr)
+    });
+    assert!(out.status.success(), "linefs bench datapath failed");
+    let report: Value = serde_json::from_str(stdout.trim()).expect("one JSON report on stdout");
+    assert_eq!(report["bench"], "datapath");
+    assert_eq!(report["size_bytes"], 8 << 20);
+    assert_eq!(report["ops"], 2000);
+
+    for w in WORKLOADS {
+        let wl = &report["workloads"][w];
+        let results = wl["results"].as_array().unwrap_or_else(|| panic!("{w}: no results\n{report}"));
+        let keys: Vec<&str> = results.iter().map(|r| r["target"].as_str().unwrap_or("?")).collect();
+        for t in REQUIRED.iter().chain(["bindfs"].iter()) {
+            assert!(keys.contains(t), "{w}: no row for {t}: {keys:?}");
+        }
+        for r in results {
+            let t = r["target"].as_str().unwrap();
+            let what = format!("datapath {w} on {t}");
+            if t == "bindfs" && r["status"] != "ok" {
+                let why = r["status"].as_str().unwrap_or("");
+                assert!(why.contains("not installed"), "{what}: {why}");
+                continue;
+            }
+            assert_eq!(r["status"], "ok", "{what}");
+            let keys: &[&str] = match w {
+                "fsync" => &["avg_us", "p50_us", "p99_us", "p999_us", "ops_per_s"],
+                _ => &["mb_per_s", "iops"],
+            };
+            for k in keys {
+                positive(r, k, &what);
+            }
+        }
+        positive(wl, "linefs_speed_vs_faster_passthrough", w);
+        assert!(wl["goal_reached"].is_boolean(), "{w}: goal_reached\n{wl}");
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!info.contains(tmp.path().to_str().unwrap()), "a bench mount was left behind");
+}
