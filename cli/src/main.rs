@@ -119,8 +119,8 @@ enum Verb {
         name: bench::BenchName,
         #[arg(long)]
         json: bool,
-        /// seqwrite: total bytes written (default 256M); datapath: the file's size, a bare
-        /// number in MiB (default 256).
+        /// seqwrite: total bytes written; datapath: the size of each target's file (bytes
+        /// with an optional K/M/G unit; default 256M).
         #[arg(long, value_name = "SIZE")]
         size: Option<String>,
         /// fsync: number of write+fsync pairs.
@@ -252,14 +252,9 @@ fn run(verb: Verb) -> CliResult<String> {
         } => {
             interrupt::install();
             let d = ClusterDir::new(&dir.dir)?;
-            // datapath takes MiB (a bare number); the others bytes with an optional unit.
-            let size = match (name, size.as_deref()) {
-                (bench::BenchName::Datapath, None) => 256 << 20,
-                (bench::BenchName::Datapath, Some(s)) if s.trim().chars().all(|c| c.is_ascii_digit()) => {
-                    parse_size(s).map_err(fail)?.saturating_mul(1 << 20)
-                }
-                (_, None) => 256 << 20,
-                (_, Some(s)) => parse_size(s).map_err(fail)?,
+            let size = match size.as_deref() {
+                None => 256 << 20,
+                Some(s) => parse_size(s).map_err(fail)?,
             };
             let args = bench::BenchArgs {
                 name,
