@@ -13,7 +13,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fuse_mount::SignalSet;
+use linefs_pm::signals::SignalSet;
 
 /// What a registration runs: a temporary cluster's teardown.
 pub type Teardown = Box<dyn FnOnce() + Send>;
@@ -31,7 +31,7 @@ pub fn install() {
         }
     };
     std::thread::spawn(move || loop {
-        if let Some(sig) = signals.wait(Duration::from_secs(3600)) {
+        if let Some(sig) = signals.wait_timeout(Duration::from_secs(3600)) {
             eprintln!("\nlinefs: signal {sig}: tearing down");
             let live = std::mem::take(&mut LIVE.lock().unwrap_or_else(|p| p.into_inner()).1);
             for (_, teardown) in live {

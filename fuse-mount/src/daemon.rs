@@ -28,7 +28,6 @@ use tracing::{error, info, warn};
 use crate::mount::{self, MountError, MountedSession};
 use crate::options::{MountConfig, OptionError};
 use crate::passthrough::Passthrough;
-use crate::sys;
 use crate::LinefsFuse;
 
 /// How long to wait for the FUSE session to end after unmounting.
@@ -167,7 +166,7 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     }
     let ready = args.ready_fd.map(ready_fd).transpose()?;
     // Before any thread exists, so that every thread inherits the mask.
-    let signals = sys::SignalSet::block(&[libc::SIGINT, libc::SIGTERM]).map_err(DaemonError::Signals)?;
+    let signals = linefs_pm::signals::SignalSet::block(&[libc::SIGINT, libc::SIGTERM]).map_err(DaemonError::Signals)?;
 
     let (backend, session) = if let Some(src) = &args.passthrough {
         // New objects get exactly the mode the kernel asked for.
@@ -223,9 +222,15 @@ fn signal_ready(ready: Option<File>) -> Result<(), DaemonError> {
 }
 
 /// Waits for a signal or the end of the session, refreshing the status file every second.
-fn serve(signals: &sys::SignalSet, session: &MountedSession, backend: &Backend, mountpoint: &Path, args: &DaemonArgs) {
+fn serve(
+    signals: &linefs_pm::signals::SignalSet,
+    session: &MountedSession,
+    backend: &Backend,
+    mountpoint: &Path,
+    args: &DaemonArgs,
+) {
     loop {
-        if let Some(sig) = signals.wait(Duration::from_secs(1)) {
+        if let Some(sig) = signals.wait_timeout(Duration::from_secs(1)) {
             info!(signal = sig, "stopping");
             return;
         }

@@ -24,7 +24,7 @@ pub mod passthrough;
 mod sys;
 
 pub use adapter::LinefsFuse;
+pub use linefs_pm::signals::SignalSet;
 pub use mount::{MountError, MountedSession};
 pub use options::MountConfig;
 pub use passthrough::Passthrough;
-pub use sys::SignalSet;

@@ -17,7 +17,7 @@
 
 use crate::args::Args;
 use crate::exec::NodeFiles;
-use crate::signals::Shutdown;
+use linefs_pm::signals::SignalSet;
 use linefs_proto::{
     read_frame, write_frame, Channel, CopyDone, CopyFailed, Frame, Heartbeat, Hello, Kworker, Party, ReadError, Role,
 };
@@ -50,7 +50,8 @@ impl Shared {
 
 /// Runs kworker until SIGTERM/SIGINT; the error is the one-line reason it cannot start.
 pub fn run(args: Args) -> Result<(), String> {
-    let signals = Shutdown::block().map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
+    let signals =
+        SignalSet::block(&[libc::SIGTERM, libc::SIGINT]).map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
     let shared = Arc::new(Shared::default());
     {
         let shared = shared.clone();

@@ -22,6 +22,5 @@
 pub mod args;
 pub mod daemon;
 pub mod exec;
-mod signals;
 
 pub use exec::{ListFailure, NodeFiles, OpenError};

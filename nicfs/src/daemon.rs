@@ -6,7 +6,7 @@ use crate::args::Args;
 use crate::hostlink::HostLink;
 use crate::node::Node;
 use crate::session::Sessions;
-use crate::signals::ShutdownSignals;
+use linefs_pm::signals::SignalSet;
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -32,7 +32,8 @@ impl Ctx {
 
 /// Runs nicfs; the error is the one-line reason it cannot.
 pub fn run(args: Args) -> Result<(), String> {
-    let signals = ShutdownSignals::block().map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
+    let signals =
+        SignalSet::block(&[libc::SIGTERM, libc::SIGINT]).map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
     if let Some(cpus) = &args.cpus {
         crate::args::pin(cpus).map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
         tracing::info!(cpus = ?cpus.0, "pinned");

@@ -53,5 +53,4 @@ pub mod hostlink;
 pub mod node;
 pub mod publisher;
 pub mod session;
-pub mod signals;
 pub mod status;

@@ -31,6 +31,7 @@ pub mod publish;
 pub mod record;
 pub mod recovery;
 pub mod region;
+pub mod signals;
 pub mod trace;
 
 pub use region::{Backing, PersistMethod, PmError, PmRegion, PmStats};
