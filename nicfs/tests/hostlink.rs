@@ -5,13 +5,16 @@
 //! The kworker binary is the one cargo builds next to nicfs's (`cargo test -p kworker -p
 //! nicfs` builds both).
 
+/// The kworker tests' node with known log bytes, and what a copy list leaves (one copy of
+/// both for the executor's tests and these).
+#[path = "../../kworker/tests/common/mod.rs"]
+mod kw;
 mod support;
 
-use linefs_pm::layout::{Superblock, BLOCK_SIZE};
-use linefs_pm::node::{log_file_name, PUBLIC_FILE};
+use kw::{expected, TestNode};
+use linefs_pm::layout::BLOCK_SIZE;
 use linefs_proto::*;
 use nicfs::hostlink::{Copied, HostLink, Mode};
-use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -158,33 +161,6 @@ fn garbage_on_the_kworker_link() {
 
 // ---- the copy-list API, in process, against a real kworker process ----
 
-struct Node {
-    _dir: tempfile::TempDir,
-    node: PathBuf,
-    socket: PathBuf,
-    data_start: u64,
-}
-
-fn pattern(slot: u32, off: u64) -> u8 {
-    (off.wrapping_mul(13) ^ (off >> 9) ^ (u64::from(slot) * 71)) as u8
-}
-
-fn node() -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let node = dir.path().join("node0");
-    let params = linefs_pm::layout::FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 2, inodes: 256 };
-    linefs_pm::mkfs::format_dir(&node, &params).unwrap();
-    let public = linefs_pm::PmRegion::open(&node.join(PUBLIC_FILE)).unwrap();
-    let g = Superblock::read(&public).unwrap().geometry;
-    for slot in 0..2 {
-        let f = std::fs::OpenOptions::new().write(true).open(node.join(log_file_name(slot))).unwrap();
-        let bytes: Vec<u8> = (BLOCK_SIZE..g.log_size()).map(|o| pattern(slot, o)).collect();
-        f.write_all_at(&bytes, BLOCK_SIZE).unwrap();
-    }
-    let socket = dir.path().join("nicfs.sock");
-    Node { _dir: dir, node, socket, data_start: g.data_start * BLOCK_SIZE }
-}
-
 /// Serves kworker connections on `socket` with `host`, as nicfs's accept loop does.
 fn serve(host: Arc<HostLink>, socket: &Path) {
     let listener = UnixListener::bind(socket).unwrap();
@@ -204,7 +180,7 @@ fn serve(host: Arc<HostLink>, socket: &Path) {
     });
 }
 
-fn entries(n: &Node, salt: u64) -> Vec<CopyEntry> {
+fn entries(n: &TestNode, salt: u64) -> Vec<CopyEntry> {
     let d = n.data_start;
     (0..8u64)
         .map(|i| CopyEntry {
@@ -216,25 +192,13 @@ fn entries(n: &Node, salt: u64) -> Vec<CopyEntry> {
         .collect()
 }
 
-fn expected(before: &[u8], entries: &[CopyEntry]) -> Vec<u8> {
-    let mut img = before.to_vec();
-    for e in entries {
-        for i in 0..e.len {
-            img[(e.dst_offset + i) as usize] = match e.source {
-                CopySource::Zero => 0,
-                CopySource::Slot(s) => pattern(s, e.src_offset + i),
-            };
-        }
-    }
-    img
-}
-
 #[test]
 fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
-    let n = node();
-    let public = n.node.join(PUBLIC_FILE);
+    let n = TestNode::new();
+    let socket = n.dir.path().join("nicfs.sock");
+    let public = n.public_path();
     let host = Arc::new(HostLink::new(n.node.clone(), Duration::from_millis(100)));
-    serve(host.clone(), &n.socket);
+    serve(host.clone(), &socket);
 
     // Isolated: nicfs copies itself.
     let e1 = entries(&n, 0);
@@ -245,7 +209,7 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     assert!(std::fs::read(&public).unwrap() == img);
 
     // Normal: the kworker copies; a bad entry comes back as its CopyFailed.
-    let mut k = spawn_kworker(&n.node, &n.socket, Some(150));
+    let mut k = spawn_kworker(&n.node, &socket, Some(150));
     wait_for("a kworker", || (host.mode() == Mode::Normal).then_some(()));
     let e2 = entries(&n, 77);
     let c = host.copy(&e2[..2], Duration::from_secs(5)).unwrap();
