@@ -260,6 +260,19 @@ impl LogSlot {
     /// after `until` (an LSN the caller knows to be committed, such as a client's tail), or
     /// once the entries found span `max_bytes` (at least one entry is returned).
     pub fn scan_bounded(&self, from: u64, until: u64, max_bytes: u64) -> Result<Scan, FormatError> {
+        self.scan_with(from, until, max_bytes, |_, _| {})
+    }
+
+    /// [`LogSlot::scan_bounded`], handing each committed entry's payload to `f` as it is
+    /// read and checked, so that a publisher decodes what the scan already read instead of
+    /// reading it from PM a second time.
+    pub fn scan_with(
+        &self,
+        from: u64,
+        until: u64,
+        max_bytes: u64,
+        mut f: impl FnMut(&EntryLoc, &[u8]),
+    ) -> Result<Scan, FormatError> {
         let mut entries = Vec::new();
         let mut lsn = from;
         let stop = loop {
@@ -298,12 +311,14 @@ impl LogSlot {
                 break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
             }
             if kind == KIND_RECORDS {
-                entries.push(EntryLoc {
+                let loc = EntryLoc {
                     lsn,
                     end: lsn + total,
                     payload_off: self.ring_off + pos + ENTRY_HEADER,
                     payload_len: plen,
-                });
+                };
+                f(&loc, &payload);
+                entries.push(loc);
             }
             lsn += total;
         };

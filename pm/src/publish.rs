@@ -79,12 +79,17 @@ pub fn publish_slot(area: &mut PublicArea, log: &LogSlot, bounds: Bounds) -> Res
     let slot = log.slot();
     let log_err = |source| SlotError::Log { slot, source };
     let from = log.published_lsn().map_err(log_err)?;
-    let scan = log.scan_bounded(from, bounds.until, bounds.max_bytes).map_err(log_err)?;
+    // The scan reads and checks every payload; decode it there rather than read it again.
+    let mut decoded = Vec::new();
+    let scan = log
+        .scan_with(from, bounds.until, bounds.max_bytes, |loc, payload| {
+            decoded.push((*loc, decode_records(payload, loc.payload_off)))
+        })
+        .map_err(log_err)?;
     let mut done = Published { from, upto: from, ..Published::default() };
     let mut rejected = None;
-    for loc in &scan.entries {
-        let payload = log.read_payload(loc).map_err(log_err)?;
-        let records = match decode_records(&payload, loc.payload_off) {
+    for (loc, records) in decoded {
+        let records = match records {
             Ok(r) => r,
             Err(e) => {
                 rejected = Some((loc.lsn, format!("malformed entry: {e}")));

@@ -83,13 +83,15 @@ pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
     let mut suffixes = Vec::new();
     for log in &logs {
         let from = log.published_lsn()?;
-        let scan = log.scan(from)?;
+        let mut decoded = Vec::new();
+        let scan = log.scan_with(from, u64::MAX, u64::MAX, |loc, payload| {
+            decoded.push((*loc, decode_records(payload, loc.payload_off)))
+        })?;
         let mut entries = Vec::new();
         let mut stop = scan.stop.clone();
-        for loc in &scan.entries {
-            let payload = log.read_payload(loc)?;
-            match decode_records(&payload, loc.payload_off) {
-                Ok(r) => entries.push((*loc, r)),
+        for (loc, records) in decoded {
+            match records {
+                Ok(r) => entries.push((loc, r)),
                 Err(e) => {
                     tracing::error!(slot = log.slot(), lsn = loc.lsn, error = %e, "malformed log entry: the log ends here");
                     stop = ScanStop::Invalid(format!("entry at lsn {}: {e}", loc.lsn));
