@@ -278,3 +278,47 @@ pub fn root_span(r: usize) -> (u64, u32) {
 pub fn span_of(level: u32) -> u64 {
     PTRS_PER_BLOCK.pow(level)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Arbitrary bytes where a directory slot, an xattr block or an inode should be never
+        /// panic the decoders, and whatever decodes encodes back to the same structure.
+        #[test]
+        fn decoders_take_arbitrary_bytes(slot in prop::collection::vec(any::<u8>(), DIRENT_SIZE as usize),
+                                         block in prop::collection::vec(any::<u8>(), BLOCK_SIZE as usize),
+                                         inode in prop::collection::vec(any::<u8>(), INODE_SIZE as usize),
+                                         inode_count in 0u64..1 << 20) {
+            if let Some((ino, dt, name)) = decode_dirent(&slot, inode_count) {
+                prop_assert!(ino != 0 && ino < inode_count && dtype::valid(dt) && !name.is_empty());
+                prop_assert_eq!(&encode_dirent(ino, dt, name)[..], &slot[..]);
+            }
+            if let Some(x) = XattrBlock::decode(&block) {
+                let mut again = vec![0u8; BLOCK_SIZE as usize];
+                x.encode(&block[XATTR_HEADER..XATTR_HEADER + x.used], &mut again);
+                prop_assert_eq!(XattrBlock::decode(&again), Some(x));
+            }
+            let raw: [u8; INODE_SIZE as usize] = inode.try_into().unwrap();
+            let (i, ok) = PmInode::decode(&raw);
+            if ok {
+                prop_assert_eq!(&i.encode()[..], &raw[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn valid_structures_decode() {
+        let s = encode_dirent(7, dtype::REG, b"name");
+        assert_eq!(decode_dirent(&s, 100), Some((7, dtype::REG, &b"name"[..])));
+        assert_eq!(decode_dirent(&s, 7), None, "inode beyond the table");
+        let x = XattrBlock { used: 3, next: 9, total: 3, count: 1, stream_crc: 5 };
+        let mut img = vec![0u8; BLOCK_SIZE as usize];
+        x.encode(b"abc", &mut img);
+        assert_eq!(XattrBlock::decode(&img), Some(x));
+        img[XATTR_HEADER] ^= 1;
+        assert_eq!(XattrBlock::decode(&img), None, "a changed stream byte fails the checksum");
+    }
+}
