@@ -126,6 +126,9 @@ kinds! {
     Detach = 0x010f => info("Detach", C, CLIENT, Class::Request),
     Ping = 0x0110 => info("Ping", C, CLIENT | NICFS, Class::Request),
     Pong = 0x0111 => info("Pong", C, CLIENT | NICFS, Class::Reply),
+    /// The node's free space and inodes, for statfs (version 2).
+    StatFs = 0x0112 => info("StatFs", C, CLIENT, Class::Request),
+    Space = 0x0113 => info("Space", C, NICFS, Class::Reply),
     ChunkReady = 0x0201 => info("ChunkReady", B, CLIENT, Class::Notice),
     Published = 0x0202 => info("Published", B, NICFS, Class::Notice),
     Heartbeat = 0x0301 => info("Heartbeat", K, KWORKER, Class::Notice),
@@ -188,6 +191,6 @@ mod tests {
             assert!(k.senders().next().is_some(), "{k} has no sender");
         }
         assert_eq!(Kind::from_u16(0), None);
-        assert_eq!(Kind::from_u16(0x0112), None);
+        assert_eq!(Kind::from_u16(0x0114), None);
     }
 }

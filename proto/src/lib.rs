@@ -16,8 +16,8 @@
 //!   read-only (that is the trust boundary: a client can write only its own log).
 //!   Client requests: `LeaseRequest` → `LeaseGranted` | Error; `LeaseRelease` → Ok;
 //!   `OpenCheck` → Ok | Error; `Fsync` → `FsyncDone`; `AllocInodes` → `InodeRange`;
-//!   `ReserveBlocks` → Ok | Error(ENOSPC); `ReleaseBlocks` → Ok; `Detach` → Ok;
-//!   `Ping` → `Pong`. nicfs requests: `Revoke` → `RevokeDone`; `Ping` → `Pong`. nicfs
+//!   `ReserveBlocks` → Ok | Error(ENOSPC); `ReleaseBlocks` → Ok; `StatFs` → `Space`
+//!   (version 2); `Detach` → Ok; `Ping` → `Pong`. nicfs requests: `Revoke` → `RevokeDone`; `Ping` → `Pong`. nicfs
 //!   notice: `Rejected` (an entry of the client's log was refused; the client's calls fail
 //!   until it attaches again).
 //! * **Bulk** (client ↔ nicfs, throughput). `Hello{channel: bulk, session}` → Ok. Client

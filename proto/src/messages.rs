@@ -171,6 +171,14 @@ pub struct Blocks {
     pub count: u64,
 }
 
+/// The answer to StatFs: the node's free data blocks and inode numbers, node-wide (blocks
+/// reserved by clients for entries not yet published count as used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+}
+
 /// nicfs refused an entry of the client's log; the client's calls fail until it attaches
 /// again (its log from `lsn` on will not be published).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,6 +283,8 @@ pub enum Control {
     Detach,
     Ping,
     Pong,
+    StatFs,
+    Space(Space),
     Ok,
     Error(ErrorReply),
 }
@@ -329,6 +339,8 @@ impl LinkMessage for Control {
             Control::Detach => Kind::Detach,
             Control::Ping => Kind::Ping,
             Control::Pong => Kind::Pong,
+            Control::StatFs => Kind::StatFs,
+            Control::Space(_) => Kind::Space,
             Control::Ok => Kind::Ok,
             Control::Error(_) => Kind::Error,
         }

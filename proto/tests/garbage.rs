@@ -173,10 +173,10 @@ fn header_errors_are_precise() {
     b[0] = b'X';
     assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::BadMagic { found: *b"XFSP" }));
     let mut b = good.clone();
-    b[4] = 2;
+    b[4] = 3;
     assert_eq!(
         decode::<Control>(&b, Party::Client),
-        Err(DecodeError::UnsupportedVersion { version: 2, supported: PROTOCOL_VERSION })
+        Err(DecodeError::UnsupportedVersion { version: 3, supported: PROTOCOL_VERSION })
     );
     let mut b = good.clone();
     b[6..8].copy_from_slice(&0x0999u16.to_le_bytes());

@@ -67,6 +67,8 @@ fn samples() -> (Vec<Control>, Vec<Bulk>, Vec<Kworker>) {
         Control::Detach,
         Control::Ping,
         Control::Pong,
+        Control::StatFs,
+        Control::Space(Space { free_blocks: 1 << 20, free_inodes: 4000 }),
         Control::Ok,
         Control::Error(error.clone()),
     ];

@@ -232,21 +232,21 @@ fn closed_between_frames_and_inside_one() {
 
 #[test]
 fn another_version_is_refused_in_our_version_and_a_refusal_is_understood() {
-    // A client of version 2 says hello to us.
+    // A client of version 1 (before StatFs) says hello to us.
     let (mut client, nicfs) = UnixStream::pair().unwrap();
     let mut hello = encode(&Frame {
         id: 1,
         msg: Control::Hello(Hello { channel: Channel::Control, role: Role::DirectApi, session: 0 }),
     })
     .unwrap();
-    hello[4..6].copy_from_slice(&2u16.to_le_bytes());
+    hello[4..6].copy_from_slice(&1u16.to_le_bytes());
     client.write_all(&hello).unwrap();
     let err = read_frame::<Control>(&nicfs, Party::Client, WAIT).unwrap_err();
     assert!(matches!(
         err,
-        ReadError::Decode { error: DecodeError::UnsupportedVersion { version: 2, supported: 1 }, .. }
+        ReadError::Decode { error: DecodeError::UnsupportedVersion { version: 1, supported: 2 }, .. }
     ));
-    // We answer in version 1, naming both versions, and the connection must close.
+    // We answer in version 2, naming both versions, and the connection must close.
     assert!(!answer_bad_frame(&nicfs, "test peer", &err));
     let mut reply = vec![0u8; HEADER_LEN];
     client.read_exact(&mut reply).unwrap();

@@ -29,7 +29,8 @@ impl Codec for Control {
             Control::InodeRange(m) => m.put(out),
             Control::ReserveBlocks(m) | Control::ReleaseBlocks(m) => put_word(out, m.count),
             Control::Rejected(m) => m.put(out),
-            Control::Detach | Control::Ping | Control::Pong | Control::Ok => Ok(()),
+            Control::Space(m) => m.put(out),
+            Control::Detach | Control::Ping | Control::Pong | Control::StatFs | Control::Ok => Ok(()),
             Control::Error(m) => m.put(out),
         }
     }
@@ -55,6 +56,8 @@ impl Codec for Control {
             Kind::Detach => Control::Detach,
             Kind::Ping => Control::Ping,
             Kind::Pong => Control::Pong,
+            Kind::StatFs => Control::StatFs,
+            Kind::Space => Control::Space(Space::get(r)?),
             Kind::Ok => Control::Ok,
             Kind::Error => Control::Error(ErrorReply::get(r)?),
             Kind::ChunkReady

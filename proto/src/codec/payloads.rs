@@ -5,7 +5,7 @@
 //! give them a meaning. Variable parts (texts, lists) come last; their lengths sit in the
 //! fixed part and are bounded before anything is read or allocated.
 //!
-//! Ok, Detach, Ping, Pong: empty payload.
+//! Ok, Detach, Ping, Pong, StatFs: empty payload.
 //!
 //! ```text
 //! Hello                                  Error (layout frozen across versions)
@@ -65,6 +65,10 @@
 //!      8 8 src_offset  0 for zeros
 //!     16 8 dst_offset  offset+len fit in u64
 //!     24 8 len
+//!
+//! Space (version 2)
+//!  0 8 free_blocks
+//!  8 8 free_inodes
 //! ```
 
 use super::{EncodeError, Fixed, FixedOut, Reader};
@@ -152,6 +156,12 @@ pub mod open_check_off {
 pub mod word_off {
     pub const VALUE: usize = 0;
     pub const END: usize = 8;
+}
+
+pub mod space_off {
+    pub const FREE_BLOCKS: usize = 0;
+    pub const FREE_INODES: usize = 8;
+    pub const END: usize = 16;
 }
 
 pub mod alloc_inodes_off {
@@ -536,6 +546,23 @@ impl Payload for InodeRange {
         let range = InodeRange { first: f.u64::<{ o::FIRST }>(), count: f.u64::<{ o::COUNT }>() };
         no_overflow("inode range", range.first, range.count)?;
         Ok(range)
+    }
+}
+
+impl Payload for Space {
+    fn put(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        use space_off as o;
+        FixedOut::<{ o::END }>::new()
+            .u64::<{ o::FREE_BLOCKS }>(self.free_blocks)
+            .u64::<{ o::FREE_INODES }>(self.free_inodes)
+            .put(out);
+        Ok(())
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        use space_off as o;
+        let f: Fixed<'_, { o::END }> = r.fixed("Space")?;
+        Ok(Space { free_blocks: f.u64::<{ o::FREE_BLOCKS }>(), free_inodes: f.u64::<{ o::FREE_INODES }>() })
     }
 }
 
