@@ -36,9 +36,14 @@ const UNMOUNT_WAIT: Duration = Duration::from_secs(20);
 /// Command-line arguments of `linefs-fuse`.
 #[derive(Debug, Clone, Args)]
 pub struct DaemonArgs {
-    /// PM file of the node to mount (formatted by `linefs up`).
-    #[arg(long, value_name = "PMFILE", required_unless_present = "passthrough")]
+    /// PM directory of the node to mount (formatted by `linefs up`). With `--nicfs` it only
+    /// names the node.
+    #[arg(long, value_name = "NODEDIR", required_unless_present_any = ["passthrough", "nicfs"])]
     pub pm: Option<PathBuf>,
+    /// Attach to the node's nicfs on this Unix socket (offload: nicfs owns the PM and
+    /// publishes) instead of opening the PM directly (host-only).
+    #[arg(long, value_name = "SOCKET", conflicts_with = "passthrough")]
+    pub nicfs: Option<PathBuf>,
     /// Mount a FUSE passthrough of SRCDIR instead of linefs (benchmark baseline).
     #[arg(long, value_name = "SRCDIR", conflicts_with = "pm")]
     pub passthrough: Option<PathBuf>,
@@ -134,6 +139,7 @@ fn write_status(path: &Path, backend: &Backend, mountpoint: &Path, args: &Daemon
         "backend": backend.name(),
         "mountpoint": mountpoint,
         "pm": args.pm,
+        "nicfs": args.nicfs,
         "source": args.passthrough,
         "updated_unix_ms": now.as_millis() as u64,
         "libfs": libfs,
@@ -178,8 +184,15 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         let session = mount::mount(pt, &args.mountpoint, &cfg)?;
         (Backend::Passthrough, session)
     } else {
-        let pm = args.pm.clone().unwrap_or_default();
-        let opts = FsOptions { pm_path: pm.clone(), client: args.client, ..FsOptions::default() };
+        let pm = args.pm.clone().or_else(|| args.nicfs.clone()).unwrap_or_default();
+        let opts = FsOptions {
+            pm_path: pm.clone(),
+            client: args.client,
+            nicfs: args.nicfs.clone(),
+            // A mount daemon states each caller's credentials; nicfs accepts that from root.
+            mount_daemon: rustix::process::geteuid().is_root(),
+            ..FsOptions::default()
+        };
         let (files, dirs) = cfg.atime_policies();
         let fs = Arc::new(Fs::mount(opts).map_err(|source| DaemonError::Open { path: pm, source })?);
         let session = match mount::mount(LinefsFuse::new(fs.clone()).with_atime(files, dirs), &args.mountpoint, &cfg) {

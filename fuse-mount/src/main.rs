@@ -1,5 +1,5 @@
-//! `linefs-fuse`: mounts one linefs node (`--pm PMFILE`) or a FUSE passthrough of a directory
-//! (`--passthrough SRCDIR`) and serves it in the foreground. See [`fuse_mount::daemon`].
+//! `linefs-fuse`: mounts one linefs node (`--pm NODEDIR`, or through its nicfs with `--nicfs
+//! SOCKET`) or a FUSE passthrough of a directory (`--passthrough SRCDIR`) and serves it in the foreground. See [`fuse_mount::daemon`].
 
 use std::process::ExitCode;
 

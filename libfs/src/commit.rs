@@ -7,6 +7,11 @@
 //! publication (which frees what unlinks and truncates released and makes the estimate
 //! exact), then fails with ENOSPC. A full log likewise forces publication before ENOSPC.
 //! Publication can therefore not run out of space for what was acknowledged.
+//!
+//! In the offload mode the public area's space is the node's, kept by nicfs: the client
+//! reserves blocks from nicfs in grants of [`GRANT_BLOCKS`] (or exactly what it lacks when
+//! the node is nearly full), spends its credit on entries as above, and hands back what
+//! published entries reserved once it has caught up with them.
 
 use crate::api::Ino;
 use crate::error::{FsError, FsResult};
@@ -15,10 +20,13 @@ use crate::state::Front;
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_pm::oplog::AppendError;
 use linefs_pm::record::{decode_records, EntryBuilder, Record};
+use linefs_proto::{Blocks, Control};
 use std::sync::atomic::Ordering;
 
 /// Blocks kept free for publication's own metadata (indirect, directory, xattr blocks).
 pub(crate) const META_RESERVE: u64 = 64;
+/// Blocks a client in the offload mode reserves from nicfs at a time (64 MiB of data).
+pub(crate) const GRANT_BLOCKS: u64 = 16384;
 /// Block pointers per indirect block.
 const PTRS_PER_BLOCK: u64 = linefs_pm::public::format::PTRS_PER_BLOCK;
 
@@ -38,7 +46,48 @@ pub(crate) fn data_capacity(free: u64) -> u64 {
 
 impl Front {
     pub(crate) fn space_available(&self) -> u64 {
-        self.publication.free_blocks.load(Ordering::Acquire).saturating_sub(self.reserved + META_RESERVE)
+        let free = self.publication.free_blocks.load(Ordering::Acquire);
+        match self.publication.remote() {
+            // nicfs keeps the node's margin for publication's metadata.
+            Some(_) => free.saturating_sub(self.reserved),
+            None => free.saturating_sub(self.reserved + META_RESERVE),
+        }
+    }
+
+    /// Offload: reserves at least `need` more blocks from nicfs (a whole grant if the node
+    /// has room). Returns false if nicfs has not that many.
+    fn reserve_more(&mut self, need: u64) -> FsResult<bool> {
+        let Some(remote) = self.publication.remote().cloned() else { return Ok(false) };
+        for ask in [need.max(GRANT_BLOCKS), need] {
+            match remote.call(Control::ReserveBlocks(Blocks { count: ask }))? {
+                Control::Ok => {
+                    self.publication.free_blocks.fetch_add(ask, Ordering::AcqRel);
+                    return Ok(true);
+                }
+                Control::Error(e) if e.errno == libc::ENOSPC => continue,
+                Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
+                other => {
+                    return Err(FsError::PublicationFailed(format!("unexpected answer to ReserveBlocks: {other:?}")))
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Makes `est_blocks` available for an entry: from what is reserved, from nicfs, or by
+    /// publishing everything (which frees what unlinks and truncates released).
+    fn make_room(&mut self, est_blocks: u64) -> FsResult<()> {
+        if est_blocks <= self.space_available() {
+            return Ok(());
+        }
+        if self.reserve_more(est_blocks - self.space_available())? {
+            return Ok(());
+        }
+        self.publish_all()?;
+        if est_blocks <= self.space_available() || self.reserve_more(est_blocks - self.space_available())? {
+            return Ok(());
+        }
+        Err(FsError::NoSpace("public area full"))
     }
 
     /// Make an entry durable and apply it to the view. `est_blocks` is the number of data
@@ -48,17 +97,12 @@ impl Front {
             return Err(FsError::ShutDown);
         }
         if self.publication.failed() {
-            let why = self.publication.public.read().failed.clone().unwrap_or_default();
+            let why = self.publication.failure().unwrap_or_default();
             tracing::warn!(%why, "refusing update: publication failed earlier");
             return Err(FsError::PublicationFailed(why));
         }
-        if est_blocks > self.space_available() {
-            // Publication may free space (unlinks, truncates) and makes the estimate exact.
-            self.publish_all()?;
-            if est_blocks > self.space_available() {
-                return Err(FsError::NoSpace("public area full"));
-            }
-        }
+        // Publication may free space (unlinks, truncates) and makes the estimate exact.
+        self.make_room(est_blocks)?;
         let loc = match self.publication.log.append(self.tail, self.reclaimed, b.payload()) {
             Ok(loc) => loc,
             Err(AppendError::Full(_)) => {
@@ -77,6 +121,15 @@ impl Front {
         self.appended += 1;
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
+        if self.publication.remote().is_some() {
+            // Offload: a number this client frees stays this client's to reuse (nicfs counts
+            // it as the freeing client's once the entry is published).
+            for r in &records {
+                if let Record::FreeInode { ino } = r {
+                    self.ino_pool.push(*ino);
+                }
+            }
+        }
         self.reserved += est_blocks;
         self.publication.pending.lock().push_back(Pending { end: loc.end, est_blocks });
         Ok(records)
@@ -85,6 +138,7 @@ impl Front {
     /// Bring the view up to the publisher's checkpoint: drop published entries, their
     /// reservations and their overlay segments, and only then let the log space be reused.
     pub(crate) fn catch_up(&mut self) {
+        self.publication.follow_remote();
         let (published, touched) = {
             let mut ps = self.publication.public.write();
             (ps.published, std::mem::take(&mut ps.touched))
@@ -93,24 +147,49 @@ impl Front {
             return;
         }
         let mut released = 0;
+        let mut entries = 0;
         {
             let mut q = self.publication.pending.lock();
             while q.front().is_some_and(|p| p.end <= published) {
                 if let Some(p) = q.pop_front() {
                     released += p.est_blocks;
+                    entries += 1;
                 }
             }
         }
+        let trimmed = self.view.trim(published);
         {
-            let ps = self.publication.public.read();
-            for ino in touched {
+            let mut ps = self.publication.public.write();
+            // Offload: nicfs's notices may come after its FsyncDone; every inode whose
+            // unpublished changes were just dropped is read again too.
+            let remote = ps.area.is_none();
+            if remote {
+                ps.entries += entries;
+            }
+            let ps = parking_lot::RwLockWriteGuard::downgrade(ps);
+            let mut inos: Vec<u64> =
+                if touched.contains(&u64::MAX) { self.view.nodes.keys().copied().collect() } else { touched };
+            if remote {
+                inos.extend(trimmed);
+                inos.sort_unstable();
+                inos.dedup();
+            }
+            for ino in inos {
                 if let Some(n) = self.view.node_mut(ino) {
-                    n.pub_blocks = ps.area.file_blocks(ino);
+                    n.pub_blocks = ps.file_blocks(ino);
                 }
             }
         }
         self.reserved = self.reserved.saturating_sub(released);
-        self.view.trim(published);
+        if let Some(remote) = self.publication.remote() {
+            // What the published entries reserved is spent or no longer needed.
+            if released > 0 {
+                let credit = self.publication.free_blocks.load(Ordering::Acquire);
+                let back = released.min(credit);
+                self.publication.free_blocks.fetch_sub(back, Ordering::AcqRel);
+                remote.send(Control::ReleaseBlocks(Blocks { count: back }));
+            }
+        }
         self.reclaimed = published;
     }
 
@@ -136,7 +215,7 @@ impl Front {
         let mut need = 0;
         let public = self.publication.public.read();
         for idx in first..last {
-            if !public.area.reader().is_mapped(ino, idx)? {
+            if !public.reader().is_mapped(ino, idx)? {
                 need += 1;
             }
         }

@@ -6,12 +6,14 @@
 //! overlay (the hash index of unpublished log data), published data through the public area.
 //! Publication, recovery and formatting are pm's ([`linefs_pm::publish`],
 //! [`linefs_pm::recovery`], [`linefs_pm::mkfs`]); in the host-only mode a thread of the
-//! client calls them.
+//! client calls them. In the offload mode ([`FsOptions::nicfs`]) the client attaches to its
+//! node's nicfs instead (`remote`): it is handed its log file read-write and the public file
+//! read-only, nicfs publishes, and the node's inode numbers and space come from nicfs.
 //!
 //! Modules: `api` (the types of the calls), `options`, `state` (the client's state and the
 //! view lookups), `commit` (the update path and space reservation), `publisher` (host-only
 //! publication), `mount` (recovery at mount, shutdown), `calls` (the calls, by concern),
-//! `view` (the DRAM view), `perm` (permission checks), `status`, `error` (every errno).
+//! `remote` (the link to nicfs), `view` (the DRAM view), `perm` (permission checks), `status`, `error` (every errno).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod api;
@@ -23,6 +25,7 @@ mod options;
 mod perm;
 mod publication;
 mod publisher;
+mod remote;
 mod state;
 mod status;
 mod time;

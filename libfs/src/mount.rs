@@ -1,25 +1,37 @@
 //! Mounting a client and shutting it down.
 //!
 //! In the host-only mode the client owns the node's PM (an exclusive `flock` of its public
-//! file): mount
-//! runs pm's node recovery ([`linefs_pm::recovery::recover`]: every log slot re-published,
-//! orphans freed, torn structures checked), builds the DRAM view from the recovered public
-//! area and starts the publisher thread. Shutdown publishes everything, frees this client's
-//! orphans and stops the thread.
+//! file): mount runs pm's node recovery ([`linefs_pm::recovery::recover`]: every log slot
+//! re-published, orphans freed, torn structures checked), builds the DRAM view from the
+//! recovered public area and starts the publisher thread.
+//!
+//! In the offload mode ([`FsOptions::nicfs`]) nicfs owns the node and has recovered it; the
+//! client attaches ([`crate::remote`]), maps the log file it is handed read-write and the
+//! public file read-only, builds its view from the public file, and starts the reader
+//! threads and its publisher thread (which here only tells nicfs and follows it).
+//!
+//! Shutdown publishes everything, frees this client's orphans, stops the thread and, in the
+//! offload mode, detaches.
 
 use crate::api::ROOT_INO;
 use crate::error::{FsError, FsResult};
 use crate::options::FsOptions;
 use crate::publication::{Publication, Wakeup};
+use crate::remote::Remote;
 use crate::state::{Client, Front, Fs};
 use crate::view::{Node, View};
+use linefs_pm::layout::{Geometry, Superblock};
 use linefs_pm::node::{NodePm, PUBLIC_FILE};
 use linefs_pm::oplog::LogSlot;
+use linefs_pm::public::{Loaded, PublicReader};
 use linefs_pm::record::Record;
 use linefs_pm::recovery::recover;
 use linefs_pm::PmRegion;
+use linefs_proto::Role;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -27,6 +39,9 @@ impl Fs {
     /// Open a node's PM (the directory `opts.pm_path`): recover (re-publish the committed
     /// logs), then serve.
     pub fn mount(opts: FsOptions) -> FsResult<Fs> {
+        if let Some(socket) = opts.nicfs.clone() {
+            return Fs::attach(&socket, opts);
+        }
         let public = opts.pm_path.join(PUBLIC_FILE);
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -58,35 +73,49 @@ impl Fs {
         };
         let published = mine.published;
         let recovered = rec.replayed();
-        let mut view = View::new(geo.inode_count);
-        let mut max_gen = 1;
-        for (ino, li) in &rec.loaded.inodes {
-            let mut n = Node::new(li.img);
-            n.pub_blocks = li.blocks;
-            n.xattrs = li.xattrs.iter().cloned().collect();
-            view.inos.set(*ino);
-            max_gen = max_gen.max(li.img.generation);
-            view.nodes.insert(*ino, n);
-        }
-        for (dir, ents) in &rec.loaded.dirs {
-            let mut recs = Vec::new();
-            for e in ents {
-                if view.nodes.contains_key(&e.ino) {
-                    recs.push(Record::Dirent { dir: *dir, ino: e.ino, dtype: e.dtype, name: e.name.clone() });
-                } else {
-                    tracing::warn!(dir, ino = e.ino, "directory entry names a free inode; ignored");
-                }
-            }
-            view.apply(&recs, 0);
-        }
-        if view.node(ROOT_INO).is_none_or(|n| !n.is_dir()) {
-            return Err(FsError::Format(linefs_pm::layout::FormatError::Corrupt {
-                what: "root directory".into(),
-                detail: "missing".into(),
-            }));
-        }
+        let (view, max_gen) = build_view(&rec.loaded, &geo)?;
         let log = LogSlot::new(node.logs[opts.client as usize].clone(), &geo, opts.client);
-        let publication = Arc::new(Publication::new(node.public.clone(), geo, log, rec.area, published));
+        let publication = Arc::new(Publication::local(node.public.clone(), geo, log, rec.area, published));
+        tracing::info!(recovered, published, orphans = rec.orphans_freed, "linefs client ready");
+        let pm_path = node.dir().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into());
+        Fs::start(publication, view, max_gen, recovered, pm_path, opts)
+    }
+
+    /// Offload: attach to the nicfs at `socket`, which publishes for this client.
+    fn attach(socket: &Path, opts: FsOptions) -> FsResult<Fs> {
+        let role = if opts.mount_daemon { Role::MountDaemon } else { Role::DirectApi };
+        let (remote, files) = Remote::attach(socket, role)?;
+        let a = remote.attached;
+        let public = Arc::new(PmRegion::from_file(File::from(files.public), Path::new("nicfs's public file"), false)?);
+        let geo = Superblock::read(&public)?.geometry;
+        let log_region = Arc::new(PmRegion::from_file(File::from(files.log), Path::new("nicfs's log file"), true)?);
+        let log = LogSlot::new(log_region, &geo, a.slot);
+        if log.ring_bytes() != a.log.ring_bytes {
+            return Err(FsError::Invalid("nicfs's log geometry does not match its log file"));
+        }
+        let reader = PublicReader::shared(public.clone(), geo);
+        let (view, max_gen) = build_view(&reader.load()?, &geo)?;
+        let published = a.log.start_lsn;
+        let publication = Arc::new(Publication::offload(public, geo, log, reader, published, remote.clone()));
+        let opts = FsOptions { client: a.slot, chunk_size: a.log.chunk_bytes, ..opts };
+        let pm_path = format!("{} (through nicfs at {})", opts.pm_path.display(), socket.display());
+        let fs = Fs::start(publication, view, max_gen, 0, pm_path, opts)?;
+        fs.wlock().grant_inodes(a.inodes.first, a.inodes.count);
+        remote.start(fs.client.wakeup.clone())?;
+        tracing::info!(session = a.session, slot = a.slot, published, "linefs client attached to nicfs");
+        Ok(fs)
+    }
+
+    /// Builds the client around its publication state and starts its publisher thread.
+    fn start(
+        publication: Arc<Publication>,
+        view: View,
+        max_gen: u32,
+        recovered: u64,
+        pm_path: String,
+        opts: FsOptions,
+    ) -> FsResult<Fs> {
+        let published = publication.public.read().published;
         let front = Front {
             publication: publication.clone(),
             view,
@@ -95,11 +124,12 @@ impl Fs {
             reserved: 0,
             chunk_size: opts.chunk_size.max(64 << 10),
             next_generation: max_gen,
+            ino_pool: Vec::new(),
             appended: 0,
             recovered,
             shut: false,
         };
-        let client = Arc::new(Client { front: RwLock::new(front), publication, wakeup: Wakeup::new() });
+        let client = Arc::new(Client { front: RwLock::new(front), publication, wakeup: Arc::new(Wakeup::new()) });
         let publisher = if opts.background_publish {
             let c = client.clone();
             let interval = opts.publish_interval;
@@ -112,13 +142,12 @@ impl Fs {
         } else {
             None
         };
-        tracing::info!(recovered, published, orphans = rec.orphans_freed, "linefs client ready");
         Ok(Fs {
             client,
             publisher: Mutex::new(publisher),
             next_fh: AtomicU64::new(1),
             dir_streams: Mutex::new(HashMap::new()),
-            pm_path: node.dir().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into()),
+            pm_path,
             slot: opts.client,
             _lock: None,
         })
@@ -148,10 +177,47 @@ impl Fs {
             }
             front.maybe_free(ino)?;
         }
-        front.publish_all()?;
+        let published = front.publish_all();
         front.shut = true;
-        Ok(())
+        drop(front);
+        if let Some(remote) = self.client.publication.remote() {
+            // Whether or not the last publication went through, nicfs settles the slot.
+            remote.detach();
+        }
+        published
     }
+}
+
+/// The DRAM view of a loaded public area, and the highest inode generation in it.
+fn build_view(loaded: &Loaded, geo: &Geometry) -> FsResult<(View, u32)> {
+    let mut view = View::new(geo.inode_count);
+    let mut max_gen = 1;
+    for (ino, li) in &loaded.inodes {
+        let mut n = Node::new(li.img);
+        n.pub_blocks = li.blocks;
+        n.xattrs = li.xattrs.iter().cloned().collect();
+        view.inos.set(*ino);
+        max_gen = max_gen.max(li.img.generation);
+        view.nodes.insert(*ino, n);
+    }
+    for (dir, ents) in &loaded.dirs {
+        let mut recs = Vec::new();
+        for e in ents {
+            if view.nodes.contains_key(&e.ino) {
+                recs.push(Record::Dirent { dir: *dir, ino: e.ino, dtype: e.dtype, name: e.name.clone() });
+            } else {
+                tracing::warn!(dir, ino = e.ino, "directory entry names a free inode; ignored");
+            }
+        }
+        view.apply(&recs, 0);
+    }
+    if view.node(ROOT_INO).is_none_or(|n| !n.is_dir()) {
+        return Err(FsError::Format(linefs_pm::layout::FormatError::Corrupt {
+            what: "root directory".into(),
+            detail: "missing".into(),
+        }));
+    }
+    Ok((view, max_gen))
 }
 
 impl Drop for Fs {

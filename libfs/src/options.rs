@@ -16,6 +16,12 @@ pub struct FsOptions {
     pub client: u32,
     /// Run the background publisher (tests turn it off to control publication).
     pub background_publish: bool,
+    /// Offload: attach to the nicfs listening on this socket instead of opening the PM
+    /// (`pm_path` then only names the node in status and errors).
+    pub nicfs: Option<PathBuf>,
+    /// Attach as a mount daemon (root, stating each caller's credentials) rather than as a
+    /// process using the API directly (held to its own credentials).
+    pub mount_daemon: bool,
 }
 
 impl Default for FsOptions {
@@ -26,6 +32,8 @@ impl Default for FsOptions {
             publish_interval: Duration::from_secs(1),
             client: 0,
             background_publish: true,
+            nicfs: None,
+            mount_daemon: false,
         }
     }
 }

@@ -1,14 +1,24 @@
 //! The publication state a client shares with its publisher: its log slot, the public area
 //! with the durable checkpoint, the queue of entries waiting for publication, and the
-//! publisher's wake-up. Publishing itself is pm's ([`linefs_pm::publish::publish_slot`]);
-//! [`Publication::publish_batch`] calls it under this client's locks.
+//! publisher's wake-up.
+//!
+//! Who publishes depends on the mode:
+//! * **host-only** ([`Mode::Local`]): this client owns the node and publishes its own log
+//!   with pm's [`publish_slot`] under its own locks; `PublicState::area` is the
+//!   publisher's public area.
+//! * **offload** ([`Mode::Remote`]): nicfs publishes. The client maps the public file
+//!   read-only (`PublicState::reader`), tells nicfs how far its log is committed, and
+//!   follows what nicfs reports (`Published` notices, `FsyncDone`). Its space comes from
+//!   nicfs too: `free_blocks` is then the credit of blocks nicfs reserved for it.
 
 use crate::error::{FsError, FsResult};
+use crate::remote::Remote;
 use linefs_pm::layout::Geometry;
 use linefs_pm::oplog::LogSlot;
-use linefs_pm::public::PublicArea;
+use linefs_pm::public::{PublicArea, PublicReader};
 use linefs_pm::publish::{publish_slot, Bounds, Published, SlotError};
 use linefs_pm::PmRegion;
+use linefs_proto::{Control, Fsync};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,9 +31,20 @@ pub(crate) struct Pending {
     pub(crate) est_blocks: u64,
 }
 
-/// The public area as this client's publisher keeps it.
+/// Who publishes this client's log.
+pub(crate) enum Mode {
+    /// Host-only: this client, with pm's publisher.
+    Local,
+    /// Offload: the node's nicfs.
+    Remote(Arc<Remote>),
+}
+
+/// The public area as this client sees it.
 pub(crate) struct PublicState {
-    pub(crate) area: PublicArea,
+    /// The publisher's public area (host-only mode).
+    pub(crate) area: Option<PublicArea>,
+    /// A read-only view of the public file (offload mode).
+    pub(crate) shared: Option<PublicReader>,
     /// Everything before this LSN is published, durably.
     pub(crate) published: u64,
     /// Inodes changed by batches the front end has not caught up with yet.
@@ -43,20 +64,42 @@ pub(crate) struct Publication {
     pub(crate) public_region: Arc<PmRegion>,
     pub(crate) geo: Geometry,
     pub(crate) log: LogSlot,
+    pub(crate) mode: Mode,
     /// One publisher at a time (the background thread, or an update that needs space).
     publish: Mutex<()>,
     pub(crate) public: RwLock<PublicState>,
     /// Durable entries not yet caught up with (in log order).
     pub(crate) pending: Mutex<VecDeque<Pending>>,
-    /// Free data blocks of the public area, pending frees included (kept outside the
-    /// public lock so that updates can check space while a batch is being published).
+    /// Host-only: free data blocks of the public area, pending frees included (kept outside
+    /// the public lock so that updates can check space while a batch is being published).
+    /// Offload: the blocks nicfs has reserved for this client.
     pub(crate) free_blocks: AtomicU64,
     /// Set when publication failed (mirrors `PublicState::failed`, readable without a lock).
     failed: AtomicBool,
 }
 
+impl PublicState {
+    /// The reader of published state (either mode).
+    pub(crate) fn reader(&self) -> &PublicReader {
+        match (&self.area, &self.shared) {
+            (Some(a), _) => a.reader(),
+            (None, Some(r)) => r,
+            (None, None) => unreachable!("a client has a public area or a reader"),
+        }
+    }
+
+    /// Mapped data blocks of `ino` in the public area (0 if unreadable).
+    pub(crate) fn file_blocks(&self, ino: u64) -> u64 {
+        match &self.area {
+            Some(a) => a.file_blocks(ino),
+            None => self.reader().file_blocks(ino).unwrap_or(0),
+        }
+    }
+}
+
 impl Publication {
-    pub(crate) fn new(
+    /// Host-only: this client publishes into `area`.
+    pub(crate) fn local(
         public_region: Arc<PmRegion>,
         geo: Geometry,
         log: LogSlot,
@@ -64,13 +107,41 @@ impl Publication {
         published: u64,
     ) -> Self {
         let free = area.free_blocks() + area.pending_free_blocks();
+        Publication::new(public_region, geo, log, Some(area), None, published, free, Mode::Local)
+    }
+
+    /// Offload: nicfs publishes; the client reads the public file through `reader`.
+    pub(crate) fn offload(
+        public_region: Arc<PmRegion>,
+        geo: Geometry,
+        log: LogSlot,
+        reader: PublicReader,
+        published: u64,
+        remote: Arc<Remote>,
+    ) -> Self {
+        Publication::new(public_region, geo, log, None, Some(reader), published, 0, Mode::Remote(remote))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        public_region: Arc<PmRegion>,
+        geo: Geometry,
+        log: LogSlot,
+        area: Option<PublicArea>,
+        shared: Option<PublicReader>,
+        published: u64,
+        free: u64,
+        mode: Mode,
+    ) -> Self {
         Publication {
             public_region,
             geo,
             log,
+            mode,
             publish: Mutex::new(()),
             public: RwLock::new(PublicState {
                 area,
+                shared,
                 published,
                 touched: Vec::new(),
                 failed: None,
@@ -92,6 +163,9 @@ impl Publication {
         let Some(until) = self.pending.lock().back().map(|p| p.end) else {
             return Ok(self.public.read().published);
         };
+        if let Mode::Remote(remote) = &self.mode {
+            return self.publish_remote(remote, until);
+        }
         let mut ps = self.public.write();
         if let Some(e) = &ps.failed {
             return Err(FsError::PublicationFailed(e.clone()));
@@ -99,7 +173,8 @@ impl Publication {
         if ps.published >= until {
             return Ok(ps.published);
         }
-        let result = publish_slot(&mut ps.area, &self.log, Bounds { until, max_bytes: budget });
+        let area = ps.area.as_mut().expect("host-only mode has the area");
+        let result = publish_slot(area, &self.log, Bounds { until, max_bytes: budget });
         let done = match &result {
             Ok(p) | Err(SlotError::Rejected { published: p, .. }) => Some(p.clone()),
             Err(_) => None,
@@ -110,7 +185,8 @@ impl Publication {
             ps.batches += u64::from(entries > 0);
             ps.touched.extend(touched);
         }
-        self.free_blocks.store(ps.area.free_blocks() + ps.area.pending_free_blocks(), Ordering::Release);
+        let free = ps.area.as_ref().map_or(0, |a| a.free_blocks() + a.pending_free_blocks());
+        self.free_blocks.store(free, Ordering::Release);
         if let Err(e) = result {
             // The log stays intact; updates are refused from now on (see `commit`).
             let why = e.to_string();
@@ -121,9 +197,67 @@ impl Publication {
         Ok(ps.published)
     }
 
+    /// Offload: asks nicfs to publish everything up to `until` and waits until it has.
+    fn publish_remote(&self, remote: &Remote, until: u64) -> FsResult<u64> {
+        if self.public.read().published >= until {
+            return Ok(self.public.read().published);
+        }
+        if let Some(why) = self.failure() {
+            return Err(FsError::PublicationFailed(why));
+        }
+        match remote.call(Control::Fsync(Fsync { lsn: until }))? {
+            Control::FsyncDone(d) => {
+                let mut ps = self.public.write();
+                ps.published = ps.published.max(d.durable_lsn);
+                ps.batches += 1;
+                Ok(ps.published)
+            }
+            Control::Error(e) => {
+                let why = format!("nicfs: {} (errno {})", e.message, e.errno);
+                Err(FsError::PublicationFailed(why))
+            }
+            other => Err(FsError::PublicationFailed(format!("unexpected answer to Fsync: {other:?}"))),
+        }
+    }
+
+    /// Offload: takes what nicfs reported since the last call into the public state.
+    pub(crate) fn follow_remote(&self) {
+        let Mode::Remote(remote) = &self.mode else { return };
+        let mut prog = remote.progress.lock();
+        let touched = std::mem::take(&mut prog.touched);
+        let all = std::mem::take(&mut prog.touched_all);
+        let published = prog.published;
+        drop(prog);
+        let mut ps = self.public.write();
+        ps.published = ps.published.max(published);
+        ps.touched.extend(touched);
+        if all {
+            ps.touched.push(u64::MAX);
+        }
+    }
+
     /// Whether publication has failed (then updates are refused; the log stays intact).
     pub(crate) fn failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire)
+        match &self.mode {
+            Mode::Local => self.failed.load(Ordering::Acquire),
+            Mode::Remote(r) => r.failed(),
+        }
+    }
+
+    /// Why publication failed, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        match &self.mode {
+            Mode::Local => self.public.read().failed.clone(),
+            Mode::Remote(r) => r.failure(),
+        }
+    }
+
+    /// The nicfs link in the offload mode.
+    pub(crate) fn remote(&self) -> Option<&Arc<Remote>> {
+        match &self.mode {
+            Mode::Local => None,
+            Mode::Remote(r) => Some(r),
+        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! The background publisher thread of the host-only mode: libfs publishes its own log.
-//! nicfs takes this role with offload on; this mode stays as the baseline the benchmarks
-//! compare against.
+//! The background publisher thread. In the host-only mode libfs publishes its own log
+//! (this mode stays as the baseline the benchmarks compare against); in the offload mode
+//! nicfs publishes and the thread only tells it how far the log is committed
+//! (`ChunkReady`) and catches the view up with what nicfs reports ([`run_remote`]).
 //!
 //! The thread wakes when a chunk's worth of log is unpublished (signalled by the write
 //! path), or every `publish_interval` when anything is. It publishes in batches of at most
@@ -17,6 +18,9 @@ pub(crate) const BATCH_BYTES: u64 = 1 << 20;
 
 /// The background publisher thread.
 pub(crate) fn run(client: Arc<Client>, interval: Duration) {
+    if client.publication.remote().is_some() {
+        return run_remote(client, interval);
+    }
     let wake = &client.wakeup;
     let mut flags = wake.flags.lock();
     loop {
@@ -53,6 +57,45 @@ pub(crate) fn run(client: Arc<Client>, interval: Duration) {
             if left == 0 || (left < chunk && before >= chunk) {
                 break;
             }
+        }
+        flags = wake.flags.lock();
+    }
+}
+
+/// The offload mode's thread. Woken by the write path (a chunk is committed), by the bulk
+/// reader (nicfs published something) or by the interval: catches the view up with what
+/// nicfs published, then sends `ChunkReady` if a chunk's worth of log was committed since
+/// the last one — or anything at all, on the interval.
+fn run_remote(client: Arc<Client>, interval: Duration) {
+    let Some(remote) = client.publication.remote().cloned() else { return };
+    let wake = &client.wakeup;
+    let mut sent = client.front.read().tail;
+    let mut flags = wake.flags.lock();
+    loop {
+        if flags.stop {
+            return;
+        }
+        let timed_out = !flags.kick && wake.cond.wait_for(&mut flags, interval).timed_out();
+        flags.kick = false;
+        if flags.stop {
+            return;
+        }
+        drop(flags);
+        client.publication.follow_remote();
+        let behind = {
+            let published = client.publication.public.read().published;
+            published > client.front.read().reclaimed
+        };
+        if behind {
+            client.front.write().catch_up();
+        }
+        let (tail, chunk) = {
+            let front = client.front.read();
+            (front.tail, front.chunk_size)
+        };
+        if tail > sent && (tail - sent >= chunk || timed_out) && !remote.failed() {
+            remote.chunk_ready(tail);
+            sent = tail;
         }
         flags = wake.flags.lock();
     }

@@ -38,6 +38,8 @@ pub(crate) struct Front {
     pub(crate) reserved: u64,
     pub(crate) chunk_size: u64,
     pub(crate) next_generation: u32,
+    /// Offload: inode numbers nicfs granted and not yet used (taken from the end).
+    pub(crate) ino_pool: Vec<u64>,
     pub(crate) appended: u64,
     pub(crate) recovered: u64,
     pub(crate) shut: bool,
@@ -47,7 +49,7 @@ pub(crate) struct Front {
 pub(crate) struct Client {
     pub(crate) front: RwLock<Front>,
     pub(crate) publication: Arc<Publication>,
-    pub(crate) wakeup: Wakeup,
+    pub(crate) wakeup: Arc<Wakeup>,
 }
 
 /// A mounted linefs client. All methods take `&self`; it is `Send + Sync`.
@@ -124,7 +126,7 @@ impl Front {
         let mut new = 0;
         for idx in ranges.iter().flat_map(|&(a, b)| a..b) {
             // An unreadable block map (corrupt PM) counts the block as new.
-            if !public.area.reader().is_mapped(n.img.ino, idx).unwrap_or(false) {
+            if !public.reader().is_mapped(n.img.ino, idx).unwrap_or(false) {
                 new += 1;
             }
         }

@@ -5,6 +5,7 @@
 use crate::state::Fs;
 use linefs_pm::region::{Backing, PersistMethod};
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
 
 /// What [`Fs::status`] reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +31,9 @@ pub struct FsStatus {
     pub publish_batches: u64,
     pub recovered_entries: u64,
     pub publish_error: Option<String>,
+    /// Whether nicfs publishes (offload) or this client does (host-only).
+    #[serde(default)]
+    pub offload: bool,
 }
 
 impl Fs {
@@ -50,14 +54,16 @@ impl Fs {
             published_lsn: ps.published,
             tail_lsn: front.tail,
             data_blocks: publication.geo.data_blocks,
-            free_blocks: ps.area.free_blocks(),
+            // Offload: the blocks nicfs reserved for this client (statfs asks for the node's).
+            free_blocks: ps.area.as_ref().map_or(publication.free_blocks.load(Ordering::Acquire), |a| a.free_blocks()),
             inodes: publication.geo.inode_count - 1,
             free_inodes: front.view.inos.free(),
             entries_appended: front.appended,
             entries_published: ps.entries,
             publish_batches: ps.batches,
             recovered_entries: front.recovered,
-            publish_error: ps.failed.clone(),
+            publish_error: publication.failure(),
+            offload: publication.remote().is_some(),
         }
     }
 

@@ -358,8 +358,10 @@ impl View {
     }
 
     /// Entries before `lsn` are published: drop their overlay segments and preallocations.
-    pub fn trim(&mut self, lsn: u64) {
+    /// Returns the inodes that had any (their public state changed).
+    pub fn trim(&mut self, lsn: u64) -> Vec<u64> {
         let nodes = &mut self.nodes;
+        let visited: Vec<u64> = self.overlaid.iter().copied().collect();
         self.overlaid.retain(|ino| match nodes.get_mut(ino) {
             Some(n) => {
                 n.overlay.trim(lsn);
@@ -371,6 +373,7 @@ impl View {
             }
             None => false,
         });
+        visited
     }
 
     /// Whether `anc` is `ino` or one of its ancestors (following directory parents).

@@ -31,6 +31,8 @@ use std::sync::Arc;
 mod harness;
 #[path = "reftest/model.rs"]
 mod model;
+#[path = "support/nicfs.rs"]
+mod nicfs;
 use harness::*;
 use model::*;
 
@@ -167,6 +169,25 @@ proptest! {
     #[test]
     fn libfs_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..80)) {
         if let Err(e) = run(&ops) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        // Each case starts a nicfs process.
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        failure_persistence: None,
+        max_shrink_iters: 1024,
+        ..ProptestConfig::default()
+    })]
+
+    /// The same property with offload on: a real nicfs owns the node and publishes; libfs
+    /// attaches to it, takes inode numbers and space from it, and every remount re-attaches.
+    #[test]
+    fn libfs_through_nicfs_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+        if let Err(e) = run_on(Harness::offload(), &ops) {
             prop_assert!(false, "{}", e);
         }
     }

@@ -3,8 +3,9 @@
 //! ends — which ends the session.
 //!
 //! Served today: `Ping`, `Fsync` (through the publisher, so in order with the chunks),
-//! `Detach`. Leases, open checks, inode and block allocation are not built yet and are
-//! answered with ENOSYS.
+//! `AllocInodes`, `ReserveBlocks`, `ReleaseBlocks`, `StatFs` (the node's allocation state,
+//! [`crate::alloc`]), `Detach`. Leases and open checks are not built yet and are answered
+//! with ENOSYS.
 
 use crate::conn::{describe, BadFrames};
 use crate::daemon::Ctx;
@@ -12,8 +13,8 @@ use crate::publisher::{self, Job};
 use crate::session::Session;
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_proto::{
-    recv_frame, send_frame, Attached, Control, Frame, Hello, InodeRange, LinkMessage, LogGeometry, Party, PeerCred,
-    Received, Role,
+    recv_frame, send_frame, Attached, Control, ErrorReply, Frame, Hello, InodeRange, LinkMessage, LogGeometry, Party,
+    PeerCred, Received, Role, Space,
 };
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -44,10 +45,38 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
             Control::Fsync(f) => {
                 let _ = session.jobs.send(Job::Fsync { id, lsn: f.lsn });
             }
-            Control::Detach => {
-                tracing::info!(%peer, "client detaches");
+            Control::AllocInodes(a) => {
+                let reply = match ctx.node.alloc.grant_inodes(session.slot, u64::from(a.count)) {
+                    Ok((first, count)) => Control::InodeRange(InodeRange { first, count }),
+                    Err(e) => Control::Error(ErrorReply { errno: libc::ENOSPC, message: e.to_string() }),
+                };
+                let _ = session.send_control(&Frame { id, msg: reply });
+            }
+            Control::ReserveBlocks(b) => {
+                let reply = if session.failed() {
+                    Control::Error(ErrorReply { errno: libc::EIO, message: "session failed".into() })
+                } else {
+                    match ctx.node.alloc.reserve(session.slot, b.count, ctx.node.free_blocks()) {
+                        Ok(()) => Control::Ok,
+                        Err(e) => Control::Error(ErrorReply { errno: libc::ENOSPC, message: e.to_string() }),
+                    }
+                };
+                let _ = session.send_control(&Frame { id, msg: reply });
+            }
+            Control::ReleaseBlocks(b) => {
+                ctx.node.alloc.release(session.slot, b.count);
                 let _ = session.send_control(&Frame { id, msg: Control::Ok });
-                break;
+            }
+            Control::StatFs => {
+                let (free_blocks, free_inodes) = ctx.node.alloc.space(ctx.node.free_blocks());
+                let _ = session.send_control(&Frame { id, msg: Control::Space(Space { free_blocks, free_inodes }) });
+            }
+            Control::Detach => {
+                // The publisher answers once the log is settled and the slot free, so that a
+                // client that detaches and attaches again (a remount) finds its slot.
+                tracing::info!(%peer, "client detaches");
+                let _ = session.jobs.send(Job::Detach { id });
+                return;
             }
             // Replies to requests nicfs never sends yet.
             Control::Pong | Control::Ok | Control::Error(_) | Control::RevokeDone(_) => {
@@ -99,6 +128,11 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
             return refuse(libc::EIO, &format!("log slot {slot} is unreadable: {e}"));
         }
     };
+    // A first range of inode numbers; a node with none left still attaches (reads work).
+    let inodes = match node.alloc.grant_inodes(slot, crate::alloc::FIRST_GRANT) {
+        Ok((first, count)) => InodeRange { first, count },
+        Err(_) => InodeRange { first: 0, count: 0 },
+    };
     let (tx, rx) = crossbeam_channel::unbounded();
     let session = Arc::new(Session::new(ctx.sessions.new_id(), slot, *cred, hello.role, writer, tx, start));
     let attached = Attached {
@@ -110,8 +144,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
             start_lsn: start,
             chunk_bytes: crate::node::CHUNK_BYTES.min(node.ring_bytes() / 4),
         },
-        // Inode allocation is not built yet: no range is handed out.
-        inodes: InodeRange { first: 0, count: 0 },
+        inodes,
     };
     let (n, s, sess) = (node.clone(), ctx.sessions.clone(), session.clone());
     std::thread::Builder::new()
@@ -119,16 +152,18 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         .spawn(move || publisher::run(n, s, sess, claim, rx))
         .map_err(|e| tracing::error!(error = %e, "cannot start a publisher thread"))
         .ok()?;
-    // Nothing else writes to the connection yet: the publisher acts on jobs, and they come
-    // from this connection's requests, or from a bulk connection naming the session, which
-    // can find it only once it is registered below.
+    // Registered before Attached goes out: the client opens its bulk connection as soon as
+    // it has the answer, and that connection must find the session. Nothing else writes to
+    // the control connection yet: the publisher answers there only to this connection's
+    // requests (a bulk connection's chunks are answered on the bulk connection).
+    ctx.sessions.insert(session.clone());
     let sent = send_frame(stream, &Frame { id, msg: Control::Attached(attached) }, &[log.as_fd(), public.as_fd()]);
     if let Err(e) = sent {
         tracing::warn!(%peer, error = %e, "cannot send Attached; ending the session");
+        // The publisher removes the session once the slot is settled.
         let _ = session.jobs.send(Job::End);
         return None;
     }
-    ctx.sessions.insert(session.clone());
     tracing::info!(session = session.id, slot, pid = cred.pid, uid = cred.uid, gid = cred.gid, role = ?hello.role, start_lsn = start, "client attached");
     Some(session)
 }

@@ -44,6 +44,7 @@
 //! replication, the MINOS engine. See docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod alloc;
 pub mod args;
 pub mod bulk;
 pub mod conn;

@@ -12,10 +12,11 @@
 //! log), so that sessions interleave and, as recovery assumes, at most one slot can be
 //! caught mid-batch by a crash.
 
+use crate::alloc::Alloc;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
 use linefs_pm::oplog::LogSlot;
-use linefs_pm::public::PublicArea;
+use linefs_pm::public::{PublicArea, PublicReader};
 use linefs_pm::publish::{publish_slot, Bounds, Published, SlotError};
 use linefs_pm::recovery::{recover, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
@@ -66,6 +67,8 @@ pub struct Node {
     logs: Vec<LogSlot>,
     claimed: Mutex<Vec<bool>>,
     pub counters: Counters,
+    /// Inode numbers and block reservations of the node's sessions.
+    pub alloc: Alloc,
     /// Keeps the PM mapped (the area and slots hold their own references too).
     _pm: NodePm,
     /// The exclusive flock of public.pm, held for the process's life.
@@ -98,6 +101,7 @@ impl Node {
             "node recovered"
         );
         let geometry = rec.geometry;
+        let alloc = Alloc::new(PublicReader::shared(pm.public.clone(), geometry), rec.loaded.inodes.keys().copied());
         let logs = pm.logs.iter().enumerate().map(|(s, r)| LogSlot::new(r.clone(), &geometry, s as u32)).collect();
         Ok(Node {
             dir: dir.to_path_buf(),
@@ -106,6 +110,7 @@ impl Node {
             logs,
             claimed: Mutex::new(vec![false; geometry.log_slots as usize]),
             counters: Counters::default(),
+            alloc,
             _pm: pm,
             _lock: lock,
         })
@@ -140,8 +145,10 @@ impl Node {
         None
     }
 
-    /// Frees a claimed slot (its lock is dropped with the claim).
+    /// Frees a claimed slot (its lock is dropped with the claim) once its log is settled:
+    /// its session's reservations end and the inode numbers it did not use go back.
     pub fn release(&self, claim: Claim) {
+        self.alloc.end_session(claim.slot);
         self.claimed.lock()[claim.slot as usize] = false;
         drop(claim.lock);
     }
@@ -157,6 +164,12 @@ impl Node {
     /// The slot's durable checkpoint.
     pub fn checkpoint(&self, slot: u32) -> Result<u64, FormatError> {
         self.logs[slot as usize].published_lsn()
+    }
+
+    /// The public area's free data blocks now, pending frees included.
+    pub fn free_blocks(&self) -> u64 {
+        let area = self.area.lock();
+        area.free_blocks() + area.pending_free_blocks()
     }
 
     pub fn ring_bytes(&self) -> u64 {

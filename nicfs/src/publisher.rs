@@ -8,6 +8,7 @@
 //!   (replication comes later: published on this node is all "durable" means today).
 //! * `End`: the client is gone (or nicfs stops): publish everything the slot has
 //!   committed, drop a refused suffix if the session failed, free the slot.
+//! * `Detach{id}`: the same, then `Ok` to the client's Detach.
 //!
 //! A refused entry sends `Rejected` on the control connection, marks the session failed
 //! (later requests get an Error) and logs it; nicfs and the other sessions carry on.
@@ -24,8 +25,16 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum Job {
     Chunk(u64),
-    Fsync { id: u64, lsn: u64 },
+    Fsync {
+        id: u64,
+        lsn: u64,
+    },
     End,
+    /// The client's Detach request `id`: end the session, answering Ok once the slot is
+    /// settled and free (so that a client attaching again at once finds a slot).
+    Detach {
+        id: u64,
+    },
 }
 
 /// Runs the publisher of `session` until its `End` job (or its queue closes).
@@ -37,6 +46,7 @@ pub fn run(
     jobs: crossbeam_channel::Receiver<Job>,
 ) {
     let _span = tracing::info_span!("session", id = session.id, slot = session.slot).entered();
+    let mut detach = None;
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Chunk(lsn) => {
@@ -49,9 +59,13 @@ pub fn run(
             }
             Job::Fsync { id, lsn } => fsync(&node, &session, id, lsn),
             Job::End => break,
+            Job::Detach { id } => {
+                detach = Some(id);
+                break;
+            }
         }
     }
-    end(&node, &session, claim);
+    end(&node, &session, claim, detach);
     sessions.remove(session.id);
 }
 
@@ -124,9 +138,15 @@ fn fsync(node: &Node, session: &Session, id: u64, lsn: u64) {
     }
 }
 
-/// The end of a session: settle its slot, hang up, free the slot.
-fn end(node: &Node, session: &Session, claim: Claim) {
+/// The end of a session: settle its slot, free it, answer a Detach, hang up.
+fn end(node: &Node, session: &Session, claim: Claim, detach: Option<u64>) {
     settle(node, session);
+    node.release(claim);
+    if let Some(id) = detach {
+        if let Err(e) = session.send_control(&Frame { id, msg: Control::Ok }) {
+            tracing::debug!(error = %e, "cannot answer Detach");
+        }
+    }
     session.hang_up();
     tracing::info!(
         pid = session.cred.pid,
@@ -134,7 +154,6 @@ fn end(node: &Node, session: &Session, claim: Claim) {
         failed = session.failed(),
         "session ended; slot released"
     );
-    node.release(claim);
 }
 
 /// Publishes what the session's slot has committed — its writer is gone or nicfs stops, so

@@ -206,3 +206,44 @@ fn client_child() {
     println!("ready");
     std::thread::sleep(std::time::Duration::from_secs(60));
 }
+
+/// Inode numbers and blocks are the node's: two clients get disjoint ranges, a reservation
+/// beyond the free space is refused, statfs counts every client's reservations, and what a
+/// client held comes back when it goes.
+#[test]
+fn inode_ranges_and_block_reservations_are_node_wide() {
+    let d = Daemon::start(2);
+    let mut a = Client::attach(&d.socket);
+    let mut b = Client::attach(&d.socket);
+    let (ra, rb) = (a.attached.inodes, b.attached.inodes);
+    assert!(ra.count > 0 && rb.count > 0);
+    assert!(ra.first + ra.count <= rb.first || rb.first + rb.count <= ra.first, "{ra:?} {rb:?}");
+    let more = match a.request(Control::AllocInodes(AllocInodes { count: 8 })) {
+        Control::InodeRange(r) => r,
+        other => panic!("expected InodeRange, got {other:?}"),
+    };
+    for r in [ra, rb] {
+        assert!(more.first + more.count <= r.first || r.first + r.count <= more.first, "{more:?} {r:?}");
+    }
+    let space = |c: &mut Client| match c.request(Control::StatFs) {
+        Control::Space(s) => s,
+        other => panic!("expected Space, got {other:?}"),
+    };
+    let before = space(&mut a);
+    assert!(before.free_blocks > 100);
+    match a.request(Control::ReserveBlocks(Blocks { count: before.free_blocks + 1 })) {
+        Control::Error(e) => assert_eq!(e.errno, libc::ENOSPC),
+        other => panic!("expected ENOSPC, got {other:?}"),
+    }
+    assert_eq!(a.request(Control::ReserveBlocks(Blocks { count: 100 })), Control::Ok);
+    assert_eq!(space(&mut b).free_blocks, before.free_blocks - 100, "b sees a's reservation");
+    assert_eq!(a.request(Control::ReleaseBlocks(Blocks { count: 40 })), Control::Ok);
+    assert_eq!(space(&mut b).free_blocks, before.free_blocks - 60);
+    let inodes_with_a = space(&mut b).free_inodes;
+    drop(a);
+    // a's session ends: its reservation and its unused numbers come back.
+    wait_for("a's session to end", || {
+        let s = space(&mut b);
+        (s.free_blocks == before.free_blocks && s.free_inodes == inodes_with_a + ra.count + more.count).then_some(())
+    });
+}

@@ -163,13 +163,27 @@ impl Fs {
 
     pub fn statfs(&self) -> StatFs {
         let front = self.rlock();
-        let bfree = data_capacity(front.space_available());
+        let (free, ffree) = match front.publication.remote() {
+            None => (front.space_available(), front.view.inos.free()),
+            // The node's space is nicfs's: what it could still reserve, plus this client's
+            // unspent credit and its unused inode numbers.
+            Some(remote) => match remote.call(linefs_proto::Control::StatFs) {
+                Ok(linefs_proto::Control::Space(s)) => {
+                    (s.free_blocks + front.space_available(), s.free_inodes + front.ino_pool.len() as u64)
+                }
+                other => {
+                    tracing::warn!(reply = ?other, "statfs: nicfs did not say; reporting this client's share");
+                    (front.space_available(), front.ino_pool.len() as u64)
+                }
+            },
+        };
+        let bfree = data_capacity(free);
         StatFs {
             blocks: front.publication.geo.data_blocks,
             bfree,
             bavail: bfree,
             files: front.publication.geo.inode_count - 1,
-            ffree: front.view.inos.free(),
+            ffree,
             bsize: BLOCK_SIZE as u32,
             namelen: NAME_MAX as u32,
             frsize: BLOCK_SIZE as u32,

@@ -70,7 +70,7 @@ impl Front {
         let mut pos = off;
         for (a, b, src) in n.overlay.overlapping(off, end) {
             if a > pos {
-                self.publication.public.read().area.reader().read_file(
+                self.publication.public.read().reader().read_file(
                     ino,
                     pos,
                     &mut buf[(pos - off) as usize..(a - off) as usize],
@@ -84,7 +84,7 @@ impl Front {
             pos = b;
         }
         if pos < end {
-            self.publication.public.read().area.reader().read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
+            self.publication.public.read().reader().read_file(ino, pos, &mut buf[(pos - off) as usize..])?;
         }
         Ok(buf)
     }

@@ -10,6 +10,7 @@ use crate::time::now;
 use crate::view::Node;
 use linefs_pm::public::dtype_of_mode;
 use linefs_pm::record::{valid_name, EntryBuilder, InodeImage, Timespec};
+use linefs_proto::{AllocInodes, Control};
 use std::sync::atomic::Ordering;
 
 /// Most links one inode may have.
@@ -25,10 +26,14 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
+/// Inode numbers asked of nicfs at a time.
+const INODE_GRANT: u32 = 256;
+
 impl Front {
     pub(crate) fn new_inode(&mut self, cred: &Cred, parent: &InodeImage, mode: u32, rdev: u32) -> FsResult<InodeImage> {
-        let ino = self.view.inos.alloc(None).ok_or(FsError::NoSpace("no free inode"))?;
-        // Allocation is only committed with the entry; give it back if the entry fails.
+        let ino = self.alloc_ino()?;
+        // Allocation is only committed with the entry; give it back if the entry fails
+        // (`give_back_ino`).
         let t = now();
         let mut mode = mode;
         let gid = if parent.mode & libc::S_ISGID != 0 {
@@ -104,10 +109,47 @@ impl Front {
         b.dirent(parent, name, img.ino, dtype_of_mode(mode));
         b.inode(&pimg, false);
         if let Err(e) = self.commit(&b, est) {
-            self.view.inos.clear(img.ino);
+            self.give_back_ino(img.ino);
             return Err(e);
         }
         Ok(img.ino)
+    }
+
+    /// A free inode number: from the view (host-only), or from the ranges nicfs granted
+    /// this client (offload: the node's numbers are nicfs's to hand out).
+    pub(crate) fn alloc_ino(&mut self) -> FsResult<u64> {
+        let Some(remote) = self.publication.remote().cloned() else {
+            return self.view.inos.alloc(None).ok_or(FsError::NoSpace("no free inode"));
+        };
+        loop {
+            while let Some(ino) = self.ino_pool.pop() {
+                if self.view.inos.set(ino) {
+                    return Ok(ino);
+                }
+            }
+            match remote.call(Control::AllocInodes(AllocInodes { count: INODE_GRANT }))? {
+                Control::InodeRange(r) => self.grant_inodes(r.first, r.count),
+                Control::Error(e) if e.errno == libc::ENOSPC => return Err(FsError::NoSpace("no free inode")),
+                Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
+                other => {
+                    return Err(FsError::PublicationFailed(format!("unexpected answer to AllocInodes: {other:?}")))
+                }
+            }
+        }
+    }
+
+    /// Adds inode numbers nicfs granted to the pool (lowest handed out first).
+    pub(crate) fn grant_inodes(&mut self, first: u64, count: u64) {
+        let end = first.saturating_add(count).min(self.view.inos.len());
+        self.ino_pool.extend((first..end).rev());
+    }
+
+    /// Returns a number taken by [`Front::alloc_ino`] whose entry failed.
+    pub(crate) fn give_back_ino(&mut self, ino: u64) {
+        self.view.inos.clear(ino);
+        if self.publication.remote().is_some() {
+            self.ino_pool.push(ino);
+        }
     }
 
     /// Log freeing an inode once nothing refers to it (no name, no kernel reference, no open).

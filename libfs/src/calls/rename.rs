@@ -186,7 +186,7 @@ impl Fs {
         }
         if let Err(e) = front.commit(&b, 1) {
             if let Some(ino) = whiteout {
-                front.view.inos.clear(ino);
+                front.give_back_ino(ino);
             }
             return Err(e);
         }

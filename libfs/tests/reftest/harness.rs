@@ -2,6 +2,7 @@
 //! compares them after every step.
 
 use super::*;
+use crate::nicfs::Nicfs;
 
 // ---------------------------------------------------------------------------------------
 // What is compared.
@@ -85,8 +86,28 @@ pub(crate) struct Held {
     pub(crate) fh: u64,
 }
 
+/// Where the file system under test lives.
+pub(crate) enum Backend {
+    /// Host-only: a traced region in memory, mounted directly.
+    Region(Arc<PmRegion>),
+    /// Offload: a node directory served by a real nicfs process; libfs attaches to it.
+    Nicfs(Nicfs),
+}
+
+impl Backend {
+    pub(crate) fn mount(&self) -> Fs {
+        match self {
+            Backend::Region(region) => mount(region),
+            // The harness states each caller's credentials, as a mount daemon does.
+            Backend::Nicfs(n) => {
+                n.attach(FsOptions { mount_daemon: true, background_publish: false, ..Default::default() })
+            }
+        }
+    }
+}
+
 pub(crate) struct Harness {
-    pub(crate) region: Arc<PmRegion>,
+    pub(crate) backend: Backend,
     pub(crate) fs: Option<Fs>,
     pub(crate) model: Model,
     pub(crate) held: Vec<Held>,
@@ -108,10 +129,19 @@ impl Harness {
         let region = Arc::new(PmRegion::traced(size));
         let geo = Geometry::compute(&FormatParams::for_size(size)).expect("geometry");
         linefs_pm::mkfs::format_region(&region, &geo).expect("format");
-        let fs = mount(&region);
+        Harness::on(Backend::Region(region))
+    }
+
+    /// The same, with the node served by a real nicfs (offload mode).
+    pub(crate) fn offload() -> Harness {
+        Harness::on(Backend::Nicfs(Nicfs::start()))
+    }
+
+    fn on(backend: Backend) -> Harness {
+        let fs = backend.mount();
         let sticky = SetAttr { mode: Some(0o1777), ..Default::default() };
         fs.setattr(&Cred::root(), ROOT_INO, &sticky).expect("chmod /");
-        Harness { region, fs: Some(fs), model: Model::new(), held: Vec::new(), cred: Cred::root() }
+        Harness { backend, fs: Some(fs), model: Model::new(), held: Vec::new(), cred: Cred::root() }
     }
 
     pub(crate) fn fs(&self) -> &Fs {
@@ -330,7 +360,7 @@ impl Harness {
                 // Held files close with the process; unlinked ones are freed.
                 self.held.clear();
                 drop(self.fs.take());
-                self.fs = Some(mount(&self.region));
+                self.fs = Some(self.backend.mount());
             }
             _ => {
                 let want = self.model_apply(op);
@@ -395,7 +425,10 @@ pub(crate) fn brief(e: &Entry) -> String {
 }
 
 pub(crate) fn run(ops: &[Op]) -> Result<(), String> {
-    let mut h = Harness::new();
+    run_on(Harness::new(), ops)
+}
+
+pub(crate) fn run_on(mut h: Harness, ops: &[Op]) -> Result<(), String> {
     for (i, op) in ops.iter().enumerate() {
         h.step(i, op)?;
     }

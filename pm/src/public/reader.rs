@@ -332,4 +332,13 @@ impl PublicReader {
     pub fn is_mapped(&self, ino: u64, idx: u64) -> Result<bool, FormatError> {
         Ok(self.lookup(&self.read_inode(ino)?, idx)?.is_some())
     }
+
+    /// Mapped data blocks of `ino` (a walk of its block map; 0 for a free inode).
+    pub fn file_blocks(&self, ino: u64) -> Result<u64, FormatError> {
+        let inode = self.read_inode(ino)?;
+        if inode.img.mode == 0 {
+            return Ok(0);
+        }
+        self.walk_tree(&inode, &mut NoVisitor)
+    }
 }

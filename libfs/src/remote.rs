@@ -1,0 +1,288 @@
+//! The offload client's link to its node's nicfs: attach (a control connection, which
+//! hands back the slot's log file read-write and the public file read-only, then a bulk
+//! connection naming the session), requests with their replies, and the two reader threads.
+//!
+//! * Requests on the control connection may come from any thread (a FUSE worker in a
+//!   call, the publisher thread, status): each registers a waiter under a fresh id, writes
+//!   its frame whole under the writer's mutex, and waits for the reply the control reader
+//!   hands it. Replies to requests nobody waits for (`ReleaseBlocks`, sent without waiting)
+//!   are dropped.
+//! * The control reader also takes nicfs's notices and requests: `Rejected` fails the
+//!   client (its updates are refused with EIO from then on, as after a failed publication
+//!   in the host-only mode), `Ping` is answered.
+//! * The bulk reader takes `Published` notices: the published LSN moves on and the
+//!   publisher thread is woken to catch the view up (it never takes the front-end lock
+//!   itself, so a call waiting on a reply with that lock held cannot stall it).
+//! * When either connection ends (nicfs died or hung up), every waiter gets an error and
+//!   the client is failed: nothing more can be published, the log keeps what was
+//!   committed, and nicfs's recovery publishes it.
+
+use crate::error::{FsError, FsResult};
+use crate::publication::Wakeup;
+use linefs_proto::{
+    read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Frame, Hello, InodeSet, Party,
+    ReadError, Role,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a request waits for its reply before the client gives up on nicfs.
+const REPLY_WAIT: Duration = Duration::from_secs(120);
+/// How long attaching retries while every slot is busy.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+/// How long attaching may take.
+const ATTACH_WAIT: Duration = Duration::from_secs(30);
+
+/// What nicfs has said about publication, shared with the publisher thread.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// The public area holds the log up to here.
+    pub(crate) published: u64,
+    /// The log before this may be reused.
+    pub(crate) reclaim: u64,
+    /// Inodes publication changed since the front end last caught up.
+    pub(crate) touched: Vec<u64>,
+    /// Publication changed more inodes than a notice lists.
+    pub(crate) touched_all: bool,
+    /// Why the client cannot publish any more (an entry refused, nicfs gone).
+    pub(crate) failed: Option<String>,
+}
+
+/// An attached session.
+pub(crate) struct Remote {
+    control: Mutex<UnixStream>,
+    bulk: Mutex<UnixStream>,
+    waiters: Mutex<HashMap<u64, mpsc::Sender<Control>>>,
+    next_id: AtomicU64,
+    pub(crate) attached: Attached,
+    pub(crate) progress: Mutex<Progress>,
+    failed: AtomicBool,
+    /// Set by [`Remote::detach`]: the connections' end is expected, not a failure.
+    detaching: AtomicBool,
+}
+
+/// What attaching hands back besides the link: the log file and the public file.
+pub(crate) struct Files {
+    pub(crate) log: OwnedFd,
+    pub(crate) public: OwnedFd,
+}
+
+fn io(what: &str, e: impl std::fmt::Display) -> FsError {
+    FsError::Io { what: what.to_string(), source: std::io::Error::other(e.to_string()) }
+}
+
+fn refused(what: &str, e: &linefs_proto::ErrorReply) -> FsError {
+    FsError::Io { what: format!("{what}: {}", e.message), source: std::io::Error::from_raw_os_error(e.errno) }
+}
+
+impl Remote {
+    /// Attaches to the nicfs listening on `socket` as `role`. Every slot busy (EBUSY) is
+    /// retried for a few seconds: a client that just died may still be being settled.
+    pub(crate) fn attach(socket: &Path, role: Role) -> FsResult<(Arc<Remote>, Files)> {
+        let deadline = std::time::Instant::now() + BUSY_WAIT;
+        loop {
+            match Remote::try_attach(socket, role) {
+                Err(FsError::Io { source, .. })
+                    if source.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_attach(socket: &Path, role: Role) -> FsResult<(Arc<Remote>, Files)> {
+        let what = format!("attach to nicfs at {}", socket.display());
+        let control = UnixStream::connect(socket).map_err(|e| FsError::Io { what: what.clone(), source: e })?;
+        let hello = Hello { channel: Channel::Control, role, session: 0 };
+        write_frame(&control, &Frame { id: 1, msg: Control::Hello(hello) }).map_err(|e| io(&what, e))?;
+        let r = recv_frame::<Control>(&control, Party::Nicfs, Some(ATTACH_WAIT)).map_err(|e| io(&what, e))?;
+        let attached = match r.frame.msg {
+            Control::Attached(a) => a,
+            Control::Error(e) => return Err(refused(&what, &e)),
+            other => return Err(io(&what, format!("unexpected answer {:?}", other))),
+        };
+        let mut fds = r.fds.into_iter();
+        let (Some(log), Some(public)) = (fds.next(), fds.next()) else {
+            return Err(io(&what, "Attached came without its two descriptors"));
+        };
+        let bulk = UnixStream::connect(socket).map_err(|e| FsError::Io { what: what.clone(), source: e })?;
+        let hello = Hello { channel: Channel::Bulk, role, session: attached.session };
+        write_frame(&bulk, &Frame { id: 1, msg: Bulk::Hello(hello) }).map_err(|e| io(&what, e))?;
+        match read_frame::<Bulk>(&bulk, Party::Nicfs, Some(ATTACH_WAIT)).map_err(|e| io(&what, e))?.msg {
+            Bulk::Ok => {}
+            Bulk::Error(e) => return Err(refused(&what, &e)),
+            other => return Err(io(&what, format!("unexpected answer {:?}", other))),
+        }
+        let start = attached.log.start_lsn;
+        let remote = Arc::new(Remote {
+            control: Mutex::new(control),
+            bulk: Mutex::new(bulk),
+            waiters: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(2),
+            attached,
+            progress: Mutex::new(Progress { published: start, reclaim: start, ..Progress::default() }),
+            failed: AtomicBool::new(false),
+            detaching: AtomicBool::new(false),
+        });
+        tracing::info!(session = attached.session, slot = attached.slot, start_lsn = start, "attached to nicfs");
+        Ok((remote, Files { log, public }))
+    }
+
+    /// Starts the two reader threads; `wakeup` is the publisher thread's.
+    pub(crate) fn start(self: &Arc<Self>, wakeup: Arc<Wakeup>) -> FsResult<()> {
+        let clone = |s: &Mutex<UnixStream>| s.lock().try_clone().map_err(|e| io("clone a nicfs connection", e));
+        let (control, bulk) = (clone(&self.control)?, clone(&self.bulk)?);
+        let (r, w) = (self.clone(), wakeup.clone());
+        std::thread::Builder::new()
+            .name("nicfs-control".into())
+            .spawn(move || r.control_reader(control, w))
+            .map_err(|e| FsError::Io { what: "start the control reader".into(), source: e })?;
+        let r = self.clone();
+        std::thread::Builder::new()
+            .name("nicfs-bulk".into())
+            .spawn(move || r.bulk_reader(bulk, wakeup))
+            .map_err(|e| FsError::Io { what: "start the bulk reader".into(), source: e })?;
+        Ok(())
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether the session can no longer publish.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.progress.lock().failed.clone()
+    }
+
+    fn fail(&self, why: String, wakeup: &Wakeup) {
+        let mut p = self.progress.lock();
+        if p.failed.is_none() {
+            if self.detaching.load(Ordering::Acquire) {
+                tracing::debug!(%why, "detached from nicfs");
+            } else {
+                tracing::error!(%why, "publication through nicfs failed; updates are refused from now on");
+            }
+            p.failed = Some(why);
+        }
+        drop(p);
+        self.failed.store(true, Ordering::Release);
+        wakeup.kick();
+    }
+
+    /// Sends a request and waits for its reply (an Error reply is returned as such).
+    pub(crate) fn call(&self, msg: Control) -> FsResult<Control> {
+        let id = self.id();
+        let (tx, rx) = mpsc::channel();
+        self.waiters.lock().insert(id, tx);
+        let kind = format!("{:?}", linefs_proto::LinkMessage::kind(&msg));
+        if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg }) {
+            self.waiters.lock().remove(&id);
+            return Err(io(&format!("send {kind} to nicfs"), e));
+        }
+        match rx.recv_timeout(REPLY_WAIT) {
+            Ok(reply) => Ok(reply),
+            Err(_) => {
+                self.waiters.lock().remove(&id);
+                Err(io(&format!("{kind} to nicfs"), "no reply (nicfs gone or stuck)"))
+            }
+        }
+    }
+
+    /// Sends a request whose reply nobody waits for.
+    pub(crate) fn send(&self, msg: Control) {
+        let id = self.id();
+        if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg }) {
+            tracing::debug!(error = %e, "cannot send to nicfs");
+        }
+    }
+
+    /// Tells nicfs the log is committed up to `lsn`.
+    pub(crate) fn chunk_ready(&self, lsn: u64) {
+        let msg = Bulk::ChunkReady(ChunkReady { committed_lsn: lsn });
+        if let Err(e) = write_frame(&self.bulk.lock(), &Frame { id: self.id(), msg }) {
+            tracing::debug!(error = %e, "cannot send ChunkReady");
+        }
+    }
+
+    /// Ends the session: nicfs publishes what the log holds and frees the slot.
+    pub(crate) fn detach(&self) {
+        self.detaching.store(true, Ordering::Release);
+        if !self.failed() {
+            match self.call(Control::Detach) {
+                Ok(Control::Ok) => {}
+                Ok(other) => tracing::warn!(reply = ?other, "unexpected answer to Detach"),
+                Err(e) => tracing::warn!(error = %e, "Detach failed"),
+            }
+        }
+        let _ = self.control.lock().shutdown(std::net::Shutdown::Both);
+        let _ = self.bulk.lock().shutdown(std::net::Shutdown::Both);
+    }
+
+    fn control_reader(self: Arc<Self>, stream: UnixStream, wakeup: Arc<Wakeup>) {
+        let why = loop {
+            let frame = match read_frame::<Control>(&stream, Party::Nicfs, None) {
+                Ok(f) => f,
+                Err(ReadError::Closed) => break "nicfs closed the control connection".to_string(),
+                Err(e) => break format!("control connection to nicfs: {e}"),
+            };
+            match frame.msg {
+                Control::Rejected(r) => {
+                    self.fail(format!("nicfs refused the entry at lsn {}: {}", r.lsn, r.reason), &wakeup);
+                }
+                Control::Ping => {
+                    let _ = write_frame(&self.control.lock(), &Frame { id: frame.id, msg: Control::Pong });
+                }
+                reply => match self.waiters.lock().remove(&frame.id) {
+                    Some(tx) => {
+                        let _ = tx.send(reply);
+                    }
+                    None => tracing::trace!(id = frame.id, ?reply, "reply nobody waits for"),
+                },
+            }
+        };
+        // Dropping the senders fails every waiting call at once.
+        self.waiters.lock().clear();
+        self.fail(why, &wakeup);
+    }
+
+    fn bulk_reader(self: Arc<Self>, stream: UnixStream, wakeup: Arc<Wakeup>) {
+        let why = loop {
+            let frame = match read_frame::<Bulk>(&stream, Party::Nicfs, None) {
+                Ok(f) => f,
+                Err(ReadError::Closed) => break "nicfs closed the bulk connection".to_string(),
+                Err(e) => break format!("bulk connection to nicfs: {e}"),
+            };
+            match frame.msg {
+                Bulk::Published(p) => {
+                    let mut prog = self.progress.lock();
+                    prog.published = prog.published.max(p.published_lsn);
+                    prog.reclaim = prog.reclaim.max(p.reclaim_lsn);
+                    match p.changed {
+                        InodeSet::Listed(v) => prog.touched.extend(v),
+                        InodeSet::All => prog.touched_all = true,
+                    }
+                    drop(prog);
+                    wakeup.kick();
+                }
+                Bulk::Error(e) => {
+                    tracing::warn!(errno = e.errno, message = %e.message, "nicfs reports an error on the bulk connection")
+                }
+                other => tracing::debug!(?other, "unexpected frame on the bulk connection"),
+            }
+        };
+        self.fail(why, &wakeup);
+    }
+}

@@ -1,0 +1,153 @@
+//! libfs in the offload mode against a real nicfs process: publication in the background
+//! and on sync, the node's space and inode numbers handed out by nicfs (ENOSPC and their
+//! return), statfs, what a client sees when nicfs dies, and recovery by a new nicfs.
+//! (The reference-model property runs through nicfs too: `reftest.rs`.)
+
+#[path = "support/nicfs.rs"]
+mod nicfs;
+
+use libfs::*;
+use linefs_pm::layout::FormatParams;
+use nicfs::Nicfs;
+use std::time::{Duration, Instant};
+
+fn root() -> Cred {
+    Cred::root()
+}
+
+/// Creates `name` in the root and closes it. The lookup that create returns is forgotten
+/// at once, as the kernel would eventually, so that an unlink frees the inode.
+fn create(fs: &Fs, name: &str) -> FsResult<Ino> {
+    let (a, fh) = fs.create(&root(), ROOT_INO, name.as_bytes(), 0o644, 0o022, libc::O_RDWR)?;
+    fs.release(a.ino, fh);
+    fs.forget(a.ino, 1);
+    Ok(a.ino)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn nicfs_publishes_in_the_background_and_a_new_client_sees_it_all() {
+    let n = Nicfs::start();
+    let fs = n.attach(FsOptions { publish_interval: Duration::from_millis(100), ..Default::default() });
+    assert!(fs.status().offload);
+    let ino = create(&fs, "f").unwrap();
+    let data: Vec<u8> = (0..5 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    for (i, chunk) in data.chunks(256 << 10).enumerate() {
+        fs.write(&root(), ino, (i * (256 << 10)) as u64, chunk).unwrap();
+    }
+    // No sync: chunks (and the interval) make nicfs publish everything.
+    wait_until("nicfs to publish the whole log", || {
+        let s = fs.status();
+        s.published_lsn == s.tail_lsn && s.log_used == 0
+    });
+    assert_eq!(fs.read(ino, 0, data.len() as u32).unwrap(), data);
+    drop(fs);
+    let fs = n.attach(FsOptions::default());
+    let a = fs.lookup(&root(), ROOT_INO, b"f").unwrap();
+    fs.forget(a.ino, 1);
+    assert_eq!(a.size, data.len() as u64);
+    assert_eq!(a.blocks, (5 << 20) / 512);
+    assert_eq!(fs.read(a.ino, 0, data.len() as u32).unwrap(), data);
+}
+
+#[test]
+fn space_is_the_nodes_and_comes_back_after_deletes() {
+    let n = Nicfs::start_with(&FormatParams { size: 16 << 20, log_size: 4 << 20, log_slots: 2, inodes: 256 });
+    let fs = n.attach(FsOptions::default());
+    let before = fs.statfs();
+    assert!(before.bfree > 1000, "{before:?}");
+    let block = vec![0x5au8; 64 << 10];
+    let mut names = Vec::new();
+    let mut written = 0u64;
+    'fill: for i in 0.. {
+        let name = format!("f{i}");
+        let ino = create(&fs, &name).unwrap();
+        names.push(name);
+        for k in 0..8u64 {
+            match fs.write(&root(), ino, k * block.len() as u64, &block) {
+                Ok(_) => written += block.len() as u64,
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                    break 'fill;
+                }
+            }
+        }
+    }
+    let full = fs.statfs();
+    assert!(written > (before.bfree * 4096) * 8 / 10, "wrote {written} of {} free", before.bfree * 4096);
+    assert!(full.bfree < 64, "{full:?}");
+    // The client is not failed by ENOSPC: deletes work, space comes back, writes again.
+    for name in &names {
+        fs.unlink(&root(), ROOT_INO, name.as_bytes()).unwrap();
+    }
+    fs.sync_all().unwrap();
+    let after = fs.statfs();
+    assert!(after.bfree + 16 >= before.bfree, "before {before:?} after {after:?}");
+    let ino = create(&fs, "again").unwrap();
+    fs.write(&root(), ino, 0, &block).unwrap();
+}
+
+#[test]
+fn inode_numbers_come_from_nicfs_and_return_once_freed() {
+    let n = Nicfs::start_with(&FormatParams { size: 16 << 20, log_size: 4 << 20, log_slots: 2, inodes: 128 });
+    let fs = n.attach(FsOptions::default());
+    let mut made = Vec::new();
+    loop {
+        match create(&fs, &format!("i{}", made.len())) {
+            Ok(ino) => made.push(ino),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        }
+    }
+    assert!(made.len() >= 100, "only {} inodes", made.len());
+    let mut sorted = made.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), made.len(), "an inode number was handed out twice");
+    assert_eq!(fs.statfs().ffree, 0);
+    for i in 0..made.len() {
+        fs.unlink(&root(), ROOT_INO, format!("i{i}").as_bytes()).unwrap();
+    }
+    fs.sync_all().unwrap();
+    // The numbers freed by publication come back to nicfs's pool (once it runs out).
+    for i in 0..10 {
+        create(&fs, &format!("j{i}")).unwrap();
+    }
+    // And a second client after this one detaches gets numbers too.
+    drop(fs);
+    let fs = n.attach(FsOptions::default());
+    create(&fs, "k").unwrap();
+}
+
+#[test]
+fn when_nicfs_dies_updates_fail_reads_go_on_and_a_new_nicfs_recovers_the_log() {
+    let mut n = Nicfs::start();
+    let fs = n.attach(FsOptions { background_publish: false, ..Default::default() });
+    let ino = create(&fs, "kept").unwrap();
+    fs.write(&root(), ino, 0, b"committed before the crash").unwrap();
+    // Nothing published yet: the entries are only in the log.
+    assert!(fs.status().published_lsn < fs.status().tail_lsn);
+    n.kill();
+    let mut refused = None;
+    wait_until("the client to notice", || {
+        refused = create(&fs, "after").err();
+        refused.is_some()
+    });
+    assert_eq!(refused.unwrap().errno(), libc::EIO);
+    assert_eq!(fs.read(ino, 0, 100).unwrap(), b"committed before the crash");
+    drop(fs);
+    n.restart();
+    let fs = n.attach(FsOptions::default());
+    let a = fs.lookup(&root(), ROOT_INO, b"kept").unwrap();
+    assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"committed before the crash");
+    assert_eq!(fs.lookup(&root(), ROOT_INO, b"after").unwrap_err().errno(), libc::ENOENT);
+}

@@ -1,0 +1,246 @@
+//! Allocation state that belongs to the node, not to one client: inode numbers and data
+//! blocks. With several clients per node no client may allocate from its own view — two
+//! would pick the same free inode or count the same free block — so nicfs hands them out.
+//!
+//! * **Inode numbers** go to a slot's session in ranges ([`Alloc::grant_inodes`]): the
+//!   first with `Attached`, more on `AllocInodes`. A number is *taken* while it is in use in
+//!   the public area or granted to a live session; only untaken numbers are granted. When a
+//!   session ends (after its log is settled), the numbers of its grants that the public
+//!   area does not use go back. Numbers that clients free by publishing `FreeInode` are not
+//!   tracked as they are published: when no untaken number is left, the inode table is
+//!   read again and every number free there and granted to nobody comes back
+//!   ([`Alloc::grant_inodes`] does it once before saying ENOSPC).
+//! * **Data blocks** are *reserved* by sessions for entries they have not yet had
+//!   published ([`Alloc::reserve`]): a reservation succeeds only if the public area's free
+//!   blocks, less every session's reservations and a margin for publication's own metadata,
+//!   cover it. A client reserves in large grants and hands back what its published entries
+//!   no longer need (`ReleaseBlocks`); a session's reservations end with it. Blocks that
+//!   publication has used and the client has not yet handed back count twice for a moment:
+//!   space looks smaller than it is, never larger, so publication cannot run out of space
+//!   for an entry a client was allowed to log.
+//!
+//! Lock order: the node's public-area mutex, then this module's mutex (a leaf otherwise).
+
+use linefs_pm::bitmap::Bitmap;
+use linefs_pm::layout::Geometry;
+use linefs_pm::public::PublicReader;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// Blocks kept free for publication's own metadata (indirect, directory and xattr blocks).
+pub const META_RESERVE: u64 = 64;
+/// Inode numbers handed to a session when it attaches.
+pub const FIRST_GRANT: u64 = 64;
+
+/// Why an allocation request is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error("no free inode number on the node")]
+    NoInodes,
+    #[error("{asked} blocks asked, {available} available on the node")]
+    NoSpace { asked: u64, available: u64 },
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// Inode numbers granted and not yet known to be used or returned.
+    granted: Vec<u64>,
+    /// Data blocks reserved.
+    reserved: u64,
+}
+
+struct Inner {
+    /// Inode numbers in use in the public area or granted to a session.
+    taken: Bitmap,
+    slots: HashMap<u32, SlotState>,
+    reserved_total: u64,
+}
+
+/// The node's inode-number and block-reservation state.
+pub struct Alloc {
+    inner: Mutex<Inner>,
+    reader: PublicReader,
+    geo: Geometry,
+}
+
+impl Alloc {
+    /// Starts from the inodes the public area uses (`in_use`, as recovery loaded them).
+    pub fn new(reader: PublicReader, in_use: impl IntoIterator<Item = u64>) -> Alloc {
+        let geo = *reader.geometry();
+        let mut taken = Bitmap::new(geo.inode_count);
+        taken.set(0);
+        taken.set(linefs_pm::record::ROOT_INO);
+        for ino in in_use {
+            taken.set(ino);
+        }
+        Alloc { inner: Mutex::new(Inner { taken, slots: HashMap::new(), reserved_total: 0 }), reader, geo }
+    }
+
+    /// Grants up to `count` inode numbers to `slot`'s session, as one contiguous range
+    /// where possible (the range returned may be shorter than asked, never empty).
+    pub fn grant_inodes(&self, slot: u32, count: u64) -> Result<(u64, u64), AllocError> {
+        let mut inner = self.inner.lock();
+        if inner.taken.free() == 0 {
+            self.rescan(&mut inner);
+        }
+        let first = inner.taken.alloc(None).ok_or(AllocError::NoInodes)?;
+        let mut n = 1;
+        while n < count && inner.taken.set(first + n) {
+            n += 1;
+        }
+        inner.slots.entry(slot).or_default().granted.extend(first..first + n);
+        Ok((first, n))
+    }
+
+    /// Whether `ino` is granted to `slot` and not yet given back.
+    pub fn is_granted(&self, slot: u32, ino: u64) -> bool {
+        self.inner.lock().slots.get(&slot).is_some_and(|s| s.granted.contains(&ino))
+    }
+
+    /// Gives back every number not in use in the public area and granted to no session.
+    fn rescan(&self, inner: &mut Inner) {
+        let granted: std::collections::HashSet<u64> =
+            inner.slots.values().flat_map(|s| s.granted.iter().copied()).collect();
+        let mut back = 0;
+        for ino in 2..self.geo.inode_count {
+            if inner.taken.test(ino) && !granted.contains(&ino) && self.unused(ino) {
+                inner.taken.clear(ino);
+                back += 1;
+            }
+        }
+        tracing::info!(back, "inode numbers freed by publication returned to the pool");
+    }
+
+    /// Whether the public area has no inode `ino` (an unreadable one counts as used).
+    fn unused(&self, ino: u64) -> bool {
+        matches!(self.reader.read_inode(ino), Ok(i) if i.img.mode == 0)
+    }
+
+    /// Reserves `count` data blocks for `slot`'s session; `free` is the public area's free
+    /// blocks now (pending frees included).
+    pub fn reserve(&self, slot: u32, count: u64, free: u64) -> Result<(), AllocError> {
+        let mut inner = self.inner.lock();
+        let available = free.saturating_sub(inner.reserved_total + META_RESERVE);
+        if count > available {
+            return Err(AllocError::NoSpace { asked: count, available });
+        }
+        inner.reserved_total += count;
+        inner.slots.entry(slot).or_default().reserved += count;
+        Ok(())
+    }
+
+    /// Hands back up to `count` blocks `slot`'s session reserved; returns how many it had.
+    pub fn release(&self, slot: u32, count: u64) -> u64 {
+        let mut inner = self.inner.lock();
+        let Some(s) = inner.slots.get_mut(&slot) else { return 0 };
+        let n = count.min(s.reserved);
+        s.reserved -= n;
+        inner.reserved_total -= n;
+        n
+    }
+
+    /// Blocks `slot`'s session holds reserved.
+    pub fn reserved(&self, slot: u32) -> u64 {
+        self.inner.lock().slots.get(&slot).map_or(0, |s| s.reserved)
+    }
+
+    /// What statfs tells a client: blocks a new reservation could get (free less every
+    /// reservation and the margin), and inode numbers not taken.
+    pub fn space(&self, free: u64) -> (u64, u64) {
+        let inner = self.inner.lock();
+        (free.saturating_sub(inner.reserved_total + META_RESERVE), inner.taken.free())
+    }
+
+    /// The session of `slot` ended and its log is settled: its reservations end, and the
+    /// numbers it was granted but did not use (the public area has no such inode) go back.
+    pub fn end_session(&self, slot: u32) {
+        let mut inner = self.inner.lock();
+        let Some(s) = inner.slots.remove(&slot) else { return };
+        inner.reserved_total -= s.reserved;
+        let mut back = 0;
+        for ino in s.granted {
+            if self.unused(ino) {
+                inner.taken.clear(ino);
+                back += 1;
+            }
+        }
+        tracing::debug!(
+            slot,
+            released_blocks = s.reserved,
+            inodes_back = back,
+            "allocation state of the session ended"
+        );
+    }
+
+    /// Totals for the status file: inode numbers taken, blocks reserved.
+    pub fn totals(&self) -> (u64, u64) {
+        let inner = self.inner.lock();
+        (self.geo.inode_count - inner.taken.free(), inner.reserved_total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linefs_pm::layout::FormatParams;
+
+    fn node() -> (tempfile::TempDir, linefs_pm::node::NodePm) {
+        let dir = tempfile::tempdir().unwrap();
+        let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 2, inodes: 256 };
+        let node = linefs_pm::mkfs::format_dir(&dir.path().join("n"), &params).unwrap();
+        (dir, node)
+    }
+
+    fn alloc(node: &linefs_pm::node::NodePm) -> Alloc {
+        Alloc::new(PublicReader::shared(node.public.clone(), node.geometry), [])
+    }
+
+    #[test]
+    fn grants_are_disjoint_and_unused_ones_come_back_at_session_end() {
+        let (_d, node) = node();
+        let a = alloc(&node);
+        let (f0, n0) = a.grant_inodes(0, 10).unwrap();
+        let (f1, n1) = a.grant_inodes(1, 10).unwrap();
+        assert_eq!((n0, n1), (10, 10));
+        assert!(f0 >= 2 && (f0 + n0 <= f1 || f1 + n1 <= f0), "{f0}+{n0} vs {f1}+{n1}");
+        assert!(a.is_granted(0, f0) && !a.is_granted(1, f0));
+        let before = a.totals().0;
+        a.end_session(0);
+        assert_eq!(a.totals().0, before - 10, "nothing was created: all ten come back");
+        assert!(!a.is_granted(0, f0));
+    }
+
+    #[test]
+    fn every_number_can_be_granted_then_exhaustion_is_an_error() {
+        let (_d, node) = node();
+        let a = alloc(&node);
+        let total = node.geometry.inode_count - 2;
+        let mut got = 0;
+        while got < total {
+            let (_, n) = a.grant_inodes(0, 1000).unwrap();
+            got += n;
+        }
+        assert_eq!(got, total);
+        assert_eq!(a.grant_inodes(1, 1), Err(AllocError::NoInodes));
+        // Granted numbers are never re-granted by a rescan while their session lives.
+        assert_eq!(a.grant_inodes(1, 1), Err(AllocError::NoInodes));
+        a.end_session(0);
+        assert!(a.grant_inodes(1, 1).is_ok());
+    }
+
+    #[test]
+    fn reservations_are_bounded_by_free_space_and_end_with_the_session() {
+        let (_d, node) = node();
+        let a = alloc(&node);
+        let free = 1000;
+        a.reserve(0, 600, free).unwrap();
+        assert_eq!(a.reserve(1, 400, free), Err(AllocError::NoSpace { asked: 400, available: 336 }));
+        a.reserve(1, 336, free).unwrap();
+        assert_eq!(a.space(free).0, 0);
+        assert_eq!(a.release(0, 100), 100);
+        assert_eq!(a.release(0, 10_000), 500, "no more than was reserved");
+        assert_eq!(a.space(free).0, 600);
+        a.end_session(1);
+        assert_eq!(a.space(free).0, free - META_RESERVE);
+    }
+}
