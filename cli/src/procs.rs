@@ -1,10 +1,11 @@
-//! Process handling: spawning detached daemons and waiting for a mount daemon's readiness,
-//! pid files, liveness checks that survive pid reuse, signalling, and the mounts they leave
-//! (read with [`linefs_pm::mountinfo`]).
+//! Process handling: finding the daemons' executables, spawning them detached, waiting for a
+//! mount daemon's readiness, pid files, liveness checks that survive pid reuse, signalling,
+//! and the mounts they leave (read with [`linefs_pm::mountinfo`]).
 //!
 //! Readiness protocol of a mount daemon: the CLI creates a pipe, the daemon inherits its write
 //! end as `--ready-fd N` and writes one byte once its mount serves. EOF before that byte means
-//! the daemon died; its log says why ([`failure_reason`]).
+//! the daemon died; its log says why ([`failure_reason`]). nicfs and kworker have no such
+//! descriptor: [`crate::daemons`] watches their socket and status file instead.
 //!
 //! A pid recorded in DIR/run is only signalled if `/proc/PID/cmdline` still names one of our
 //! daemons, so a pid reused by an unrelated process after a reboot is never killed.
@@ -32,8 +33,11 @@ pub struct DaemonExe {
     pub prefix: Vec<String>,
 }
 
-/// Marks in a command line that identify our daemons.
+/// Marks in a command line that identify our mount daemons.
 const DAEMON_MARKS: [&str; 2] = ["linefs-fuse", "fuse-daemon"];
+
+/// The executables of a node's own daemons, recognised by their program name.
+pub const NODE_DAEMONS: [&str; 2] = ["nicfs", "kworker"];
 
 /// Finds `linefs-fuse`: `$LINEFS_FUSE` (a path, or `self`), else beside the current
 /// executable, else this executable's hidden `fuse-daemon` verb (the same code, linked into
@@ -53,6 +57,22 @@ pub fn daemon_exe() -> CliResult<DaemonExe> {
         }
     }
     Ok(myself)
+}
+
+/// Finds the executable `name` (`nicfs`, `kworker`) beside the current one, where
+/// `cargo build --bins` puts every binary of the workspace.
+pub fn sibling_exe(name: &str) -> CliResult<PathBuf> {
+    let me = std::env::current_exe().ctx(|| "cannot find the linefs executable")?;
+    let dir = me.parent().unwrap_or(Path::new("/"));
+    let exe = dir.join(name);
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    Err(fail(format!(
+        "{name} not found beside linefs in {} (build it with cargo build --bins, or run the cluster \
+         host-only with linefs up --offload off)",
+        dir.display()
+    )))
 }
 
 /// A daemon that has signalled readiness.
@@ -213,14 +233,32 @@ pub fn alive(pid: i32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count() > 1).unwrap_or(false)
 }
 
-/// Whether `pid` is alive and is one of our daemons (guards against pid reuse).
+/// The command line of `pid`, its arguments joined by spaces.
+fn cmdline(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+/// The file name of the program `pid` runs (its argv\[0\]).
+fn program_name(pid: i32) -> String {
+    let line = cmdline(pid);
+    let argv0 = line.split(' ').next().unwrap_or_default();
+    Path::new(argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Whether `pid` is alive and is one of our daemons (guards against pid reuse): a mount
+/// daemon, nicfs or kworker.
 pub fn is_our_daemon(pid: i32) -> bool {
     if !alive(pid) {
         return false;
     }
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let cmdline = String::from_utf8_lossy(&cmdline);
-    DAEMON_MARKS.iter().any(|m| cmdline.contains(m))
+    let line = cmdline(pid);
+    DAEMON_MARKS.iter().any(|m| line.contains(m)) || NODE_DAEMONS.contains(&program_name(pid).as_str())
+}
+
+/// Whether `pid` is alive and runs the program `name` (`nicfs`, `kworker`).
+pub fn is_program(pid: i32, name: &str) -> bool {
+    alive(pid) && program_name(pid) == name
 }
 
 /// Waits up to `timeout` for `pid` to exit; true if it did.

@@ -1,5 +1,6 @@
 //! Drives the built `linefs` binary through a cluster's life: up, status, mount, write/read,
-//! umount, remount, kill-host, restart-host (the fsynced file survives), down.
+//! umount, remount, kill-host, restart-host (the fsynced file survives), down — host-only
+//! (`--offload off`).
 //!
 //! Needs `/dev/fuse` and `fusermount3`; without them it prints why it is skipped and passes.
 
@@ -62,13 +63,13 @@ fn cluster_life_cycle() {
 
     assert!(err(&dir, &["status"]).contains("no cluster in"));
     assert!(err(&dir, &["up"]).contains("use --nodes 1"));
-    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M", "--offload", "off"]);
     assert!(ok(&dir, &["up", "--nodes", "1"]).contains("already up"));
     assert!(ok(&dir, &["status"]).contains("not mounted"));
 
     // mount, write, read, umount
     assert!(err(&dir, &["mount", "--node", "1", m]).contains("out of range"));
-    ok(&dir, &["mount", m]);
+    assert!(ok(&dir, &["mount", m]).contains("host-only"));
     assert!(mounted(&mnt));
     assert!(err(&dir, &["mount", m]).contains("already mounted"));
     fs::write(mnt.join("hello"), b"hello linefs").unwrap();
@@ -96,7 +97,7 @@ fn cluster_life_cycle() {
     assert_eq!(fs::read(mnt.join("synced")).unwrap(), b"durable");
     assert_eq!(fs::read(mnt.join("hello")).unwrap(), b"hello linefs");
 
-    assert!(err(&dir, &["kill-nic", "0"]).contains("not built yet"));
+    assert!(err(&dir, &["kill-nic", "0"]).contains("host-only"));
     ok(&dir, &["down"]);
     assert!(!mounted(&mnt));
     assert!(ok(&dir, &["down"]).contains("already down"));
