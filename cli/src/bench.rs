@@ -261,6 +261,7 @@ impl Testbed {
                 node: 0,
                 backend,
                 source: source.to_path_buf(),
+                nicfs: None,
                 mountpoint: mountpoint.to_path_buf(),
                 options: Vec::new(),
                 consistency: "linefs".to_string(),

@@ -1,8 +1,9 @@
-//! The verbs that create and retire clusters: `up` (format each node's PM file once, write
-//! the description, mark the cluster up) and `down` (stop every mount, mark it down), and
-//! [`create`], which `bench` and `soak` use for their temporary clusters. The directory's
-//! layout and files belong to [`crate::clusterdir`]; starting and stopping mount daemons to
-//! [`crate::mounts`].
+//! The verbs that create and retire clusters: `up` (format each node's PM once, write the
+//! description, start each node's nicfs and kworker unless `--offload off`, mark the cluster
+//! up) and `down` (stop every mount, then every kworker, then every nicfs; mark it down), and
+//! [`create`], which `bench` and `soak` use for their temporary, host-only clusters. The
+//! directory's layout and files belong to [`crate::clusterdir`]; starting and stopping mount
+//! daemons to [`crate::mounts`], nicfs and kworker to [`crate::daemons`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use linefs_pm::layout::FormatParams;
 use linefs_pm::mkfs;
 
-use crate::clusterdir::{write_atomic, ClusterDesc, ClusterDir, NodeDesc};
+use crate::clusterdir::{write_atomic, ClusterDesc, ClusterDir, NodeDesc, Offload};
+use crate::daemons::{self, Role, Stopped};
 use crate::procs;
 use crate::util::{fail, human_size, unix_now, utc_date, CliResult, Context};
 
@@ -36,12 +38,36 @@ pub struct UpArgs {
     pub pm_dir: Option<PathBuf>,
     pub pm_size: Option<u64>,
     pub zk: Option<String>,
+    /// None: as recorded, else on.
+    pub offload: Option<Offload>,
+    /// `--cpus` for every nicfs; none: as recorded.
+    pub cpus: Option<String>,
 }
 
-/// `linefs up`: formats the PM files once, writes the description, marks the cluster up.
+/// Checks a CPU list as nicfs reads it (`2,3`, `0-1,4`), so that a typo is refused before
+/// anything starts rather than by the first nicfs.
+fn check_cpus(list: &str) -> CliResult<()> {
+    let bad = || fail(format!("--cpus {list:?}: expected CPU numbers and ranges, e.g. 2,3 or 0-1,4"));
+    for part in list.split(',').map(str::trim) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let lo: usize = lo.trim().parse().map_err(|_| bad())?;
+        let hi: usize = hi.trim().parse().map_err(|_| bad())?;
+        if lo > hi {
+            return Err(bad());
+        }
+    }
+    Ok(())
+}
+
+/// `linefs up`: formats the PM once, writes the description, starts every node's nicfs and
+/// kworker (with offload) and marks the cluster up once each nicfs serves with its kworker
+/// attached. If a node's daemons fail to start, those already started are stopped again.
 pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     if args.nodes != 1 {
-        return Err(fail("multi-node clusters need nicfs, which is not built yet; use --nodes 1"));
+        return Err(fail("multi-node clusters need replication, which is not built yet; use --nodes 1"));
+    }
+    if let Some(cpus) = &args.cpus {
+        check_cpus(cpus)?;
     }
     if let Some(zk) = &args.zk {
         let bad = |hp: &str| match hp.rsplit_once(':') {
@@ -52,6 +78,13 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
             return Err(fail(format!("--zk {zk:?}: expected HOST:PORT[,HOST:PORT...]")));
         }
     }
+    // Refuse what cannot start before anything is created (the description read here
+    // unlocked is only a hint; it is read again under the lock).
+    let recorded = dir.desc_path().exists().then(|| dir.load().ok().and_then(|d| d.offload)).flatten();
+    if args.offload.or(recorded).unwrap_or(Offload::On) == Offload::On {
+        daemons::check_socket_paths(dir, args.nodes)?;
+        daemons::check_executables()?;
+    }
     std::fs::create_dir_all(&dir.root).ctx(|| format!("{}: create", dir.root.display()))?;
     let _lock = dir.lock()?;
     let existing = match dir.desc_path().exists() {
@@ -59,12 +92,7 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         false => None,
     };
     if dir.is_up() {
-        let n = existing.as_ref().map_or(0, |d| d.nodes.len());
-        return Ok(format!(
-            "cluster in {} is already up ({n} node{}); nothing changed",
-            dir.root.display(),
-            if n == 1 { "" } else { "s" }
-        ));
+        return Ok(already_up(dir, existing.as_ref()));
     }
     let pm_dir = match (&args.pm_dir, &existing) {
         (Some(p), Some(d)) => {
@@ -86,12 +114,63 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         (None, Some(d)) => d.pm_dir.clone(),
         (None, None) => dir.root.join("pm"),
     };
+    let offload = args.offload.or(existing.as_ref().and_then(|d| d.offload)).unwrap_or(Offload::On);
+    let cpus = args.cpus.clone().or_else(|| existing.as_ref().and_then(|d| d.nic_cpus.clone()));
+    if offload == Offload::On {
+        for node in 0..args.nodes {
+            for role in [Role::Nicfs, Role::Kworker] {
+                if let Some(pid) = daemons::running(dir, role, node) {
+                    return Err(fail(format!(
+                        "node {node}'s {} (pid {pid}) still runs from an earlier up; run linefs down first",
+                        role.name()
+                    )));
+                }
+            }
+        }
+    }
     let size = args.pm_size.unwrap_or(DEFAULT_PM_SIZE);
     let pm_files: Vec<PathBuf> = (0..args.nodes).map(|i| pm_dir.join(format!("node{i}"))).collect();
-    let desc = create(dir, &pm_dir, &pm_files, size, args.zk.clone(), existing.as_ref())?;
+    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus };
+    let desc = describe(dir, &pm_dir, &pm_files, size, settings, existing.as_ref())?;
+    let mut started = Vec::new();
+    if offload == Offload::On {
+        for n in &desc.nodes {
+            match daemons::start_node(dir, &desc, n.index) {
+                Ok(pids) => started.push(pids),
+                Err(e) => {
+                    for node in 0..started.len() {
+                        let _ = daemons::stop(dir, Role::Kworker, node);
+                        let _ = daemons::stop(dir, Role::Nicfs, node);
+                    }
+                    // A failed up records nothing: the next one starts from the old settings.
+                    let _ = match &existing {
+                        Some(d) => write_desc(dir, d),
+                        None => std::fs::remove_file(dir.desc_path()).ctx(|| "remove the description"),
+                    };
+                    return Err(e);
+                }
+            }
+        }
+    }
+    mark_up(dir)?;
     let mut msg = format!("cluster in {} is up: {} node", dir.root.display(), desc.nodes.len());
     for n in &desc.nodes {
         msg.push_str(&format!("\n  node {}: {} ({})", n.index, n.pm_path.display(), human_size(n.pm_size)));
+        if let Some((nicfs, kworker)) = started.get(n.index) {
+            msg.push_str(&format!(
+                "; nicfs pid {nicfs} serves on {}, kworker pid {kworker} attached",
+                daemons::socket(dir, n.index).display()
+            ));
+        }
+    }
+    match (offload, &desc.nic_cpus) {
+        (Offload::On, None) => msg.push_str("\n  offload on: mounts attach to their node's nicfs"),
+        (Offload::On, Some(c)) => {
+            msg.push_str(&format!("\n  offload on: mounts attach to their node's nicfs (nicfs on CPUs {c})"))
+        }
+        (Offload::Off, _) => {
+            msg.push_str("\n  offload off (host-only): no nicfs or kworker; each mount opens its node's PM")
+        }
     }
     if args.zk.is_some() {
         msg.push_str("\n  --zk recorded; ZooKeeper is used once clustermgr is built");
@@ -99,13 +178,64 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     Ok(msg)
 }
 
-/// Creates (or re-ups) a cluster in `dir` with the given PM files.
+/// What a second `up` on a running cluster says: that nothing changed, and which of its
+/// daemons are not running (killed, or dead) and how to bring them back.
+fn already_up(dir: &ClusterDir, desc: Option<&ClusterDesc>) -> String {
+    let n = desc.map_or(0, |d| d.nodes.len());
+    let mut msg = format!(
+        "cluster in {} is already up ({n} node{}, offload {}); nothing changed",
+        dir.root.display(),
+        if n == 1 { "" } else { "s" },
+        desc.map_or(Offload::Off, |d| d.offload()).name()
+    );
+    if desc.is_some_and(|d| d.offload() == Offload::On) {
+        for node in 0..n {
+            if daemons::running(dir, Role::Nicfs, node).is_none() {
+                msg.push_str(&format!("\n  node {node}'s nicfs is not running (linefs restart-nic {node})"));
+            }
+            if daemons::running(dir, Role::Kworker, node).is_none() {
+                msg.push_str(&format!("\n  node {node}'s kworker is not running (linefs restart-host {node})"));
+            }
+        }
+    }
+    msg
+}
+
+/// What a cluster's description records beside its nodes.
+pub struct Settings {
+    pub zk: Option<String>,
+    pub offload: Offload,
+    pub nic_cpus: Option<String>,
+}
+
+/// Creates (or re-ups) a host-only cluster in `dir` with the given PM files and marks it up:
+/// the temporary clusters of `bench` and `soak`.
 pub fn create(
     dir: &ClusterDir,
     pm_dir: &Path,
     pm_files: &[PathBuf],
     size: u64,
     zk: Option<String>,
+    existing: Option<&ClusterDesc>,
+) -> CliResult<ClusterDesc> {
+    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None };
+    let desc = describe(dir, pm_dir, pm_files, size, settings, existing)?;
+    mark_up(dir)?;
+    Ok(desc)
+}
+
+/// Marks the cluster in `dir` up.
+fn mark_up(dir: &ClusterDir) -> CliResult<()> {
+    std::fs::write(dir.up_marker(), format!("{}\n", unix_now())).ctx(|| format!("{}: write", dir.up_marker().display()))
+}
+
+/// Formats the nodes that need it and writes the description (`cluster.json`).
+fn describe(
+    dir: &ClusterDir,
+    pm_dir: &Path,
+    pm_files: &[PathBuf],
+    size: u64,
+    settings: Settings,
     existing: Option<&ClusterDesc>,
 ) -> CliResult<ClusterDesc> {
     for sub in [dir.logs(), dir.run(), pm_dir.to_path_buf()] {
@@ -122,29 +252,58 @@ pub fn create(
         created: existing.map_or_else(|| utc_date(now), |d| d.created.clone()),
         created_unix: existing.map_or(now, |d| d.created_unix),
         pm_dir: pm_dir.to_path_buf(),
-        zk: zk.or_else(|| existing.and_then(|d| d.zk.clone())),
+        zk: settings.zk.or_else(|| existing.and_then(|d| d.zk.clone())),
         nodes,
+        offload: Some(settings.offload),
+        nic_cpus: settings.nic_cpus,
     };
-    let text = serde_json::to_string_pretty(&desc).unwrap_or_default();
-    write_atomic(&dir.desc_path(), &text)?;
-    std::fs::write(dir.up_marker(), format!("{now}\n")).ctx(|| format!("{}: write", dir.up_marker().display()))?;
+    write_desc(dir, &desc)?;
     Ok(desc)
 }
 
-/// `linefs down`: unmounts every mount, kills what is left, marks the cluster down.
+fn write_desc(dir: &ClusterDir, desc: &ClusterDesc) -> CliResult<()> {
+    write_atomic(&dir.desc_path(), &serde_json::to_string_pretty(desc).unwrap_or_default())
+}
+
+/// `linefs down`: stops every mount (SIGTERM: each publishes and unmounts), then each node's
+/// kworker, then its nicfs (SIGTERM: it settles its sessions and exits; SIGKILL after a
+/// timeout), removes their pid files, sockets and status files, and marks the cluster down.
+/// The data stays.
 pub fn down(dir: &ClusterDir) -> CliResult<String> {
     let desc = dir.load()?;
     let _lock = dir.lock()?;
     let mut reg = dir.registry()?;
-    if !dir.is_up() && reg.mounts.is_empty() {
+    let nodes = desc.nodes.len();
+    let daemons_left =
+        (0..nodes).any(|n| [Role::Nicfs, Role::Kworker].iter().any(|&r| daemons::recorded_pid(dir, r, n).is_some()));
+    if !dir.is_up() && reg.mounts.is_empty() && !daemons_left {
         return Ok(format!("cluster in {} is already down", dir.root.display()));
     }
     let mut problems = Vec::new();
+    let mut notes = Vec::new();
     let mut stopped = 0;
     for rec in std::mem::take(&mut reg.mounts) {
         match crate::mounts::stop_mount(&rec, true) {
             Ok(()) => stopped += 1,
             Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let mut counts = [0usize; 2];
+    for (k, role) in [Role::Kworker, Role::Nicfs].into_iter().enumerate() {
+        for node in 0..nodes {
+            match daemons::stop(dir, role, node) {
+                Ok(Stopped::NotRunning) => {}
+                Ok(Stopped::Exited(_)) => counts[k] += 1,
+                Ok(Stopped::Killed(pid)) => {
+                    counts[k] += 1;
+                    notes.push(format!(
+                        "node {node}'s {} (pid {pid}) did not exit after SIGTERM and was killed (see {})",
+                        role.name(),
+                        daemons::log_file(dir, role, node).display()
+                    ));
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
         }
     }
     // Anything else that left a pid file behind.
@@ -171,10 +330,16 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(format!("{}: {e}", dir.up_marker().display()))),
     }
-    Ok(format!(
-        "cluster in {} is down ({stopped} mount{} stopped; data kept in {})",
-        dir.root.display(),
-        if stopped == 1 { "" } else { "s" },
-        desc.pm_dir.display()
-    ))
+    let mounts = format!("{stopped} mount{}", if stopped == 1 { "" } else { "s" });
+    let what = if desc.offload() == Offload::On || counts != [0, 0] {
+        format!("{mounts}, {} kworker{} and {} nicfs", counts[0], if counts[0] == 1 { "" } else { "s" }, counts[1])
+    } else {
+        mounts
+    };
+    let mut msg =
+        format!("cluster in {} is down ({what} stopped; data kept in {})", dir.root.display(), desc.pm_dir.display());
+    for n in notes {
+        msg.push_str(&format!("\n  {n}"));
+    }
+    Ok(msg)
 }

@@ -6,14 +6,19 @@
 //! none of them but `procs` and `util`.
 //!
 //! Layout of DIR:
-//! - `cluster.json` — the description written by `up`: nodes, their PM files and sizes.
+//! - `cluster.json` — the description written by `up`: nodes, their PM directories and sizes,
+//!   whether nicfs and kworker run (`offload`) and nicfs's `--cpus`.
 //! - `pm/` — the PM files, unless `--pm-dir` put them elsewhere (recorded in the description).
-//! - `logs/` — one log per daemon (`mount-<node>-<id>.log`).
+//! - `logs/` — one log per daemon: `nicfs-<node>.log`, `kworker-<node>.log`,
+//!   `mount-<node>-<id>.log`.
 //! - `run/up` — present while the cluster is up; `run/lock` — serialises the verbs that
 //!   change `run/`; `run/mounts.json` — the mount registry; `run/mount-<id>.pid` and
-//!   `run/mount-<id>.status.json` — each mount daemon's pid and status.
+//!   `run/mount-<id>.status.json` — each mount daemon's pid and status; with offload,
+//!   `run/nicfs-<node>.{pid,sock,status.json}` and `run/kworker-<node>.pid` (named by
+//!   [`crate::daemons`]).
 //!
-//! Only single-node clusters exist until nicfs is built; the layout already has a node list.
+//! Only single-node clusters exist until replication is built; the layout already has a node
+//! list.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +36,38 @@ pub struct ClusterDesc {
     pub pm_dir: PathBuf,
     pub zk: Option<String>,
     pub nodes: Vec<NodeDesc>,
+    /// Whether each node runs nicfs and kworker. Absent from descriptions written before
+    /// `up` started them: those clusters ran host-only (see [`ClusterDesc::offload`]).
+    #[serde(default)]
+    pub offload: Option<Offload>,
+    /// The CPUs every nicfs is pinned to (`up --cpus`), as given.
+    #[serde(default)]
+    pub nic_cpus: Option<String>,
+}
+
+impl ClusterDesc {
+    /// How the cluster runs: as recorded, host-only when nothing is.
+    pub fn offload(&self) -> Offload {
+        self.offload.unwrap_or(Offload::Off)
+    }
+}
+
+/// `up --offload`: `on` starts nicfs and kworker on every node and mounts attach to nicfs;
+/// `off` is the host-only baseline (each mount opens its node's PM and publishes itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Offload {
+    On,
+    Off,
+}
+
+impl Offload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Offload::On => "on",
+            Offload::Off => "off",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -61,8 +98,12 @@ pub struct MountRec {
     pub id: u64,
     pub node: usize,
     pub backend: Backend,
-    /// The PM file (linefs) or source directory (passthrough).
+    /// The node directory (linefs) or source directory (passthrough).
     pub source: PathBuf,
+    /// The nicfs socket a linefs mount attaches to; none for a host-only mount, which opens
+    /// the node's PM itself.
+    #[serde(default)]
+    pub nicfs: Option<PathBuf>,
     pub mountpoint: PathBuf,
     pub pid: i32,
     pub options: Vec<String>,

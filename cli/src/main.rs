@@ -8,8 +8,10 @@ mod bench;
 mod cluster;
 mod clusterdir;
 mod crashsuite;
+mod daemons;
 mod interrupt;
 mod mounts;
+mod nodes;
 mod procs;
 mod soak;
 mod status;
@@ -41,9 +43,9 @@ struct DirArg {
 
 #[derive(Subcommand)]
 enum Verb {
-    /// Format each node's PM file once and bring the cluster up.
+    /// Format each node's PM once, start each node's nicfs and kworker, bring the cluster up.
     Up {
-        /// Number of nodes (only 1 until nicfs is built).
+        /// Number of nodes (only 1 until replication is built).
         #[arg(long, default_value_t = 3)]
         nodes: usize,
         /// Where the PM files live (default DIR/pm; /dev/shm/... for memory speed).
@@ -55,6 +57,13 @@ enum Verb {
         /// ZooKeeper ensemble HOST:PORT,... (recorded; used once clustermgr is built).
         #[arg(long, value_name = "HOST:PORT,...")]
         zk: Option<String>,
+        /// on: start nicfs and kworker on every node, mounts attach to nicfs; off: host-only
+        /// (each mount opens its node's PM). Default: as recorded by an earlier up, else on.
+        #[arg(long, value_enum, value_name = "on|off")]
+        offload: Option<clusterdir::Offload>,
+        /// CPUs every nicfs is pinned to (the SmartNIC's cores), e.g. 2,3 or 0-1 (recorded).
+        #[arg(long, value_name = "LIST")]
+        cpus: Option<String>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -78,32 +87,32 @@ enum Verb {
         #[command(flatten)]
         dir: DirArg,
     },
-    /// Nodes, mounts and each mount's libfs status.
+    /// Nodes, their mode, every process (nicfs, kworker, mounts) and what each reports.
     Status {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
         dir: DirArg,
     },
-    /// SIGKILL every host-side process of node I (simulated host crash).
+    /// SIGKILL every host-side process of node I: its kworker and mounts (a host crash).
     KillHost {
         node: usize,
         #[command(flatten)]
         dir: DirArg,
     },
-    /// Restart node I's host-side processes (remounts its killed mounts; recovery replays the log).
+    /// Restart node I's kworker and remount its killed mounts (recovery replays the log).
     RestartHost {
         node: usize,
         #[command(flatten)]
         dir: DirArg,
     },
-    /// Kill node I's nicfs (not built yet).
+    /// SIGKILL node I's nicfs (a SmartNIC crash).
     KillNic {
         node: usize,
         #[command(flatten)]
         dir: DirArg,
     },
-    /// Restart node I's nicfs (not built yet).
+    /// Restart node I's nicfs (it recovers the node); returns once it serves.
     RestartNic {
         node: usize,
         #[command(flatten)]
@@ -218,9 +227,9 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk })
+            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus })
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)
@@ -230,9 +239,10 @@ fn run(verb: Verb) -> CliResult<String> {
             let v = status::collect(&ClusterDir::new(&dir.dir)?)?;
             Ok(if json { v.to_string() } else { status::render(&v).trim_end().to_string() })
         }
-        Verb::KillHost { node, dir } => mounts::kill_host(&ClusterDir::new(&dir.dir)?, node),
-        Verb::RestartHost { node, dir } => mounts::restart_host(&ClusterDir::new(&dir.dir)?, node),
-        Verb::KillNic { .. } | Verb::RestartNic { .. } => Err(fail("nicfs is not built yet")),
+        Verb::KillHost { node, dir } => nodes::kill_host(&ClusterDir::new(&dir.dir)?, node),
+        Verb::RestartHost { node, dir } => nodes::restart_host(&ClusterDir::new(&dir.dir)?, node),
+        Verb::KillNic { node, dir } => nodes::kill_nic(&ClusterDir::new(&dir.dir)?, node),
+        Verb::RestartNic { node, dir } => nodes::restart_nic(&ClusterDir::new(&dir.dir)?, node),
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
         Verb::Bench {
             name,

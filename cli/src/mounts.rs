@@ -1,9 +1,13 @@
-//! The verbs that start and stop mount daemons: `mount`, `umount`, `kill-host`,
-//! `restart-host`, and the helpers `down` and `bench` share with them. The registry's files
-//! belong to [`crate::clusterdir`]; this module decides what goes into them.
+//! The verbs that start and stop mount daemons: `mount`, `umount`, and what `kill-host`,
+//! `restart-host` ([`crate::nodes`]), `down` and `bench` do to a node's mounts. The registry's
+//! files belong to [`crate::clusterdir`]; this module decides what goes into them.
+//!
+//! A linefs mount of a cluster with offload attaches to its node's nicfs
+//! (`linefs-fuse --pm NODEDIR --nicfs SOCKET`); in a host-only cluster it opens the node's PM
+//! itself (`--pm NODEDIR`). The record keeps which (`nicfs`), so a remount does the same.
 //!
 //! Invariants kept in the registry (`run/mounts.json`, changed only under `run/lock`):
-//! - at most one linefs mount per node (a node's PM log has a single client until nicfs);
+//! - at most one linefs mount per node (one client per node until leases are built);
 //! - a record is `mounted` while its daemon serves, `killed` after `kill-host` (the mount is
 //!   detached, the record keeps everything `restart-host` needs to mount it again);
 //! - a record leaves the registry only once its daemon is gone and its mount detached.
@@ -13,7 +17,8 @@ use std::time::Duration;
 
 use fuse_mount::MountConfig;
 
-use crate::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Registry};
+use crate::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Offload, Registry};
+use crate::daemons;
 use crate::procs;
 use crate::util::{fail, unix_now, CliResult};
 
@@ -64,6 +69,10 @@ fn daemon_args(rec: &MountRec) -> Vec<String> {
         Backend::Passthrough => a.push("--passthrough".to_string()),
     }
     a.push(rec.source.display().to_string());
+    if let Some(socket) = &rec.nicfs {
+        a.push("--nicfs".to_string());
+        a.push(socket.display().to_string());
+    }
     a.push(rec.mountpoint.display().to_string());
     for o in &rec.options {
         a.push("-o".to_string());
@@ -76,6 +85,16 @@ fn daemon_args(rec: &MountRec) -> Vec<String> {
 
 /// Starts the daemon of `rec` and records its pid.
 fn start(rec: &mut MountRec) -> CliResult<()> {
+    if let Some(socket) = &rec.nicfs {
+        if !daemons::serves(socket) {
+            return Err(fail(format!(
+                "node {}'s nicfs does not serve on {} (linefs restart-nic {} restarts it)",
+                rec.node,
+                socket.display(),
+                rec.node
+            )));
+        }
+    }
     let exe = procs::daemon_exe()?;
     let spawned = procs::spawn_daemon(&exe, &daemon_args(rec), &rec.log, READY_WAIT)?;
     rec.pid = spawned.pid;
@@ -89,6 +108,8 @@ pub struct MountRequest {
     pub node: usize,
     pub backend: Backend,
     pub source: PathBuf,
+    /// The nicfs socket to attach to (offload), or none (host-only).
+    pub nicfs: Option<PathBuf>,
     pub mountpoint: PathBuf,
     pub options: Vec<String>,
     pub consistency: String,
@@ -105,7 +126,7 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
         if let Some(other) = reg.mounts.iter().find(|m| m.node == req.node && m.backend == Backend::Linefs) {
             return Err(match other.state {
                 MountState::Mounted => fail(format!(
-                    "node {} is already mounted at {} (one mount per node until nicfs is built)",
+                    "node {} is already mounted at {} (one mount per node until leases are built)",
                     req.node,
                     other.mountpoint.display()
                 )),
@@ -123,6 +144,7 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
         node: req.node,
         backend: req.backend,
         source: req.source,
+        nicfs: req.nicfs,
         mountpoint,
         pid: 0,
         options: req.options,
@@ -179,19 +201,26 @@ pub fn mount(
     check_consistency(consistency)?;
     let _lock = dir.lock()?;
     let mut reg = dir.registry()?;
+    let nicfs = match desc.offload() {
+        Offload::On => Some(daemons::socket(dir, node)),
+        Offload::Off => None,
+    };
     let req = MountRequest {
         node,
         backend: Backend::Linefs,
         source: pm,
+        nicfs,
         mountpoint: mountpoint.to_path_buf(),
         options,
         consistency: consistency.to_string(),
     };
     let rec = mount_locked(dir, &mut reg, req)?;
-    Ok(format!("node {node} mounted at {} (pid {})", rec.mountpoint.display(), rec.pid))
+    let how = if rec.nicfs.is_some() { "attached to nicfs" } else { "host-only" };
+    Ok(format!("node {node} mounted at {}, {how} (pid {})", rec.mountpoint.display(), rec.pid))
 }
 
-fn node_pm(desc: &ClusterDesc, node: usize) -> CliResult<PathBuf> {
+/// The directory of node `node`, or why there is none.
+pub fn node_pm(desc: &ClusterDesc, node: usize) -> CliResult<PathBuf> {
     match desc.nodes.get(node) {
         Some(n) => Ok(n.pm_path.clone()),
         None => Err(fail(format!(
@@ -249,13 +278,10 @@ pub fn umount(dir: &ClusterDir, mountpoint: &Path) -> CliResult<String> {
     Ok(format!("unmounted {} (node {})", rec.mountpoint.display(), rec.node))
 }
 
-/// `linefs kill-host I`: SIGKILL every host-side process of node I, detach its mounts, keep
-/// them in the registry as killed.
-pub fn kill_host(dir: &ClusterDir, node: usize) -> CliResult<String> {
-    let desc = dir.load()?;
-    node_pm(&desc, node)?;
-    let _lock = dir.lock()?;
-    let mut reg = dir.registry()?;
+/// SIGKILLs the daemons of node `node`'s mounts, detaches the mounts and marks them killed
+/// (a host crash, for `kill-host`); returns how many daemons were killed and mounts detached.
+/// The caller saves the registry.
+pub fn kill_node_mounts(reg: &mut Registry, node: usize) -> CliResult<(usize, usize)> {
     let mut killed = 0;
     let mut detached = 0;
     for rec in reg.mounts.iter_mut().filter(|m| m.node == node) {
@@ -274,42 +300,23 @@ pub fn kill_host(dir: &ClusterDir, node: usize) -> CliResult<String> {
         let _ = std::fs::remove_file(&rec.pid_file);
         let _ = std::fs::remove_file(&rec.status_file);
     }
-    dir.save_registry(&reg)?;
-    Ok(format!(
-        "node {node}: killed {killed} host process{}, detached {detached} mount{} \
-         (linefs restart-host {node} remounts them)",
-        if killed == 1 { "" } else { "es" },
-        if detached == 1 { "" } else { "s" }
-    ))
+    Ok((killed, detached))
 }
 
-/// `linefs restart-host I`: remounts every killed mount of node I with its options (recovery
-/// replays the node's log).
-pub fn restart_host(dir: &ClusterDir, node: usize) -> CliResult<String> {
-    let desc = dir.load_up()?;
-    node_pm(&desc, node)?;
-    let _lock = dir.lock()?;
-    let mut reg = dir.registry()?;
+/// Remounts every killed mount of node `node` (and any whose daemon died on its own) with
+/// its options and mode; recovery replays the node's log. Returns what was remounted, and
+/// the first failure, after which nothing more is tried. The caller saves the registry.
+pub fn remount_node(reg: &mut Registry, node: usize) -> (Vec<String>, CliResult<()>) {
     let mut restarted = Vec::new();
-    let mut result = Ok(());
     for rec in reg.mounts.iter_mut().filter(|m| m.node == node) {
         if rec.state == MountState::Mounted && procs::is_our_daemon(rec.pid) {
             continue;
         }
-        // Killed, or a daemon that died on its own: bring it back.
-        procs::detach(&rec.mountpoint)?;
-        match start(rec) {
+        let res = procs::detach(&rec.mountpoint).and_then(|()| start(rec));
+        match res {
             Ok(()) => restarted.push(format!("{} (pid {})", rec.mountpoint.display(), rec.pid)),
-            Err(e) => {
-                result = Err(fail(format!("{}: {e}", rec.mountpoint.display())));
-                break;
-            }
+            Err(e) => return (restarted, Err(fail(format!("{}: {e}", rec.mountpoint.display())))),
         }
     }
-    dir.save_registry(&reg)?;
-    result?;
-    if restarted.is_empty() {
-        return Ok(format!("node {node}: nothing to restart"));
-    }
-    Ok(format!("node {node}: remounted {}", restarted.join(", ")))
+    (restarted, Ok(()))
 }

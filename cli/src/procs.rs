@@ -1,17 +1,18 @@
-//! Process handling: spawning detached daemons and waiting for their readiness, pid files,
-//! liveness checks that survive pid reuse, signalling, and the mounts they leave (read with
-//! [`linefs_pm::mountinfo`]).
+//! Process handling: finding the daemons' executables, spawning them detached, waiting for a
+//! mount daemon's readiness, pid files, liveness checks that survive pid reuse, signalling,
+//! and the mounts they leave (read with [`linefs_pm::mountinfo`]).
 //!
-//! Readiness protocol: the CLI creates a pipe, the daemon inherits its write end as
-//! `--ready-fd N` and writes one byte once its mount serves. EOF before that byte means the
-//! daemon died; its log's last line says why.
+//! Readiness protocol of a mount daemon: the CLI creates a pipe, the daemon inherits its write
+//! end as `--ready-fd N` and writes one byte once its mount serves. EOF before that byte means
+//! the daemon died; its log says why ([`failure_reason`]). nicfs and kworker have no such
+//! descriptor: [`crate::daemons`] watches their socket and status file instead.
 //!
 //! A pid recorded in DIR/run is only signalled if `/proc/PID/cmdline` still names one of our
 //! daemons, so a pid reused by an unrelated process after a reboot is never killed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -32,8 +33,11 @@ pub struct DaemonExe {
     pub prefix: Vec<String>,
 }
 
-/// Marks in a command line that identify our daemons.
+/// Marks in a command line that identify our mount daemons.
 const DAEMON_MARKS: [&str; 2] = ["linefs-fuse", "fuse-daemon"];
+
+/// The executables of a node's own daemons, recognised by their program name.
+pub const NODE_DAEMONS: [&str; 2] = ["nicfs", "kworker"];
 
 /// Finds `linefs-fuse`: `$LINEFS_FUSE` (a path, or `self`), else beside the current
 /// executable, else this executable's hidden `fuse-daemon` verb (the same code, linked into
@@ -53,6 +57,22 @@ pub fn daemon_exe() -> CliResult<DaemonExe> {
         }
     }
     Ok(myself)
+}
+
+/// Finds the executable `name` (`nicfs`, `kworker`) beside the current one, where
+/// `cargo build --bins` puts every binary of the workspace.
+pub fn sibling_exe(name: &str) -> CliResult<PathBuf> {
+    let me = std::env::current_exe().ctx(|| "cannot find the linefs executable")?;
+    let dir = me.parent().unwrap_or(Path::new("/"));
+    let exe = dir.join(name);
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    Err(fail(format!(
+        "{name} not found beside linefs in {} (build it with cargo build --bins, or run the cluster \
+         host-only with linefs up --offload off)",
+        dir.display()
+    )))
 }
 
 /// A daemon that has signalled readiness.
@@ -91,35 +111,39 @@ fn poll_readable(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
     }
 }
 
-/// The last non-empty line of a log file, for error messages.
-pub fn last_log_line(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(|l| l.trim().to_string())
-        .unwrap_or_else(|| "(log is empty)".to_string())
+/// The length of a log file: where the output of a daemon started now will begin.
+pub fn log_len(log: &Path) -> u64 {
+    std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Spawns the daemon detached from our session (own session, working directory `/`, stdin
-/// `/dev/null`, output appended to `log`) and waits up to `timeout` for its readiness byte.
-/// The working directory matters: a daemon started from inside another mount (xfstests
+/// Why a daemon failed, from what it wrote to `log` after byte `from`: the last line that
+/// mentions an error (clap's `error: …` comes before its usage lines, tracing's `ERROR`
+/// before the exit), else the last line.
+pub fn failure_reason(log: &Path, from: u64) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let text = String::from_utf8_lossy(text.get(from as usize..).unwrap_or_default());
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.to_ascii_lowercase().contains("error"))
+        .or(lines.last())
+        .map(|l| l.to_string())
+        .unwrap_or_else(|| "(nothing in its log)".to_string())
+}
+
+/// Spawns `program args…` detached from our session (own session and process group,
+/// working directory `/`, stdin `/dev/null`, stdout and stderr appended to `log`); `keep_fd`
+/// is a descriptor the daemon inherits across exec. Returns its pid; the caller waits for
+/// readiness. The working directory matters: a daemon started from inside a mount (xfstests
 /// mounts SCRATCH while its shell sits in TEST) would keep that mount busy for its lifetime.
-/// Every path handed to the daemon is absolute.
-pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Duration) -> CliResult<Spawned> {
-    let (rd, wr) = pipe().ctx(|| "creating the readiness pipe")?;
+/// Every path handed to a daemon is absolute.
+pub fn spawn_detached(program: &Path, args: &[String], log: &Path, keep_fd: Option<RawFd>) -> CliResult<i32> {
     let out = OpenOptions::new().create(true).append(true).open(log).ctx(|| format!("{}: open log", log.display()))?;
     let err = out.try_clone().ctx(|| format!("{}: open log", log.display()))?;
-    let wfd = wr.as_raw_fd();
-    let mut cmd = Command::new(&exe.program);
-    cmd.args(&exe.prefix)
-        .args(args)
-        .arg("--ready-fd")
-        .arg(wfd.to_string())
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
+    let mut cmd = Command::new(program);
+    // The output goes to a file: no colour codes (tracing-subscriber honours NO_COLOR).
+    cmd.args(args).current_dir("/").env("NO_COLOR", "1").stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: the closure runs in the child between fork and exec and only makes the
     // async-signal-safe calls setsid and fcntl.
     unsafe {
@@ -127,26 +151,39 @@ pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Durat
             if libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
-            // Let the readiness pipe's write end survive exec.
-            if libc::fcntl(wfd, libc::F_SETFD, 0) < 0 {
-                return Err(io::Error::last_os_error());
+            if let Some(fd) = keep_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             Ok(())
         });
     }
-    let child = cmd.spawn().ctx(|| format!("{}: cannot start", exe.program.display()))?;
-    let pid = child.id() as i32;
+    let child = cmd.spawn().ctx(|| format!("{}: cannot start", program.display()))?;
+    // Not waited for here: the daemon outlives us; alive() reaps it if it dies first.
+    Ok(child.id() as i32)
+}
+
+/// Spawns a mount daemon (see [`spawn_detached`]) with `--ready-fd` and waits up to
+/// `timeout` for its readiness byte.
+pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Duration) -> CliResult<Spawned> {
+    let (rd, wr) = pipe().ctx(|| "creating the readiness pipe")?;
+    let from = log_len(log);
+    let wfd = wr.as_raw_fd();
+    let mut all = exe.prefix.clone();
+    all.extend_from_slice(args);
+    all.extend(["--ready-fd".to_string(), wfd.to_string()]);
+    let pid = spawn_detached(&exe.program, &all, log, Some(wfd))?;
     drop(wr);
-    drop(child); // Not waited for here: the daemon outlives us; wait_exit reaps it if needed.
     let ready = poll_readable(&rd, timeout).ctx(|| "waiting for the daemon")?;
     if !ready {
         kill(pid, libc::SIGKILL);
         wait_exit(pid, Duration::from_secs(5));
         return Err(fail(format!(
-            "daemon (pid {pid}) did not become ready within {} s; killed it; its log {} ends: {}",
+            "daemon (pid {pid}) did not become ready within {} s; killed it; its log {} says: {}",
             timeout.as_secs(),
             log.display(),
-            last_log_line(log)
+            failure_reason(log, from)
         )));
     }
     let mut byte = [0u8; 1];
@@ -155,7 +192,7 @@ pub fn spawn_daemon(exe: &DaemonExe, args: &[String], log: &Path, timeout: Durat
         return Ok(Spawned { pid });
     }
     wait_exit(pid, Duration::from_secs(5));
-    Err(fail(format!("daemon (pid {pid}) exited: {}", last_log_line(log))))
+    Err(fail(format!("daemon (pid {pid}) exited: {}", failure_reason(log, from))))
 }
 
 /// Sends `sig` to `pid`; false if there is no such process.
@@ -196,14 +233,32 @@ pub fn alive(pid: i32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count() > 1).unwrap_or(false)
 }
 
-/// Whether `pid` is alive and is one of our daemons (guards against pid reuse).
+/// The command line of `pid`, its arguments joined by spaces.
+fn cmdline(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+/// The file name of the program `pid` runs (its argv\[0\]).
+fn program_name(pid: i32) -> String {
+    let line = cmdline(pid);
+    let argv0 = line.split(' ').next().unwrap_or_default();
+    Path::new(argv0).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Whether `pid` is alive and is one of our daemons (guards against pid reuse): a mount
+/// daemon, nicfs or kworker.
 pub fn is_our_daemon(pid: i32) -> bool {
     if !alive(pid) {
         return false;
     }
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let cmdline = String::from_utf8_lossy(&cmdline);
-    DAEMON_MARKS.iter().any(|m| cmdline.contains(m))
+    let line = cmdline(pid);
+    DAEMON_MARKS.iter().any(|m| line.contains(m)) || NODE_DAEMONS.contains(&program_name(pid).as_str())
+}
+
+/// Whether `pid` is alive and runs the program `name` (`nicfs`, `kworker`).
+pub fn is_program(pid: i32, name: &str) -> bool {
+    alive(pid) && program_name(pid) == name
 }
 
 /// Waits up to `timeout` for `pid` to exit; true if it did.

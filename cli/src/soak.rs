@@ -30,6 +30,7 @@ use rand::{Rng, SeedableRng};
 use crate::cluster;
 use crate::clusterdir::ClusterDir;
 use crate::mounts;
+use crate::nodes;
 use crate::tempcluster::TempCluster;
 use crate::util::{fail, CliResult, Context};
 
@@ -254,11 +255,11 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
             break;
         }
         killing.store(true, Ordering::SeqCst);
-        mounts::kill_host(&soak, 0)?;
+        nodes::kill_host(&soak, 0)?;
         kills += 1;
         writer_failed(w.join())?;
         let t = Instant::now();
-        mounts::restart_host(&soak, 0)?;
+        nodes::restart_host(&soak, 0)?;
         recovery += t.elapsed();
         checks += verify(&work, &manifest, &format!("after kill {kills}"))?;
         let m = lock(&manifest);

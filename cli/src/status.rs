@@ -1,12 +1,18 @@
-//! `linefs status`: the cluster, its nodes and mounts, and each mount's libfs status as the
-//! mount daemon last wrote it (every second) to `run/mount-<id>.status.json`.
+//! `linefs status`: the cluster, its nodes and their mode, every process of the cluster
+//! (each node's nicfs and kworker, every mount daemon) with its pid and liveness, nicfs's
+//! status as it last wrote it to `run/nicfs-<i>.status.json` (every second and at each mode
+//! switch), and each mount's libfs status as the mount daemon last wrote it (every second) to
+//! `run/mount-<id>.status.json`. What a status file holds is shown whole, whatever fields it
+//! has.
 //!
-//! Nothing is opened to answer: a node's PM backing and persist method are known only from
-//! a live mount's status; an unmounted node says "not mounted".
+//! No PM is opened to answer: a node's PM backing and persist method are known only from a
+//! live mount's status; an unmounted node says "not mounted". The only probe is a connection
+//! to a live nicfs's socket (does it serve), which sends nothing.
 
 use serde_json::{json, Value};
 
-use crate::clusterdir::{Backend, ClusterDir, MountRec, MountState};
+use crate::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Offload};
+use crate::daemons::{self, Role};
 use crate::procs;
 use crate::util::{human_size, unix_now, CliResult};
 
@@ -18,10 +24,81 @@ fn read_status(rec: &MountRec) -> Option<Value> {
     serde_json::from_str(&text).ok()
 }
 
+/// nicfs and kworker of every node that runs them, or once ran them (a pid file is left).
+fn node_processes(dir: &ClusterDir, desc: &ClusterDesc) -> Vec<Value> {
+    let mut out = Vec::new();
+    for n in &desc.nodes {
+        let node = n.index;
+        let nicfs_pid = daemons::running(dir, Role::Nicfs, node);
+        for role in [Role::Nicfs, Role::Kworker] {
+            let recorded = daemons::recorded_pid(dir, role, node);
+            if recorded.is_none() && desc.offload() == Offload::Off {
+                continue;
+            }
+            let alive = daemons::running(dir, role, node).is_some();
+            let mut p = json!({
+                "role": role.name(),
+                "node": node,
+                "pid": recorded,
+                "alive": alive,
+                "log": daemons::log_file(dir, role, node),
+            });
+            match role {
+                Role::Nicfs => {
+                    let socket = daemons::socket(dir, node);
+                    let serving = alive && daemons::serves(&socket);
+                    p["state"] = json!(match (recorded, alive, serving) {
+                        (None, _, _) => "not started",
+                        (_, false, _) => "dead",
+                        (_, true, true) => "serving",
+                        (_, true, false) => "not serving",
+                    });
+                    p["socket"] = json!(socket);
+                    let status = if alive { daemons::nicfs_status(dir, node) } else { None };
+                    // A file written by an earlier nicfs is not this one's.
+                    let status = status.filter(|(v, _)| v["pid"].as_i64() == recorded.map(i64::from));
+                    p["mode"] = status.as_ref().map_or(Value::Null, |(v, _)| v["host"]["mode"].clone());
+                    p["status_age_ms"] = status.as_ref().map_or(Value::Null, |(_, age)| json!(age.as_millis() as u64));
+                    p["status_stale"] =
+                        json!(alive && status.as_ref().is_none_or(|(_, age)| age.as_secs() > STALE_SECS));
+                    p["status"] = status.map_or(Value::Null, |(v, _)| v);
+                }
+                Role::Kworker => {
+                    p["state"] = json!(match (recorded, alive) {
+                        (None, _) => "not started",
+                        (_, false) => "dead",
+                        (_, true) => "running",
+                    });
+                    let attached = match (nicfs_pid, recorded) {
+                        (Some(n), Some(k)) if alive => daemons::attached(dir, node, n, k),
+                        _ => false,
+                    };
+                    p["attached"] = json!(attached);
+                }
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A node's mode: nicfs's (normal, isolated), or why there is none.
+fn node_mode(desc: &ClusterDesc, node: usize, processes: &[Value]) -> String {
+    if desc.offload() == Offload::Off {
+        return "host-only".to_string();
+    }
+    let nicfs = processes.iter().find(|p| p["role"] == json!("nicfs") && p["node"] == json!(node));
+    match nicfs {
+        Some(p) if p["alive"] == json!(true) => p["mode"].as_str().unwrap_or("unknown").to_string(),
+        _ => "nicfs down".to_string(),
+    }
+}
+
 /// The status of the cluster in `dir`, as one JSON value.
 pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
     let desc = dir.load_up()?;
     let reg = dir.registry()?;
+    let mut processes = node_processes(dir, &desc);
     let now_ms = unix_now() * 1000;
     let mut mounts = Vec::new();
     for rec in &reg.mounts {
@@ -47,9 +124,23 @@ pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
             "state": state,
             "options": rec.options,
             "consistency": rec.consistency,
+            "attach": if rec.nicfs.is_some() { "nicfs" } else { "host-only" },
+            "nicfs_socket": rec.nicfs,
             "log": rec.log,
             "status_stale": alive && stale,
             "libfs": status.as_ref().map_or(Value::Null, |s| s["libfs"].clone()),
+        }));
+        processes.push(json!({
+            "role": "mount",
+            "node": rec.node,
+            "pid": rec.pid,
+            "alive": alive,
+            "state": state,
+            "log": rec.log,
+            "mount_id": rec.id,
+            "backend": rec.backend,
+            "mountpoint": rec.mountpoint,
+            "attach": if rec.nicfs.is_some() { "nicfs" } else { "host-only" },
         }));
     }
     let nodes: Vec<Value> = desc
@@ -68,6 +159,7 @@ pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
                 "mounted": live.is_some(),
                 "pm_backing": field("backing").unwrap_or_else(|| "not mounted".to_string()),
                 "persist_method": field("persist_method").unwrap_or_else(|| "not mounted".to_string()),
+                "mode": node_mode(&desc, n.index, &processes),
             })
         })
         .collect();
@@ -77,9 +169,56 @@ pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
         "created": desc.created,
         "pm_dir": desc.pm_dir,
         "zk": desc.zk,
+        "offload": desc.offload().name(),
+        "nic_cpus": desc.nic_cpus,
         "nodes": nodes,
+        "processes": processes,
         "mounts": mounts,
     }))
+}
+
+/// The leaves of a JSON value as `(dotted.path, value)` pairs, in the value's order:
+/// `host.mode`, `sessions[0].slot`. An empty object or array is one leaf.
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
+    let join = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+    match v {
+        Value::Object(m) if !m.is_empty() => m.iter().for_each(|(k, x)| flatten(&join(k), x, out)),
+        Value::Array(a) if !a.is_empty() => {
+            a.iter().enumerate().for_each(|(i, x)| flatten(&format!("{prefix}[{i}]"), x, out))
+        }
+        _ => out.push((prefix.to_string(), v.clone())),
+    }
+}
+
+/// One line about a process for the table: what its role's status says in brief.
+fn process_detail(p: &Value) -> String {
+    match p["role"].as_str() {
+        Some("nicfs") => {
+            let st = &p["status"];
+            if st.is_null() {
+                return if p["alive"] == json!(true) { "no status yet".to_string() } else { "-".to_string() };
+            }
+            let mut d = vec![format!("mode {}", p["mode"].as_str().unwrap_or("?"))];
+            if let Some(n) = st["sessions"].as_array().map(Vec::len) {
+                d.push(format!("{n} session{}", if n == 1 { "" } else { "s" }));
+            }
+            let c = &st["counters"];
+            if let (Some(e), Some(b)) = (c["entries_published"].as_u64(), c["bytes_published"].as_u64()) {
+                d.push(format!("{e} entries / {} published", human_size(b)));
+            }
+            if let Some(r) = c["rejections"].as_u64() {
+                d.push(format!("{r} rejection{}", if r == 1 { "" } else { "s" }));
+            }
+            d.join(", ")
+        }
+        Some("kworker") if p["alive"] == json!(true) => {
+            if p["attached"] == json!(true) { "attached to nicfs" } else { "not attached" }.to_string()
+        }
+        Some("mount") => {
+            format!("{} ({})", p["mountpoint"].as_str().unwrap_or("?"), p["attach"].as_str().unwrap_or("?"))
+        }
+        _ => "-".to_string(),
+    }
 }
 
 /// Renders the status as a human-readable report.
@@ -94,16 +233,52 @@ pub fn render(v: &Value) -> String {
     if !v["zk"].is_null() {
         out.push_str(&format!("zk       {} (recorded; clustermgr not built yet)\n", s(&v["zk"])));
     }
-    out.push_str("\nNODE  PM (node directory)                       SIZE       BACKING          PERSIST\n");
+    match v["offload"].as_str() {
+        Some("on") => out.push_str(&format!(
+            "offload  on: nicfs and kworker on every node, mounts attach to nicfs{}\n",
+            v["nic_cpus"].as_str().map(|c| format!(" (nicfs on CPUs {c})")).unwrap_or_default()
+        )),
+        _ => out.push_str("offload  off: host-only, each mount opens its node's PM\n"),
+    }
+    out.push_str(
+        "\nNODE  PM (node directory)                       SIZE       BACKING          PERSIST          MODE\n",
+    );
     for n in v["nodes"].as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "{:<5} {:<41} {:<10} {:<16} {}\n",
+            "{:<5} {:<41} {:<10} {:<16} {:<16} {}\n",
             s(&n["index"]),
             s(&n["pm_path"]),
             human_size(n["pm_size"].as_u64().unwrap_or(0)),
             s(&n["pm_backing"]),
             s(&n["persist_method"]),
+            s(&n["mode"]),
         ));
+    }
+    let procs = v["processes"].as_array().cloned().unwrap_or_default();
+    if procs.is_empty() {
+        out.push_str("\nno processes\n");
+    } else {
+        out.push_str("\nROLE     NODE  PID      STATE        DETAIL\n");
+        for p in &procs {
+            out.push_str(&format!(
+                "{:<8} {:<5} {:<8} {:<12} {}\n",
+                s(&p["role"]),
+                s(&p["node"]),
+                s(&p["pid"]),
+                s(&p["state"]),
+                process_detail(p),
+            ));
+        }
+    }
+    for p in procs.iter().filter(|p| p["role"] == json!("nicfs") && !p["status"].is_null()) {
+        let stale = if p["status_stale"] == json!(true) { " (stale)" } else { "" };
+        let age = p["status_age_ms"].as_u64().map(|ms| format!(", written {:.1} s ago", ms as f64 / 1000.0));
+        out.push_str(&format!("\nnicfs of node {}{}{stale}\n", s(&p["node"]), age.unwrap_or_default()));
+        let mut leaves = Vec::new();
+        flatten("", &p["status"], &mut leaves);
+        for (k, val) in leaves {
+            out.push_str(&format!("  {k:<30} {}\n", s(&val)));
+        }
     }
     let mounts = v["mounts"].as_array().cloned().unwrap_or_default();
     if mounts.is_empty() {

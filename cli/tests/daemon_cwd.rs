@@ -39,7 +39,7 @@ fn mount_daemon_runs_in_the_root_directory() {
     let start = tmp.path().join("started-here");
     fs::create_dir(&mnt).unwrap();
     fs::create_dir(&start).unwrap();
-    linefs(&start, &dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    linefs(&start, &dir, &["up", "--nodes", "1", "--pm-size", "64M", "--offload", "off"]);
     let out = linefs(&start, &dir, &["mount", mnt.to_str().unwrap()]);
     // "node 0 mounted at MNT (pid N)"
     let pid: i32 = out
