@@ -304,7 +304,6 @@ fn too_deep_a_directory_for_the_socket_is_refused() {
 }
 
 #[test]
-#[ignore = "needs linefs-fuse --nicfs"]
 fn offload_mount_attaches_to_nicfs() {
     need_daemons();
     if !fuse_available() {

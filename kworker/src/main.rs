@@ -6,6 +6,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: `linefs up` sends the output to a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
     match kworker::daemon::run(kworker::args::Args::parse()) {
