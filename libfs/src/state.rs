@@ -168,6 +168,20 @@ impl Front {
 }
 
 impl Fs {
+    /// Offload: `f` is told of every inode whose lease this client loses (another client
+    /// will change it): the FUSE adapter drops the kernel's caches of it. Called from the
+    /// client's revoke thread, after the calls using the inode have finished.
+    pub fn on_lease_lost(&self, f: std::sync::Arc<dyn Fn(Ino) + Send + Sync>) {
+        if let Some(remote) = self.client.publication.remote() {
+            remote.set_invalidator(f);
+        }
+    }
+
+    /// Whether nicfs publishes for this client (offload) rather than the client itself.
+    pub fn offloaded(&self) -> bool {
+        self.client.publication.remote().is_some()
+    }
+
     pub(crate) fn rlock(&self) -> RwLockReadGuard<'_, Front> {
         self.client.front.read()
     }

@@ -333,6 +333,32 @@ impl PublicReader {
         Ok(self.lookup(&self.read_inode(ino)?, idx)?.is_some())
     }
 
+    /// One inode as a full load would give it — image, extended attributes, mapped data
+    /// blocks, and its entries if it is a directory — or None if the public area has no
+    /// such inode (a client re-reading an inode another client changed; the caller holds a
+    /// lease on it, so nothing publishes to it meanwhile).
+    pub fn load_inode(&self, ino: u64) -> Result<Option<(LoadedInode, Option<Vec<LoadedDirent>>)>, FormatError> {
+        let inode = self.read_inode(ino)?;
+        if inode.img.mode == 0 {
+            return Ok(None);
+        }
+        let blocks = self.walk_tree(&inode, &mut NoVisitor)?;
+        let mut xattrs = Vec::new();
+        if inode.xattr != 0 {
+            if !self.geo.is_data_block(inode.xattr) {
+                return Err(corrupt(ino, format!("xattr block pointer {} outside the data area", inode.xattr)));
+            }
+            match self.read_xattrs(inode.xattr)?.1 {
+                Some(x) => xattrs = x,
+                None => return Err(corrupt(ino, "extended attributes fail their checksum".to_string())),
+            }
+        }
+        let dir = if inode.is_dir() { Some(self.load_dir(&inode, &mut NoVisitor)?) } else { None };
+        let mut img = inode.img;
+        img.ino = ino;
+        Ok(Some((LoadedInode { img, xattrs, blocks }, dir)))
+    }
+
     /// Mapped data blocks of `ino` (a walk of its block map; 0 for a free inode).
     pub fn file_blocks(&self, ino: u64) -> Result<u64, FormatError> {
         let inode = self.read_inode(ino)?;
