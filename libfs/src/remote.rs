@@ -206,16 +206,19 @@ impl Remote {
         while let Ok((id, r)) = revokes.recv() {
             let (covered, gone) =
                 self.leases.revoke(r.inode, r.lease, r.keep_read, || self.committed.load(Ordering::Acquire));
+            let done = LeaseHandback { inode: r.inode, lease: r.lease, covered_lsn: covered };
+            tracing::debug!(ino = r.inode, covered, keep_read = r.keep_read, "lease handed back");
+            if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg: Control::RevokeDone(done) }) {
+                tracing::debug!(error = %e, "cannot answer a revoke");
+            }
+            // After the answer: the invalidator must not hold up the lease's next holder
+            // (the kernel may be waiting, with its own locks held, for a call of ours that
+            // needs that holder to finish).
             if gone {
                 let f = self.invalidator.lock().clone();
                 if let Some(f) = f {
                     f(r.inode);
                 }
-            }
-            let done = LeaseHandback { inode: r.inode, lease: r.lease, covered_lsn: covered };
-            tracing::debug!(ino = r.inode, covered, keep_read = r.keep_read, "lease handed back");
-            if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg: Control::RevokeDone(done) }) {
-                tracing::debug!(error = %e, "cannot answer a revoke");
             }
         }
     }
