@@ -10,7 +10,7 @@
 //! from those entries are dropped ([`View::trim`]): the public area now holds the same bytes.
 
 use linefs_pm::bitmap::Bitmap;
-use linefs_pm::public::{LoadedDirent, LoadedInode};
+use linefs_pm::public::InodeReload;
 use linefs_pm::record::{InodeImage, Record, MAX_FILE_SIZE};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -383,7 +383,7 @@ impl View {
     /// unpublished segments and preallocations are dropped. The kernel's references and open
     /// handles stay, and a directory keeps the cookies of the names it still has (open
     /// directory streams go on where they were).
-    pub fn reload(&mut self, ino: u64, loaded: Option<(LoadedInode, Option<Vec<LoadedDirent>>)>) {
+    pub fn reload(&mut self, ino: u64, loaded: Option<InodeReload>) {
         let old = self.nodes.remove(&ino);
         self.overlaid.remove(&ino);
         let Some((li, ents)) = loaded else {

@@ -28,6 +28,10 @@ pub struct LoadedInode {
 }
 
 /// A directory entry found by [`PublicReader::load`].
+/// One inode re-read by itself ([`PublicReader::load_inode`]): as a full load gives it, and
+/// its entries if it is a directory.
+pub type InodeReload = (LoadedInode, Option<Vec<LoadedDirent>>);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedDirent {
     pub name: Vec<u8>,
@@ -337,7 +341,7 @@ impl PublicReader {
     /// blocks, and its entries if it is a directory — or None if the public area has no
     /// such inode (a client re-reading an inode another client changed; the caller holds a
     /// lease on it, so nothing publishes to it meanwhile).
-    pub fn load_inode(&self, ino: u64) -> Result<Option<(LoadedInode, Option<Vec<LoadedDirent>>)>, FormatError> {
+    pub fn load_inode(&self, ino: u64) -> Result<Option<InodeReload>, FormatError> {
         let inode = self.read_inode(ino)?;
         if inode.img.mode == 0 {
             return Ok(None);
