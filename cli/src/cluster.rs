@@ -224,6 +224,20 @@ pub fn create(
     Ok(desc)
 }
 
+/// [`create`] with offload on: the node's nicfs and kworker are started too (the soak's
+/// cluster, which kills them).
+pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], size: u64) -> CliResult<ClusterDesc> {
+    daemons::check_executables()?;
+    daemons::check_socket_paths(dir, pm_files.len())?;
+    let settings = Settings { zk: None, offload: Offload::On, nic_cpus: None };
+    let desc = describe(dir, pm_dir, pm_files, size, settings, None)?;
+    mark_up(dir)?;
+    for node in 0..desc.nodes.len() {
+        daemons::start_node(dir, &desc, node)?;
+    }
+    Ok(desc)
+}
+
 /// Marks the cluster in `dir` up.
 fn mark_up(dir: &ClusterDir) -> CliResult<()> {
     std::fs::write(dir.up_marker(), format!("{}\n", unix_now())).ctx(|| format!("{}: write", dir.up_marker().display()))

@@ -197,6 +197,10 @@ enum Verb {
         /// Seed of the kill intervals.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// on: the node's nicfs publishes, and the soak kills nicfs and kworker too; off:
+        /// the mount publishes itself (host-only).
+        #[arg(long, value_enum, value_name = "on|off", default_value = "on")]
+        offload: clusterdir::Offload,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -286,9 +290,9 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::CrashSuite { quick, json, seed, threads, only, list } => {
             crashsuite::run(&crashsuite::Args { quick, json, seed, threads, only, list })
         }
-        Verb::Soak { minutes, pm_dir, seed, dir } => {
+        Verb::Soak { minutes, pm_dir, seed, offload, dir } => {
             interrupt::install();
-            soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed })
+            soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed, offload })
         }
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();

@@ -12,6 +12,13 @@
 //! the latest 2,000 acknowledged deletions must still be gone. A call that fails while the
 //! mount is up (ENOSPC, EIO, …) ends the soak with that error.
 //!
+//! With offload on (the default) the node's nicfs publishes the mount's log, and each kill
+//! is one of three, at random: the host (the mount and kworker, as above), the kworker alone
+//! (nicfs goes isolated and publishes by itself; the writer goes on, and the kworker is
+//! restarted at the next event), or the NIC and the host together (`kill-nic`, then
+//! `kill-host`; `restart-nic` recovers the node from the PM — the mount's log included —
+//! before `restart-host` remounts). Every acknowledged file must survive each of them.
+//!
 //! The writer works in a subdirectory of the mount so that, once the dead mount is detached,
 //! its calls fail (the directory does not exist underneath) instead of landing in the empty
 //! mount point.
@@ -28,7 +35,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cluster;
-use crate::clusterdir::ClusterDir;
+use crate::clusterdir::{ClusterDir, Offload};
 use crate::mounts;
 use crate::nodes;
 use crate::tempcluster::TempCluster;
@@ -38,6 +45,26 @@ pub struct Args {
     pub minutes: f64,
     pub pm_dir: Option<PathBuf>,
     pub seed: u64,
+    pub offload: Offload,
+}
+
+/// What one kill event of the soak kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    /// The mount daemon (and with offload the kworker): `kill-host`.
+    Host,
+    /// The kworker alone: nicfs publishes by itself meanwhile.
+    Kworker,
+    /// nicfs, then the host: the node comes back from its PM alone.
+    NicAndHost,
+}
+
+/// Counts of each kind of kill.
+#[derive(Default)]
+struct Kills {
+    host: u64,
+    kworker: u64,
+    nic: u64,
 }
 
 /// The content of file `i`: size and bytes derived from `i` (up to 256 KiB).
@@ -211,7 +238,12 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
     }
     let _teardown = TempCluster::new(soak.clone(), vec![pm_file.clone()], "soak");
-    cluster::create(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE, None, None)?;
+    let offload = a.offload == Offload::On;
+    if offload {
+        cluster::create_offload(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE)?;
+    } else {
+        cluster::create(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE, None, None)?;
+    }
     let mnt = soak.root.join("mnt");
     std::fs::create_dir_all(&mnt).ctx(|| format!("{}: create", mnt.display()))?;
     mounts::mount(&soak, 0, "linefs", Vec::new(), &mnt)?;
@@ -231,6 +263,8 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     let start = Instant::now();
     let budget = Duration::from_secs_f64(a.minutes * 60.0);
     let (mut kills, mut checks, mut next) = (0u64, 0usize, 0u64);
+    let mut by_kind = Kills::default();
+    let mut kworker_down = false;
     let mut recovery = Duration::ZERO;
     let writer_failed = |r: std::thread::Result<Result<(), String>>| match r {
         Ok(Ok(())) => Ok(()),
@@ -254,14 +288,41 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
             writer_failed(w.join())?;
             break;
         }
-        killing.store(true, Ordering::SeqCst);
-        nodes::kill_host(&soak, 0)?;
+        let kind = match (offload, rng.random_range(0..4)) {
+            (false, _) | (true, 0 | 1) => Kill::Host,
+            (true, 2) if !kworker_down => Kill::Kworker,
+            (true, _) => Kill::NicAndHost,
+        };
         kills += 1;
+        if kind == Kill::Kworker {
+            // The mount goes on: nicfs notices the missing heartbeats and publishes alone.
+            crate::daemons::kill(&soak, crate::daemons::Role::Kworker, 0)?;
+            kworker_down = true;
+            by_kind.kworker += 1;
+            std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
+            stop.store(true, Ordering::SeqCst);
+            writer_failed(w.join())?;
+            checks += verify(&work, &manifest, &format!("after kill {kills} (kworker)"))?;
+            next = lock(&manifest).next.max(next) + 1000;
+            continue;
+        }
+        killing.store(true, Ordering::SeqCst);
+        if kind == Kill::NicAndHost {
+            nodes::kill_nic(&soak, 0)?;
+            by_kind.nic += 1;
+        } else {
+            by_kind.host += 1;
+        }
+        nodes::kill_host(&soak, 0)?;
         writer_failed(w.join())?;
         let t = Instant::now();
+        if kind == Kill::NicAndHost {
+            nodes::restart_nic(&soak, 0)?;
+        }
         nodes::restart_host(&soak, 0)?;
+        kworker_down = false;
         recovery += t.elapsed();
-        checks += verify(&work, &manifest, &format!("after kill {kills}"))?;
+        checks += verify(&work, &manifest, &format!("after kill {kills} ({kind:?})"))?;
         let m = lock(&manifest);
         // Skip past whatever the killed writer may have left half-created.
         next = m.next.max(next) + 1000;
@@ -289,10 +350,25 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     if files == 0 {
         return Err(fail("no file was acknowledged: the soak tested nothing"));
     }
+    let restarts = (by_kind.host + by_kind.nic).max(1);
+    let what = if offload {
+        format!(
+            "offload on: {} of the host (mount + kworker), {} of the kworker alone, {} of nicfs and the host; \
+             recovery {:.0} ms per restart on average",
+            by_kind.host,
+            by_kind.kworker,
+            by_kind.nic,
+            recovery.as_secs_f64() * 1000.0 / restarts as f64
+        )
+    } else {
+        format!(
+            "host-only: kill -9 of the mount + recovery, {:.0} ms per restart on average",
+            recovery.as_secs_f64() * 1000.0 / restarts as f64
+        )
+    };
     Ok(format!(
-        "soak: {:.0} s, {kills} kills (kill -9 of the mount + recovery, {:.0} ms per restart on average), \
-         {files} fsynced files, {deleted} fsynced deletions, {checks} file checks, 0 lost",
+        "soak: {:.0} s, {kills} kills ({what}), {files} fsynced files, {deleted} fsynced deletions, \
+         {checks} file checks, 0 lost",
         start.elapsed().as_secs_f64(),
-        recovery.as_secs_f64() * 1000.0 / kills as f64
     ))
 }

@@ -75,6 +75,7 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 // The publisher answers once the log is settled and the slot free, so that a
                 // client that detaches and attaches again (a remount) finds its slot.
                 tracing::info!(%peer, "client detaches");
+                session.set_ending();
                 let _ = session.jobs.send(Job::Detach { id });
                 return;
             }
@@ -89,7 +90,26 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
         }
     }
     // The publisher settles the slot, frees it and removes the session.
+    session.set_ending();
     let _ = session.jobs.send(Job::End);
+}
+
+/// How long an attach waits for departed clients' logs to be published.
+const DEPARTED_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until every client that has gone (its connection ended, or its process died) has
+/// had its committed log published: a new client builds its view from the public area, so
+/// it must find there everything the departed ones committed (a remount after a crash of
+/// the mount would otherwise see a file without the data its fsync acknowledged).
+fn wait_for_departed(ctx: &Ctx) {
+    let deadline = std::time::Instant::now() + DEPARTED_WAIT;
+    while ctx.sessions.all().iter().any(|s| s.departing()) {
+        if std::time::Instant::now() > deadline {
+            tracing::warn!("departed clients are still being settled after 30 s; attaching anyway");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// Claims a slot, starts the session, sends Attached. None (after an Error reply) if the
@@ -113,6 +133,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         return refuse(libc::ESHUTDOWN, "nicfs is shutting down");
     }
     let node = &ctx.node;
+    wait_for_departed(ctx);
     let Some(claim) = node.claim() else { return refuse(libc::EBUSY, "every log slot is in use") };
     let slot = claim.slot;
     let files = node.client_files(slot).and_then(|f| Ok((f, stream.try_clone()?)));

@@ -31,6 +31,9 @@ pub struct Session {
     pub published: AtomicU64,
     /// Set once an entry was refused: nothing more is published for this session.
     failed: AtomicBool,
+    /// Set once the client is gone (its control connection ended or it detached): the
+    /// session is being settled.
+    ending: AtomicBool,
     failure: Mutex<Option<String>>,
     /// Ids of the frames nicfs starts (notices), per session.
     next_id: AtomicU64,
@@ -57,6 +60,7 @@ impl Session {
             committed: AtomicU64::new(published),
             published: AtomicU64::new(published),
             failed: AtomicBool::new(false),
+            ending: AtomicBool::new(false),
             failure: Mutex::new(None),
             next_id: AtomicU64::new(1),
         }
@@ -110,6 +114,19 @@ impl Session {
 
     pub fn has_bulk(&self) -> bool {
         self.bulk.lock().is_some()
+    }
+
+    /// The client is gone; the publisher settles the slot next.
+    pub fn set_ending(&self) {
+        self.ending.store(true, Ordering::Release);
+    }
+
+    /// Whether the client is gone — it ended, or its process has died and its connection's
+    /// end is about to be noticed — and the session not yet settled.
+    pub fn departing(&self) -> bool {
+        self.ending.load(Ordering::Acquire)
+            || rustix::process::Pid::from_raw(self.cred.pid)
+                .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
     }
 
     /// Marks the session failed (an entry refused) with why.
