@@ -51,6 +51,7 @@ pub mod conn;
 pub mod control;
 pub mod daemon;
 pub mod hostlink;
+pub mod lease;
 pub mod node;
 pub mod publisher;
 pub mod session;
