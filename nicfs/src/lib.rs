@@ -52,6 +52,7 @@ pub mod control;
 pub mod daemon;
 pub mod hostlink;
 pub mod lease;
+pub mod leases;
 pub mod node;
 pub mod publisher;
 pub mod session;
