@@ -51,6 +51,8 @@ pub mod conn;
 pub mod control;
 pub mod daemon;
 pub mod hostlink;
+pub mod lease;
+pub mod leases;
 pub mod node;
 pub mod publisher;
 pub mod session;
