@@ -178,12 +178,6 @@ impl Leases {
         (covered, gone)
     }
 
-    /// Every lease is void (the session ended): the view must re-read everything.
-    pub(crate) fn clear(&self) {
-        self.table.lock().clear();
-        self.cond.notify_all();
-    }
-
     /// Leases held (for status): (readers, writers).
     pub(crate) fn counts(&self) -> (u64, u64) {
         let t = self.table.lock();

@@ -328,9 +328,11 @@ impl Remote {
             }
         };
         // Dropping the senders fails every waiting call at once; the revoke thread ends.
+        // The leases stay: with nicfs gone nothing else can change the node, so what this
+        // client holds stays true and reads of it go on; a lease not held can no longer be
+        // had.
         self.waiters.lock().clear();
         *self.revokes.lock() = None;
-        self.leases.clear();
         self.fail(why, &wakeup);
     }
 

@@ -68,8 +68,12 @@ impl Fs {
         }
         let from = offset.max(FIRST_COOKIE - 1) + 1;
         for (&c, name) in d.order.range(from..limit.max(from)) {
-            let (child, _) = d.get(name).expect("indexed");
-            let kind = front.view.node(child).and_then(|c| FileKind::from_mode(c.img.mode)).unwrap_or(FileKind::File);
+            let (child, dtype) = d.get(name).expect("indexed");
+            // The entry's own type: in the offload mode the child may not be in this
+            // client's view yet (another client created it; no lease on it was needed).
+            let kind = FileKind::from_mode(linefs_pm::record::dtype::mode_bits(dtype))
+                .or_else(|| front.view.node(child).and_then(|c| FileKind::from_mode(c.img.mode)))
+                .unwrap_or(FileKind::File);
             out.push(DirEntry { ino: child, offset: c, kind, name: name.clone() });
         }
         Ok(out)
