@@ -86,9 +86,16 @@ impl Setup {
         exec(xfstests.join("check"), CHECK);
         exec(xfstests.join("ltp/fsx"), "#!/bin/sh\nexit 0\n");
         fs::write(xfstests.join("mode"), mode).unwrap();
-        // Only `linefs`: the daemon is then its fuse-daemon verb, this very build.
+        // `linefs`, and the nicfs and kworker that `linefs up` starts (built beside it by
+        // `cargo build --bins`); no linefs-fuse: the mount daemon is then linefs's own
+        // fuse-daemon verb, this very build.
         fs::create_dir(tmp.path().join("bin")).unwrap();
         std::os::unix::fs::symlink(LINEFS, tmp.path().join("bin/linefs")).unwrap();
+        let built = Path::new(LINEFS).parent().unwrap();
+        for daemon in ["nicfs", "kworker"] {
+            assert!(built.join(daemon).exists(), "{daemon} is not built beside linefs: run cargo build --bins");
+            std::os::unix::fs::symlink(built.join(daemon), tmp.path().join("bin").join(daemon)).unwrap();
+        }
         Setup { tmp, name }
     }
 
