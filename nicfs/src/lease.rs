@@ -285,7 +285,7 @@ impl LeaseTable {
         }
         let info = self.sessions.entry(s).or_default();
         if info.waiting >= self.max_waiting {
-            tracing::warn!(session = s, ino, waiting = info.waiting, "too many lease requests waiting; refused");
+            tracing::debug!(session = s, ino, waiting = info.waiting, "too many lease requests waiting; refused");
             if info.is_empty() {
                 self.sessions.remove(&s);
             }
