@@ -7,7 +7,8 @@
 //! itself (`--pm NODEDIR`). The record keeps which (`nicfs`), so a remount does the same.
 //!
 //! Invariants kept in the registry (`run/mounts.json`, changed only under `run/lock`):
-//! - at most one linefs mount per node (one client per node until leases are built);
+//! - host-only: at most one linefs mount per node (the mount owns the node's PM); offload:
+//!   any number, each a client of the node's nicfs with a log slot of its own;
 //! - a record is `mounted` while its daemon serves, `killed` after `kill-host` (the mount is
 //!   detached, the record keeps everything `restart-host` needs to mount it again);
 //! - a record leaves the registry only once its daemon is gone and its mount detached.
@@ -123,10 +124,19 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
     let mountpoint = check_mountpoint(&req.mountpoint)?;
     prune_unmounted(dir, reg)?;
     if req.backend == Backend::Linefs {
-        if let Some(other) = reg.mounts.iter().find(|m| m.node == req.node && m.backend == Backend::Linefs) {
+        // Host-only: the mount owns the node's PM, so one per node. Offload: nicfs gives
+        // each mount a log slot of its own and leases keep them coherent; a killed host's
+        // mounts come back with restart-host, not one by one.
+        let conflict = |m: &&MountRec| {
+            m.node == req.node
+                && m.backend == Backend::Linefs
+                && (m.state == MountState::Killed || req.nicfs.is_none() || m.nicfs.is_none())
+        };
+        if let Some(other) = reg.mounts.iter().find(conflict) {
             return Err(match other.state {
                 MountState::Mounted => fail(format!(
-                    "node {} is already mounted at {} (one mount per node until leases are built)",
+                    "node {} is already mounted at {} (host-only: one mount per node; \
+                     linefs up --offload on lets several mounts share a node)",
                     req.node,
                     other.mountpoint.display()
                 )),

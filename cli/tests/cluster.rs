@@ -345,3 +345,55 @@ fn offload_mount_attaches_to_nicfs() {
     assert!(!mounted(&mnt) && !alive(nicfs));
     assert_eq!(run_files(&dir), ["lock", "mounts.json"]);
 }
+
+/// Two FUSE mounts of one node (offload: each a client of the node's nicfs) share files: what
+/// one writes, creates, renames or removes, the other sees at its next call — through the
+/// kernel's caches, which the lease machinery invalidates.
+#[test]
+fn two_mounts_of_one_node_share_files() {
+    need_daemons();
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    fs::create_dir(&m1).unwrap();
+    fs::create_dir(&m2).unwrap();
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    ok(&dir, &["mount", m1.to_str().unwrap()]);
+    ok(&dir, &["mount", m2.to_str().unwrap()]);
+    assert!(mounted(&m1) && mounted(&m2));
+
+    fs::write(m1.join("a"), b"one").unwrap();
+    assert_eq!(fs::read(m2.join("a")).unwrap(), b"one");
+    {
+        let mut f = fs::OpenOptions::new().append(true).open(m2.join("a")).unwrap();
+        f.write_all(b" two").unwrap();
+    }
+    assert_eq!(fs::read(m1.join("a")).unwrap(), b"one two");
+    assert_eq!(fs::metadata(m1.join("a")).unwrap().len(), 7);
+
+    fs::create_dir(m2.join("d")).unwrap();
+    fs::rename(m1.join("a"), m1.join("d").join("b")).unwrap();
+    assert!(!m2.join("a").exists());
+    assert_eq!(fs::read(m2.join("d").join("b")).unwrap(), b"one two");
+    fs::remove_file(m2.join("d").join("b")).unwrap();
+    assert!(!m1.join("d").join("b").exists());
+    assert_eq!(fs::read_dir(m1.join("d")).unwrap().count(), 0);
+
+    // Alternating writers and readers of one file and one directory.
+    for i in 0..40u32 {
+        let (w, r) = if i % 2 == 0 { (&m1, &m2) } else { (&m2, &m1) };
+        let body = format!("round {i}").repeat(i as usize + 1);
+        fs::write(w.join("d").join(format!("f{}", i % 5)), &body).unwrap();
+        assert_eq!(fs::read_to_string(r.join("d").join(format!("f{}", i % 5))).unwrap(), body, "round {i}");
+        let names: std::collections::BTreeSet<String> =
+            fs::read_dir(r.join("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names.len(), (i as usize + 1).min(5), "round {i}: {names:?}");
+    }
+    ok(&dir, &["umount", m1.to_str().unwrap()]);
+    ok(&dir, &["umount", m2.to_str().unwrap()]);
+    ok(&dir, &["down"]);
+}

@@ -13,9 +13,10 @@
 //! Reference counting: libfs counts kernel references itself (lookup, create, mknod, mkdir,
 //! symlink and link each take one); `forget` hands them back.
 //!
-//! Caching: attributes and entries are cached by the kernel for [`TTL`]. That is safe while a
-//! node has a single client (one mount per node); with several clients per node the TTL must
-//! become 0 or invalidations must be sent.
+//! Caching: attributes and entries are cached by the kernel for [`TTL`]. In the offload mode
+//! several clients may share a node; when another client is about to change an inode, libfs
+//! loses its lease on it and [`crate::invalidate`] drops the kernel's cached attributes,
+//! pages and names of that inode.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -204,6 +204,16 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
                 return Err(e.into());
             }
         };
+        if fs.offloaded() {
+            match session.notifier() {
+                Some(n) => {
+                    if let Err(e) = crate::invalidate::start(&fs, n) {
+                        warn!(error = %e, "cannot start the kernel cache invalidation thread");
+                    }
+                }
+                None => warn!("no FUSE notifier: kernel caches are not invalidated when leases move"),
+            }
+        }
         (Backend::Linefs(fs), session)
     };
     let mountpoint = session.mountpoint().to_path_buf();

@@ -18,6 +18,7 @@
 pub mod adapter;
 pub mod creds;
 pub mod daemon;
+pub mod invalidate;
 pub mod mount;
 pub mod options;
 pub mod passthrough;

@@ -128,6 +128,11 @@ pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Re
 }
 
 impl MountedSession {
+    /// What sends the kernel cache invalidations of this session.
+    pub fn notifier(&self) -> Option<fuser::Notifier> {
+        self.session.as_ref().map(|s| s.notifier())
+    }
+
     /// The (canonical) mount point.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint

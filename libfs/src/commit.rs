@@ -119,6 +119,9 @@ impl Front {
         };
         self.tail = loc.end;
         self.appended += 1;
+        if let Some(remote) = self.publication.remote() {
+            remote.committed.store(loc.end, Ordering::Release);
+        }
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
         if self.publication.remote().is_some() {

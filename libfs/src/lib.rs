@@ -20,6 +20,7 @@ mod api;
 mod calls;
 mod commit;
 mod error;
+mod leases;
 mod mount;
 mod options;
 mod perm;

@@ -159,23 +159,26 @@ impl Fs {
         if let Some(h) = self.publisher.lock().take() {
             let _ = h.join();
         }
-        let mut front = self.wlock();
-        if front.shut {
-            return Ok(());
-        }
-        let orphans: Vec<u64> = front
-            .view
-            .nodes
-            .values()
-            .filter(|n| n.img.nlink == 0 && n.img.ino != ROOT_INO)
-            .map(|n| n.img.ino)
-            .collect();
+        let orphans: Vec<u64> = {
+            let front = self.rlock();
+            if front.shut {
+                return Ok(());
+            }
+            front.view.nodes.values().filter(|n| n.img.nlink == 0 && n.img.ino != ROOT_INO).map(|n| n.img.ino).collect()
+        };
         for ino in orphans {
+            // Offload: freeing it needs its write lease.
+            let _l = self.orphan_lease(ino);
+            let mut front = self.wlock();
             if let Some(n) = front.view.node_mut(ino) {
                 n.lookups = 0;
                 n.opens = 0;
             }
             front.maybe_free(ino)?;
+        }
+        let mut front = self.wlock();
+        if front.shut {
+            return Ok(());
         }
         let published = front.publish_all();
         front.shut = true;

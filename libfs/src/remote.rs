@@ -18,10 +18,11 @@
 //!   committed, and nicfs's recovery publishes it.
 
 use crate::error::{FsError, FsResult};
+use crate::leases::{Grant, Leases, Need};
 use crate::publication::Wakeup;
 use linefs_proto::{
-    read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Frame, Hello, InodeSet, Party,
-    ReadError, Role,
+    read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Creds, Frame, Hello, InodeSet,
+    LeaseHandback, LeaseMode, LeaseRequest, Party, ReadError, Revoke, Role,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -66,7 +67,18 @@ pub(crate) struct Remote {
     failed: AtomicBool,
     /// Set by [`Remote::detach`]: the connections' end is expected, not a failure.
     detaching: AtomicBool,
+    /// The leases this client holds ([`crate::leases`]).
+    pub(crate) leases: Leases,
+    /// The end of the committed log (what a revoke's `covered_lsn` says).
+    pub(crate) committed: AtomicU64,
+    /// Called with an inode whose lease is gone (the FUSE adapter drops kernel caches).
+    invalidator: Mutex<Option<Invalidator>>,
+    /// nicfs's revokes, for the revoke thread.
+    revokes: Mutex<Option<mpsc::Sender<(u64, Revoke)>>>,
 }
+
+/// What is told of an inode whose lease this client lost.
+pub type Invalidator = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// What attaching hands back besides the link: the log file and the public file.
 pub(crate) struct Files {
@@ -132,6 +144,10 @@ impl Remote {
             progress: Mutex::new(Progress { published: start, reclaim: start, ..Progress::default() }),
             failed: AtomicBool::new(false),
             detaching: AtomicBool::new(false),
+            leases: Leases::default(),
+            committed: AtomicU64::new(start),
+            invalidator: Mutex::new(None),
+            revokes: Mutex::new(None),
         });
         tracing::info!(session = attached.session, slot = attached.slot, start_lsn = start, "attached to nicfs");
         Ok((remote, Files { log, public }))
@@ -151,7 +167,60 @@ impl Remote {
             .name("nicfs-bulk".into())
             .spawn(move || r.bulk_reader(bulk, wakeup))
             .map_err(|e| FsError::Io { what: "start the bulk reader".into(), source: e })?;
+        let (tx, rx) = mpsc::channel();
+        *self.revokes.lock() = Some(tx);
+        let r = self.clone();
+        std::thread::Builder::new()
+            .name("nicfs-revoke".into())
+            .spawn(move || r.revoker(rx))
+            .map_err(|e| FsError::Io { what: "start the revoke thread".into(), source: e })?;
         Ok(())
+    }
+
+    /// Sets what is told of inodes whose lease is gone.
+    pub(crate) fn set_invalidator(&self, f: Invalidator) {
+        *self.invalidator.lock() = Some(f);
+    }
+
+    /// Asks nicfs for a lease and records it.
+    pub(crate) fn request_lease(&self, n: Need) -> FsResult<()> {
+        let mode = if n.write { LeaseMode::Write } else { LeaseMode::Read };
+        let creds = Creds {
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            groups: Vec::new(),
+        };
+        let log_tail = self.committed.load(Ordering::Acquire);
+        match self.call(Control::LeaseRequest(LeaseRequest { inode: n.ino, mode, log_tail, creds }))? {
+            Control::LeaseGranted(g) if g.inode == n.ino => {
+                self.leases.granted(Grant { ino: n.ino, write: g.mode == LeaseMode::Write, lease: g.lease });
+                Ok(())
+            }
+            Control::Error(e) => Err(crate::leases::refused(n.ino, e.errno, &e.message)),
+            other => Err(FsError::PublicationFailed(format!("unexpected answer to LeaseRequest: {other:?}"))),
+        }
+    }
+
+    /// The revoke thread: hands leases back as nicfs asks, one at a time, in order.
+    fn revoker(self: Arc<Self>, revokes: mpsc::Receiver<(u64, Revoke)>) {
+        while let Ok((id, r)) = revokes.recv() {
+            let (covered, gone) =
+                self.leases.revoke(r.inode, r.lease, r.keep_read, || self.committed.load(Ordering::Acquire));
+            let done = LeaseHandback { inode: r.inode, lease: r.lease, covered_lsn: covered };
+            tracing::debug!(ino = r.inode, covered, keep_read = r.keep_read, "lease handed back");
+            if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg: Control::RevokeDone(done) }) {
+                tracing::debug!(error = %e, "cannot answer a revoke");
+            }
+            // After the answer: the invalidator must not hold up the lease's next holder
+            // (the kernel may be waiting, with its own locks held, for a call of ours that
+            // needs that holder to finish).
+            if gone {
+                let f = self.invalidator.lock().clone();
+                if let Some(f) = f {
+                    f(r.inode);
+                }
+            }
+        }
     }
 
     fn id(&self) -> u64 {
@@ -245,6 +314,11 @@ impl Remote {
                 Control::Ping => {
                     let _ = write_frame(&self.control.lock(), &Frame { id: frame.id, msg: Control::Pong });
                 }
+                Control::Revoke(r) => {
+                    if let Some(tx) = &*self.revokes.lock() {
+                        let _ = tx.send((frame.id, r));
+                    }
+                }
                 reply => match self.waiters.lock().remove(&frame.id) {
                     Some(tx) => {
                         let _ = tx.send(reply);
@@ -253,8 +327,12 @@ impl Remote {
                 },
             }
         };
-        // Dropping the senders fails every waiting call at once.
+        // Dropping the senders fails every waiting call at once; the revoke thread ends.
+        // The leases stay: with nicfs gone nothing else can change the node, so what this
+        // client holds stays true and reads of it go on; a lease not held can no longer be
+        // had.
         self.waiters.lock().clear();
+        *self.revokes.lock() = None;
         self.fail(why, &wakeup);
     }
 

@@ -168,6 +168,31 @@ impl Front {
 }
 
 impl Fs {
+    /// Offload: `f` is told of every inode whose lease this client loses (another client
+    /// will change it), with the names a directory had in this client's view (those the
+    /// kernel may have cached): the FUSE adapter drops the kernel's caches of them. Called
+    /// from the client's revoke thread once the calls using the inode have finished and the
+    /// lease is handed back; it must not wait on the kernel (queue the work instead).
+    pub fn on_lease_lost(&self, f: std::sync::Arc<dyn Fn(Ino, Vec<Vec<u8>>) + Send + Sync>) {
+        let Some(remote) = self.client.publication.remote() else { return };
+        let client = Arc::downgrade(&self.client);
+        remote.set_invalidator(Arc::new(move |ino| {
+            let names = client
+                .upgrade()
+                .and_then(|c| {
+                    let front = c.front.read();
+                    front.view.node(ino).and_then(|n| n.dir.as_ref()).map(|d| d.names.keys().cloned().collect())
+                })
+                .unwrap_or_default();
+            f(ino, names)
+        }));
+    }
+
+    /// Whether nicfs publishes for this client (offload) rather than the client itself.
+    pub fn offloaded(&self) -> bool {
+        self.client.publication.remote().is_some()
+    }
+
     pub(crate) fn rlock(&self) -> RwLockReadGuard<'_, Front> {
         self.client.front.read()
     }

@@ -34,6 +34,11 @@ pub struct FsStatus {
     /// Whether nicfs publishes (offload) or this client does (host-only).
     #[serde(default)]
     pub offload: bool,
+    /// Offload: leases held for reading and for writing.
+    #[serde(default)]
+    pub read_leases: u64,
+    #[serde(default)]
+    pub write_leases: u64,
 }
 
 impl Fs {
@@ -64,6 +69,8 @@ impl Fs {
             recovered_entries: front.recovered,
             publish_error: publication.failure(),
             offload: publication.remote().is_some(),
+            read_leases: publication.remote().map_or(0, |r| r.leases.counts().0),
+            write_leases: publication.remote().map_or(0, |r| r.leases.counts().1),
         }
     }
 

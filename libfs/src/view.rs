@@ -10,6 +10,7 @@
 //! from those entries are dropped ([`View::trim`]): the public area now holds the same bytes.
 
 use linefs_pm::bitmap::Bitmap;
+use linefs_pm::public::InodeReload;
 use linefs_pm::record::{InodeImage, Record, MAX_FILE_SIZE};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -374,6 +375,43 @@ impl View {
             None => false,
         });
         visited
+    }
+
+    /// Replaces inode `ino` with what the public area holds now (`None`: it has no such
+    /// inode) — offload mode, when a lease on it is newly held: whatever this client had of
+    /// it is published (nicfs publishes a lease holder's log before it moves the lease), so
+    /// unpublished segments and preallocations are dropped. The kernel's references and open
+    /// handles stay, and a directory keeps the cookies of the names it still has (open
+    /// directory streams go on where they were).
+    pub fn reload(&mut self, ino: u64, loaded: Option<InodeReload>) {
+        let old = self.nodes.remove(&ino);
+        self.overlaid.remove(&ino);
+        let Some((li, ents)) = loaded else {
+            self.inos.clear(ino);
+            return;
+        };
+        let mut n = Node::new(li.img);
+        n.pub_blocks = li.blocks;
+        n.xattrs = li.xattrs.into_iter().collect();
+        if let Some(o) = &old {
+            n.lookups = o.lookups;
+            n.opens = o.opens;
+        }
+        if let (Some(d), Some(ents)) = (n.dir.as_mut(), ents) {
+            if let Some(mut od) = old.and_then(|o| o.dir) {
+                let keep: HashSet<&[u8]> = ents.iter().map(|e| e.name.as_slice()).collect();
+                let gone: Vec<Vec<u8>> = od.names.keys().filter(|k| !keep.contains(k.as_slice())).cloned().collect();
+                for name in gone {
+                    od.remove(&name);
+                }
+                *d = od;
+            }
+            for e in &ents {
+                d.set(&e.name, e.ino, e.dtype);
+            }
+        }
+        self.inos.set(ino);
+        self.nodes.insert(ino, n);
     }
 
     /// Whether `anc` is `ino` or one of its ancestors (following directory parents).

@@ -19,7 +19,13 @@
 //!   space looks smaller than it is, never larger, so publication cannot run out of space
 //!   for an entry a client was allowed to log.
 //!
-//! Lock order: the node's public-area mutex, then this module's mutex (a leaf otherwise).
+//! Each number granted is also recorded in the lease table as write-leased by the session
+//! (it creates the inode), and numbers the table still knows are skipped
+//! ([`Alloc::grant_inodes_avoiding`], called under the table's mutex by
+//! [`crate::leases::Leases::grant_inodes`]).
+//!
+//! Lock order: the node's public-area mutex or the lease table's, then this module's mutex
+//! (a leaf otherwise).
 
 use linefs_pm::bitmap::Bitmap;
 use linefs_pm::layout::Geometry;
@@ -79,13 +85,32 @@ impl Alloc {
     /// Grants up to `count` inode numbers to `slot`'s session, as one contiguous range
     /// where possible (the range returned may be shorter than asked, never empty).
     pub fn grant_inodes(&self, slot: u32, count: u64) -> Result<(u64, u64), AllocError> {
+        self.grant_inodes_avoiding(slot, count, &|_| false)
+    }
+
+    /// [`Alloc::grant_inodes`], skipping the numbers `busy` names: those the lease table
+    /// still knows (a lease on an inode freed since, or a number of an ended session's
+    /// range not yet dropped). A skipped number stays taken and granted to nobody, so the
+    /// next rescan considers it again.
+    pub fn grant_inodes_avoiding(
+        &self,
+        slot: u32,
+        count: u64,
+        busy: &dyn Fn(u64) -> bool,
+    ) -> Result<(u64, u64), AllocError> {
         let mut inner = self.inner.lock();
         if inner.taken.free() == 0 {
             self.rescan(&mut inner);
         }
-        let first = inner.taken.alloc(None).ok_or(AllocError::NoInodes)?;
+        let first = loop {
+            let ino = inner.taken.alloc(None).ok_or(AllocError::NoInodes)?;
+            if !busy(ino) {
+                break ino;
+            }
+            tracing::debug!(ino, "inode number still known to the lease table; skipped");
+        };
         let mut n = 1;
-        while n < count && inner.taken.set(first + n) {
+        while n < count && !busy(first + n) && inner.taken.set(first + n) {
             n += 1;
         }
         inner.slots.entry(slot).or_default().granted.extend(first..first + n);

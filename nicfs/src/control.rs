@@ -4,17 +4,25 @@
 //!
 //! Served today: `Ping`, `Fsync` (through the publisher, so in order with the chunks),
 //! `AllocInodes`, `ReserveBlocks`, `ReleaseBlocks`, `StatFs` (the node's allocation state,
-//! [`crate::alloc`]), `Detach`. Leases and open checks are not built yet and are answered
-//! with ENOSYS.
+//! [`crate::alloc`]), `Detach`, and the leases ([`crate::leases`]): `LeaseRequest` is fed
+//! to the lease table and answered `LeaseGranted` later, from the session's outbox, when
+//! the table grants it (the reader never waits for a grant); `LeaseRelease` is fed and
+//! answered `Ok`; `RevokeDone`, the answer to nicfs's `Revoke`, is fed. Open checks are not
+//! built yet and are answered with ENOSYS.
+//!
+//! A lease request must name an inode number of the node (EINVAL) and, from a direct API
+//! user, state the uid and gid SO_PEERCRED gave (EPERM); a failed session gets EIO.
+//! Permission checks against the stated credentials come later.
 
 use crate::conn::{describe, BadFrames};
 use crate::daemon::Ctx;
+use crate::lease::Input;
 use crate::publisher::{self, Job};
-use crate::session::Session;
+use crate::session::{run_outbox, Session};
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_proto::{
-    recv_frame, send_frame, Attached, Control, ErrorReply, Frame, Hello, InodeRange, LinkMessage, LogGeometry, Party,
-    PeerCred, Received, Role, Space,
+    recv_frame, send_frame, Attached, Control, ErrorReply, Frame, Hello, InodeRange, LeaseRequest, LinkMessage,
+    LogGeometry, Party, PeerCred, Received, Role, Space,
 };
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -45,8 +53,39 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
             Control::Fsync(f) => {
                 let _ = session.jobs.send(Job::Fsync { id, lsn: f.lsn });
             }
+            Control::LeaseRequest(r) => {
+                if let Err((errno, why)) = check_request(ctx, &session, &r) {
+                    tracing::debug!(%peer, id, inode = r.inode, errno, "lease request refused: {why}");
+                    let _ = session.control_error(id, errno, why);
+                } else if !ctx.leases.request(&session, id, r.inode, r.mode) {
+                    let _ = session.control_error(id, libc::EIO, "session failed");
+                }
+            }
+            Control::LeaseRelease(h) => {
+                let reply = if valid_inode(ctx, h.inode) {
+                    let input = Input::Release {
+                        session: session.id,
+                        ino: h.inode,
+                        lease: h.lease,
+                        covered_lsn: h.covered_lsn,
+                    };
+                    ctx.leases.feed(input);
+                    Control::Ok
+                } else {
+                    Control::Error(ErrorReply { errno: libc::EINVAL, message: "no such inode number".into() })
+                };
+                let _ = session.send_control(&Frame { id, msg: reply });
+            }
+            Control::RevokeDone(h) => {
+                let input =
+                    Input::RevokeDone { session: session.id, ino: h.inode, lease: h.lease, covered_lsn: h.covered_lsn };
+                ctx.leases.feed(input);
+            }
             Control::AllocInodes(a) => {
-                let reply = match ctx.node.alloc.grant_inodes(session.slot, u64::from(a.count)) {
+                let grant = ctx.leases.grant_inodes(session.id, |busy| {
+                    ctx.node.alloc.grant_inodes_avoiding(session.slot, u64::from(a.count), busy)
+                });
+                let reply = match grant {
                     Ok((first, count)) => Control::InodeRange(InodeRange { first, count }),
                     Err(e) => Control::Error(ErrorReply { errno: libc::ENOSPC, message: e.to_string() }),
                 };
@@ -79,8 +118,10 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 let _ = session.jobs.send(Job::Detach { id });
                 return;
             }
-            // Replies to requests nicfs never sends yet.
-            Control::Pong | Control::Ok | Control::Error(_) | Control::RevokeDone(_) => {
+            Control::Error(e) => {
+                tracing::info!(%peer, id, errno = e.errno, message = %e.message, "the client answered an Error; ignored");
+            }
+            Control::Pong | Control::Ok => {
                 tracing::debug!(%peer, id, "unexpected reply ignored");
             }
             other => {
@@ -110,6 +151,21 @@ fn wait_for_departed(ctx: &Ctx) {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+fn valid_inode(ctx: &Ctx, ino: u64) -> bool {
+    (1..ctx.node.geometry.inode_count).contains(&ino)
+}
+
+/// Why a lease request is refused before it reaches the table, if it is.
+fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (i32, &'static str)> {
+    if !valid_inode(ctx, r.inode) {
+        return Err((libc::EINVAL, "no such inode number"));
+    }
+    if session.role == Role::DirectApi && (r.creds.uid != session.cred.uid || r.creds.gid != session.cred.gid) {
+        return Err((libc::EPERM, "stated credentials are not the caller's"));
+    }
+    Ok(())
 }
 
 /// Claims a slot, starts the session, sends Attached. None (after an Error reply) if the
@@ -149,15 +205,36 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
             return refuse(libc::EIO, &format!("log slot {slot} is unreadable: {e}"));
         }
     };
+    let sid = ctx.sessions.new_id();
+    let (session, rx, out_rx) = Session::new(sid, slot, *cred, hello.role, writer, start, ctx.leases.clone());
+    let session = Arc::new(session);
+    let (n, s, sess, leases) = (node.clone(), ctx.sessions.clone(), session.clone(), ctx.leases.clone());
+    std::thread::Builder::new()
+        .name(format!("publish-{sid}"))
+        .spawn(move || {
+            publisher::run(n, s, sess, claim, rx);
+            // The log is settled and the publisher gone: whatever the session held is free.
+            leases.session_ended(sid);
+        })
+        .map_err(|e| tracing::error!(error = %e, "cannot start a publisher thread"))
+        .ok()?;
+    // Registered before Attached goes out: the client opens its bulk connection as soon as
+    // it has the answer, and that connection must find the session. Registered before any
+    // lease input names it, too (the lease manager takes an output for an unregistered
+    // session as the end of the session). Nothing else writes to the control connection
+    // before Attached: the publisher answers there only to this connection's requests, and
+    // lease frames (a revoke of a number granted below) wait in the outbox, whose thread
+    // starts once Attached is written.
+    ctx.sessions.insert(session.clone());
     // A first range of inode numbers; a node with none left still attaches (reads work).
-    let inodes = match node.alloc.grant_inodes(slot, crate::alloc::FIRST_GRANT) {
+    let grant =
+        ctx.leases.grant_inodes(sid, |busy| node.alloc.grant_inodes_avoiding(slot, crate::alloc::FIRST_GRANT, busy));
+    let inodes = match grant {
         Ok((first, count)) => InodeRange { first, count },
         Err(_) => InodeRange { first: 0, count: 0 },
     };
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let session = Arc::new(Session::new(ctx.sessions.new_id(), slot, *cred, hello.role, writer, tx, start));
     let attached = Attached {
-        session: session.id,
+        session: sid,
         slot,
         log: LogGeometry {
             ring_offset: BLOCK_SIZE,
@@ -167,21 +244,17 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         },
         inodes,
     };
-    let (n, s, sess) = (node.clone(), ctx.sessions.clone(), session.clone());
-    std::thread::Builder::new()
-        .name(format!("publish-{}", session.id))
-        .spawn(move || publisher::run(n, s, sess, claim, rx))
-        .map_err(|e| tracing::error!(error = %e, "cannot start a publisher thread"))
-        .ok()?;
-    // Registered before Attached goes out: the client opens its bulk connection as soon as
-    // it has the answer, and that connection must find the session. Nothing else writes to
-    // the control connection yet: the publisher answers there only to this connection's
-    // requests (a bulk connection's chunks are answered on the bulk connection).
-    ctx.sessions.insert(session.clone());
     let sent = send_frame(stream, &Frame { id, msg: Control::Attached(attached) }, &[log.as_fd(), public.as_fd()]);
     if let Err(e) = sent {
         tracing::warn!(%peer, error = %e, "cannot send Attached; ending the session");
         // The publisher removes the session once the slot is settled.
+        let _ = session.jobs.send(Job::End);
+        return None;
+    }
+    let weak = Arc::downgrade(&session);
+    if let Err(e) = std::thread::Builder::new().name(format!("outbox-{sid}")).spawn(move || run_outbox(weak, out_rx)) {
+        tracing::error!(error = %e, "cannot start an outbox thread; ending the session");
+        session.hang_up();
         let _ = session.jobs.send(Job::End);
         return None;
     }

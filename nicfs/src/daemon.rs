@@ -4,6 +4,7 @@
 
 use crate::args::Args;
 use crate::hostlink::HostLink;
+use crate::leases::Leases;
 use crate::node::Node;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
@@ -18,6 +19,8 @@ use std::sync::Arc;
 pub struct Ctx {
     pub node: Arc<Node>,
     pub sessions: Arc<Sessions>,
+    /// The node's leases.
+    pub leases: Arc<Leases>,
     /// The kworker link and the node's mode.
     pub host: Arc<HostLink>,
     pub socket: PathBuf,
@@ -41,9 +44,11 @@ pub fn run(args: Args) -> Result<(), String> {
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     let listener = bind(&args.socket)?;
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
+    let sessions = Arc::new(Sessions::default());
     let ctx = Arc::new(Ctx {
         node,
-        sessions: Arc::new(Sessions::default()),
+        leases: Arc::new(Leases::new(&sessions)),
+        sessions,
         host: Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms))),
         socket: args.socket.clone(),
         stopping: AtomicBool::new(false),

@@ -9,7 +9,7 @@
 //!
 //! What exists now (this is the first slice of the offload design):
 //!
-//! * **process** ([`daemon`], [`args`], [`signals`]): an exclusive `flock` of
+//! * **process** ([`daemon`], [`args`], pm's `signals`): an exclusive `flock` of
 //!   `DIR/public.pm` (a second nicfs, or a host-only mount, is refused: one line on stderr,
 //!   exit 1), pm's recovery of the node, the socket (mode 0666, a stale one replaced), a
 //!   thread per connection; SIGTERM/SIGINT publish every attached client's committed log,
@@ -30,6 +30,18 @@
 //! * **bad input**: a frame that does not decode gets an Error reply and a log line; the
 //!   connection closes when the stream is out of step or after [`conn::MAX_BAD_FRAMES`].
 //!   Nothing a peer sends panics the daemon.
+//! * **inode numbers and blocks** ([`alloc`]): node-wide ranges of inode numbers
+//!   (`Attached`, `AllocInodes`) and block reservations (`ReserveBlocks`, `ReleaseBlocks`,
+//!   `StatFs`).
+//! * **leases** ([`lease`], [`leases`]): single writer, many readers per inode. The table
+//!   is a pure state machine (FIFO queue per inode, revokes with `keep_read` to downgrade a
+//!   writer for a reader, a written inode granted to another session only once its
+//!   writer's log is published up to what it handed back, implicit write leases of the
+//!   numbers a session was handed), simulated under a seeded scheduler in its tests. The
+//!   daemon feeds it from the control connections, the publishers and the sessions' ends,
+//!   and carries out its outputs after its mutex is released: grants and revokes through
+//!   each session's outbox thread, publications as `PublishTo` jobs — so no connection's
+//!   reader ever waits on another client. A failed or ended session's leases end with it.
 //! * **host link** ([`hostlink`]): one kworker per node (a second gets EBUSY); the mode is
 //!   `normal` while it heartbeats, `isolated` when its connection ends or 3 intervals pass
 //!   without a heartbeat (noticed within a second); `HostLink::copy` sends a copy list to
@@ -38,10 +50,11 @@
 //! * **status** ([`status`]): a JSON file rewritten every second, at each mode switch and
 //!   at exit.
 //!
-//! Not built yet: the libfs offload client, leases and permission checks (those requests
-//! are answered ENOSYS), inode and block allocation, publication through copy lists (pm's
-//! publisher does not emit them yet: nicfs publishes itself in both modes),
-//! replication, the MINOS engine. See docs/ARCHITECTURE.md, "nicfs".
+//! Not built yet: permission checks (`OpenCheck` is answered ENOSYS), validation of
+//! entries against leases, lease expiry and the recording (persistence, replication) of
+//! granted leases, publication through copy lists (pm's publisher does not emit them yet:
+//! nicfs publishes itself in both modes), replication, the MINOS engine. See
+//! docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod alloc;
@@ -51,6 +64,8 @@ pub mod conn;
 pub mod control;
 pub mod daemon;
 pub mod hostlink;
+pub mod lease;
+pub mod leases;
 pub mod node;
 pub mod publisher;
 pub mod session;

@@ -9,6 +9,9 @@
 //! * `End`: the client is gone (or nicfs stops): publish everything the slot has
 //!   committed, drop a refused suffix if the session failed, free the slot.
 //! * `Detach{id}`: the same, then `Ok` to the client's Detach.
+//! * `PublishTo{lsn}`: the lease table waits for this session's log up to `lsn` (a write
+//!   lease handed back): publish up to there, then tell the lease manager what is
+//!   published ([`crate::leases::Leases::published`]).
 //!
 //! A refused entry sends `Rejected` on the control connection, marks the session failed
 //! (later requests get an Error) and logs it; nicfs and the other sessions carry on.
@@ -35,6 +38,10 @@ pub enum Job {
     Detach {
         id: u64,
     },
+    /// Publish up to `lsn` for the lease table, then feed it what is published.
+    PublishTo {
+        lsn: u64,
+    },
 }
 
 /// Runs the publisher of `session` until its `End` job (or its queue closes).
@@ -58,6 +65,14 @@ pub fn run(
                 }
             }
             Job::Fsync { id, lsn } => fsync(&node, &session, id, lsn),
+            Job::PublishTo { lsn } => {
+                if !session.failed() {
+                    if let Some(p) = publish(&node, &session, lsn) {
+                        notify_published(&session, &p);
+                    }
+                }
+                session.leases.published(&session, lsn);
+            }
             Job::End => break,
             Job::Detach { id } => {
                 detach = Some(id);

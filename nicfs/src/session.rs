@@ -4,17 +4,25 @@
 //! connections, and the queue of its publisher thread ([`crate::publisher`]), which keeps
 //! the client's publications in order.
 //!
-//! Writes to one connection come from two threads (the connection's reader answers
-//! requests, the publisher sends notices), so each writing half sits behind a mutex that
-//! is held for one whole frame.
+//! Writes to one connection come from several threads (the connection's reader answers
+//! requests, the publisher sends notices, the outbox thread sends lease frames), so each
+//! writing half sits behind a mutex that is held for one whole frame.
+//!
+//! The **outbox** carries the frames that other threads decide to send to this client —
+//! lease grants and revokes ([`crate::leases`]) — to a thread of the session's own
+//! ([`run_outbox`]), so that a client that reads slowly holds up nobody but itself. A
+//! frame that cannot be written within the write timeout hangs the session up: a client
+//! that does not read its revokes loses its session (and so its leases), rather than
+//! keeping others waiting.
 
+use crate::leases::Leases;
 use crate::publisher::Job;
-use linefs_proto::{Codec, Frame, PeerCred, Role, SendError};
+use linefs_proto::{Codec, Control, Frame, PeerCred, Role, SendError};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// One attached client.
 pub struct Session {
@@ -37,19 +45,27 @@ pub struct Session {
     failure: Mutex<Option<String>>,
     /// Ids of the frames nicfs starts (notices), per session.
     next_id: AtomicU64,
+    /// The node's leases: a failure ends the session's at once.
+    pub leases: Arc<Leases>,
+    /// Frames for the control connection, written by the outbox thread.
+    outbox: crossbeam_channel::Sender<Frame<Control>>,
 }
 
 impl Session {
+    /// A session and the receiving ends of its two queues: its publisher's jobs, and its
+    /// outbox (for [`run_outbox`]).
     pub fn new(
         id: u64,
         slot: u32,
         cred: PeerCred,
         role: Role,
         control: UnixStream,
-        jobs: crossbeam_channel::Sender<Job>,
         published: u64,
-    ) -> Session {
-        Session {
+        leases: Arc<Leases>,
+    ) -> (Session, crossbeam_channel::Receiver<Job>, crossbeam_channel::Receiver<Frame<Control>>) {
+        let (jobs, jobs_rx) = crossbeam_channel::unbounded();
+        let (outbox, outbox_rx) = crossbeam_channel::unbounded();
+        let session = Session {
             id,
             slot,
             cred,
@@ -63,6 +79,16 @@ impl Session {
             ending: AtomicBool::new(false),
             failure: Mutex::new(None),
             next_id: AtomicU64::new(1),
+            leases,
+            outbox,
+        };
+        (session, jobs_rx, outbox_rx)
+    }
+
+    /// Queues a frame for the control connection, written by the outbox thread in order.
+    pub fn notify(&self, frame: Frame<Control>) {
+        if self.outbox.send(frame).is_err() {
+            tracing::debug!(session = self.id, "outbox closed: frame dropped");
         }
     }
 
@@ -129,10 +155,12 @@ impl Session {
                 .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
     }
 
-    /// Marks the session failed (an entry refused) with why.
+    /// Marks the session failed (an entry refused) with why. Its log will not be published
+    /// any further, so its leases end now: nobody waits for it.
     pub fn fail(&self, why: String) {
         *self.failure.lock() = Some(why);
         self.failed.store(true, Ordering::Release);
+        self.leases.session_ended(self.id);
     }
 
     pub fn failed(&self) -> bool {
@@ -148,6 +176,19 @@ impl Session {
         let _ = self.control.lock().shutdown(std::net::Shutdown::Both);
         if let Some(b) = &*self.bulk.lock() {
             let _ = b.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The outbox thread of a session: writes its queued frames until the session is gone (the
+/// queue closes with it). A frame that cannot be written hangs the session up.
+pub fn run_outbox(session: Weak<Session>, frames: crossbeam_channel::Receiver<Frame<Control>>) {
+    while let Ok(frame) = frames.recv() {
+        let Some(s) = session.upgrade() else { return };
+        if let Err(e) = s.send_control(&frame) {
+            tracing::warn!(session = s.id, error = %e, "cannot write to the client; hanging up");
+            s.hang_up();
+            return;
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The status file: a JSON snapshot of the daemon (its pid, node, sessions, mode and
-//! kworker, publication counters), rewritten every [`INTERVAL`], at each mode switch and at
-//! exit. Written to a temporary file in the
-//! same directory and renamed over the old one, so a reader never sees half a file.
+//! kworker, publication counters, lease counts), rewritten every [`INTERVAL`], at each
+//! mode switch and at exit. Written to a temporary file in the same directory and renamed
+//! over the old one, so a reader never sees half a file.
 
 use crate::daemon::Ctx;
 use serde::Serialize;
@@ -22,6 +22,9 @@ pub struct Status {
     /// The mode (normal / isolated) and the kworker.
     pub host: crate::hostlink::HostStatus,
     pub counters: CounterStatus,
+    /// The lease table: inodes leased, readers, writers, waiting requests, revokes in
+    /// flight, publications awaited, implicit ranges, sessions, and counters since start.
+    pub leases: crate::lease::Counts,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,6 +83,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
             chunks: c.chunks.load(Ordering::Relaxed),
             rejections: c.rejections.load(Ordering::Relaxed),
         },
+        leases: ctx.leases.counts(),
     }
 }
 

@@ -69,9 +69,8 @@ fn garbage_and_oversized_frames_get_an_error_and_nicfs_stays_up() {
     assert!(!e.is_empty() && e.len() <= 8, "{} errors before the disconnect", e.len());
     // Requests not served yet get ENOSYS, not a crash.
     let mut c2 = Client::attach(&d.socket);
-    let lease =
-        LeaseRequest { inode: 1, mode: LeaseMode::Read, log_tail: 0, creds: Creds { uid: 0, gid: 0, groups: vec![] } };
-    match c2.request(Control::LeaseRequest(lease)) {
+    let check = OpenCheck { inode: 1, flags: 0, creds: Creds { uid: 0, gid: 0, groups: vec![] } };
+    match c2.request(Control::OpenCheck(check)) {
         Control::Error(e) => assert_eq!(e.errno, libc::ENOSYS),
         other => panic!("expected Error, got {other:?}"),
     }

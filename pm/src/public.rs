@@ -37,7 +37,7 @@ mod validate;
 pub use crate::record::dtype::of_mode as dtype_of_mode;
 pub use area::PublicArea;
 pub use format::{xattr_chain_blocks, PmInode, DIRENTS_PER_BLOCK, DIRENT_SIZE, XATTR_SPACE};
-pub use reader::{LoadVisitor, Loaded, LoadedDirent, LoadedInode, PublicReader};
+pub use reader::{InodeReload, LoadVisitor, Loaded, LoadedDirent, LoadedInode, PublicReader};
 
 use crate::layout::FormatError;
 

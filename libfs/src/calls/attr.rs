@@ -4,6 +4,7 @@
 use crate::api::*;
 use crate::commit::data_capacity;
 use crate::error::{FsError, FsResult};
+use crate::leases::Need;
 use crate::perm;
 use crate::state::Fs;
 use crate::time::{now, to_ts};
@@ -31,6 +32,7 @@ fn drops_only_privs(old: u32, new: u32) -> bool {
 
 impl Fs {
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        let _l = self.leased(&[Need::read(ino)])?;
         self.rlock().attr_of(ino)
     }
 
@@ -47,9 +49,13 @@ impl Fs {
                 img.atime <= img.mtime || img.atime <= img.ctime || img.atime.sec + RELATIME_SECS <= t.sec
             }
         };
-        if !due(&self.rlock().node(ino)?.img) {
-            return Ok(false);
+        {
+            let _l = self.leased(&[Need::read(ino)])?;
+            if !due(&self.rlock().node(ino)?.img) {
+                return Ok(false);
+            }
         }
+        let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
         let mut img = front.node(ino)?.img;
         // Checked again: another access may have updated it meanwhile.
@@ -65,6 +71,7 @@ impl Fs {
     }
 
     pub fn setattr(&self, cred: &Cred, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
         let mut img = n.img;
@@ -153,6 +160,7 @@ impl Fs {
     }
 
     pub fn access(&self, cred: &Cred, ino: Ino, mask: u32) -> FsResult<()> {
+        let _l = self.leased(&[Need::read(ino)])?;
         let front = self.rlock();
         let n = front.node(ino)?;
         if mask != 0 && !perm::may(cred, &n.img, mask & 7) {

@@ -4,6 +4,7 @@
 
 use crate::api::*;
 use crate::error::{FsError, FsResult};
+use crate::leases::Need;
 use crate::perm;
 use crate::state::{Front, Fs};
 use crate::time::now;
@@ -99,6 +100,8 @@ impl Front {
 
 impl Fs {
     pub fn open(&self, cred: &Cred, ino: Ino, flags: i32) -> FsResult<u64> {
+        let trunc = flags & libc::O_TRUNC != 0;
+        let _l = self.leased(&[Need { ino, write: trunc }])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
         let mask = perm::open_mask(flags);
@@ -126,6 +129,7 @@ impl Fs {
     }
 
     pub fn release(&self, ino: Ino, _fh: u64) {
+        let _l = self.orphan_lease(ino);
         let mut front = self.wlock();
         if let Some(n) = front.view.node_mut(ino) {
             n.opens = n.opens.saturating_sub(1);
@@ -136,10 +140,12 @@ impl Fs {
     }
 
     pub fn read(&self, ino: Ino, off: u64, size: u32) -> FsResult<Vec<u8>> {
+        let _l = self.leased(&[Need::read(ino)])?;
         self.rlock().read_data(ino, off, size)
     }
 
     pub fn write(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<u32> {
+        let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
         let n = front.write_data(cred, ino, off, data)?;
         self.kick(&front);
@@ -175,6 +181,7 @@ impl Fs {
         if punch && (!keep || zero) {
             return Err(FsError::NotSupported("PUNCH_HOLE needs KEEP_SIZE alone"));
         }
+        let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
         if n.is_dir() {
@@ -218,6 +225,7 @@ impl Fs {
 
     /// SEEK_DATA / SEEK_HOLE: linefs reports the whole file as data (allowed by POSIX).
     pub fn lseek(&self, ino: Ino, off: u64, whence: i32) -> FsResult<u64> {
+        let _l = self.leased(&[Need::read(ino)])?;
         let front = self.rlock();
         let size = front.node(ino)?.img.size;
         match whence {

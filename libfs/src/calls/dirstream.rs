@@ -3,6 +3,7 @@
 
 use crate::api::*;
 use crate::error::{FsError, FsResult};
+use crate::leases::Need;
 use crate::perm;
 use crate::state::Fs;
 use crate::view::FIRST_COOKIE;
@@ -10,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 impl Fs {
     pub fn opendir(&self, cred: &Cred, ino: Ino, _flags: i32) -> FsResult<u64> {
+        let _l = self.leased(&[Need::read(ino)])?;
         let limit = {
             let front = self.rlock();
             let n = front.dir(ino)?;
@@ -25,6 +27,7 @@ impl Fs {
 
     /// All entries after `offset` (a cookie), as they are now.
     pub fn readdir(&self, ino: Ino, offset: u64) -> FsResult<Vec<DirEntry>> {
+        let _l = self.leased(&[Need::read(ino)])?;
         self.readdir_upto(ino, offset, u64::MAX)
     }
 
@@ -33,6 +36,7 @@ impl Fs {
     /// renames each entry it reads (away and back, as generic/736 does) meets it again at
     /// the end of the directory, forever.
     pub fn readdir_stream(&self, ino: Ino, fh: u64, offset: u64) -> FsResult<Vec<DirEntry>> {
+        let _l = self.leased(&[Need::read(ino)])?;
         // Lock order: `dir_streams` is never held while waiting for the view's lock, nor the
         // other way round. Holding both in opposite orders here and in opendir deadlocked
         // the mount as soon as a writer queued for the view between them (xfstests 631).
@@ -64,8 +68,12 @@ impl Fs {
         }
         let from = offset.max(FIRST_COOKIE - 1) + 1;
         for (&c, name) in d.order.range(from..limit.max(from)) {
-            let (child, _) = d.get(name).expect("indexed");
-            let kind = front.view.node(child).and_then(|c| FileKind::from_mode(c.img.mode)).unwrap_or(FileKind::File);
+            let (child, dtype) = d.get(name).expect("indexed");
+            // The entry's own type: in the offload mode the child may not be in this
+            // client's view yet (another client created it; no lease on it was needed).
+            let kind = FileKind::from_mode(linefs_pm::record::dtype::mode_bits(dtype))
+                .or_else(|| front.view.node(child).and_then(|c| FileKind::from_mode(c.img.mode)))
+                .unwrap_or(FileKind::File);
             out.push(DirEntry { ino: child, offset: c, kind, name: name.clone() });
         }
         Ok(out)

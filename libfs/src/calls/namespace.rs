@@ -4,6 +4,7 @@
 
 use crate::api::*;
 use crate::error::{FsError, FsResult};
+use crate::leases::Need;
 use crate::perm;
 use crate::state::{Front, Fs};
 use crate::time::now;
@@ -24,6 +25,26 @@ pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Invalid("bad file name"));
     }
     Ok(())
+}
+
+/// The lease a call needs on the inode `name` names in `parent`, if it names one now.
+pub(crate) fn child_need(f: &Front, parent: Ino, name: &[u8], write: bool) -> Vec<Need> {
+    f.node(parent)
+        .ok()
+        .and_then(|p| p.dir.as_ref()?.get(name))
+        .map(|(ino, _)| vec![Need { ino, write }])
+        .unwrap_or_default()
+}
+
+impl Fs {
+    /// Offload: the write lease that freeing `ino` needs if it is an orphan (its last
+    /// name gone) — release and forget may free it. None otherwise, or if nicfs cannot be
+    /// asked (the free then fails and recovery frees it later).
+    pub(crate) fn orphan_lease(&self, ino: Ino) -> Option<crate::leases::Pinned<'_>> {
+        self.client.publication.remote()?;
+        let orphan = self.rlock().node(ino).is_ok_and(|n| n.img.nlink == 0);
+        orphan.then(|| self.leased(&[Need::write(ino)]).ok()).flatten()
+    }
 }
 
 /// Inode numbers asked of nicfs at a time.
@@ -112,6 +133,7 @@ impl Front {
             self.give_back_ino(img.ino);
             return Err(e);
         }
+        self.created_here(img.ino);
         Ok(img.ino)
     }
 
@@ -142,6 +164,14 @@ impl Front {
     pub(crate) fn grant_inodes(&mut self, first: u64, count: u64) {
         let end = first.saturating_add(count).min(self.view.inos.len());
         self.ino_pool.extend((first..end).rev());
+    }
+
+    /// Offload: an inode this client just created is held for writing (the number came
+    /// from nicfs's grant, which is a write lease on it).
+    pub(crate) fn created_here(&self, ino: u64) {
+        if let Some(remote) = self.publication.remote() {
+            remote.leases.created(ino);
+        }
     }
 
     /// Returns a number taken by [`Front::alloc_ino`] whose entry failed.
@@ -198,6 +228,11 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
+        let _l = self.leased_with(&[Need::read(parent)], |f| match name {
+            b"." => Vec::new(),
+            b".." => f.node(parent).map(|p| vec![Need::read(p.img.parent.max(ROOT_INO))]).unwrap_or_default(),
+            _ => child_need(f, parent, name, false),
+        })?;
         let mut front = self.wlock();
         if name == b"." && !front.node(parent)?.is_dir() {
             // Only a file-handle lookup (the kernel's export support, open_by_handle_at)
@@ -229,6 +264,7 @@ impl Fs {
     }
 
     pub fn forget(&self, ino: Ino, nlookup: u64) {
+        let _l = self.orphan_lease(ino);
         let mut front = self.wlock();
         if let Some(n) = front.view.node_mut(ino) {
             n.lookups = n.lookups.saturating_sub(nlookup);
@@ -239,6 +275,7 @@ impl Fs {
     }
 
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        let _l = self.leased(&[Need::read(ino)])?;
         let front = self.rlock();
         let n = front.node(ino)?;
         if n.kind_bits() != libc::S_IFLNK {
@@ -260,6 +297,7 @@ impl Fs {
             libc::S_IFDIR => return self.mkdir(cred, parent, name, mode, umask),
             _ => return Err(FsError::Invalid("mknod of this file type")),
         }
+        let _l = self.leased(&[Need::write(parent)])?;
         let mut front = self.wlock();
         let ino = front.create_node(cred, parent, name, kind | (mode & 0o7777 & !umask), rdev, None)?;
         self.finish_create(&mut front, ino)
@@ -275,6 +313,7 @@ impl Fs {
     }
 
     pub fn mkdir(&self, cred: &Cred, parent: Ino, name: &[u8], mode: u32, umask: u32) -> FsResult<Attr> {
+        let _l = self.leased(&[Need::write(parent)])?;
         let mut front = self.wlock();
         let ino = front.create_node(cred, parent, name, libc::S_IFDIR | (mode & 0o7777 & !umask), 0, None)?;
         self.finish_create(&mut front, ino)
@@ -289,6 +328,7 @@ impl Fs {
         umask: u32,
         flags: i32,
     ) -> FsResult<(Attr, u64)> {
+        let l = self.leased_with(&[Need::write(parent)], |f| child_need(f, parent, name, false))?;
         let mut front = self.wlock();
         let existing = match front.child(cred, parent, name) {
             Ok(ino) => Some(ino),
@@ -299,6 +339,8 @@ impl Fs {
             Some(_) if flags & libc::O_EXCL != 0 => return Err(FsError::Exists),
             Some(ino) => {
                 drop(front);
+                // open takes its own leases; none may be pinned while it asks for them.
+                drop(l);
                 let fh = self.open(cred, ino, flags)?;
                 let mut front = self.wlock();
                 return Ok((self.finish_create(&mut front, ino)?, fh));
@@ -319,6 +361,7 @@ impl Fs {
         if target.is_empty() {
             return Err(FsError::NotFound);
         }
+        let _l = self.leased(&[Need::write(parent)])?;
         let mut front = self.wlock();
         let ino = front.create_node(cred, parent, name, libc::S_IFLNK | 0o777, 0, Some(target))?;
         self.finish_create(&mut front, ino)
@@ -326,6 +369,7 @@ impl Fs {
 
     pub fn link(&self, cred: &Cred, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         check_name(newname)?;
+        let _l = self.leased(&[Need::write(ino), Need::write(newparent)])?;
         let mut front = self.wlock();
         front.node(ino)?;
         // As Linux: the new name is checked first (search permission, EEXIST), then write
@@ -369,6 +413,7 @@ impl Fs {
         if dir && name == b".." {
             return Err(FsError::NotEmpty);
         }
+        let _l = self.leased_with(&[Need::write(parent)], |f| child_need(f, parent, name, true))?;
         let mut front = self.wlock();
         // As Linux: lookup (search permission, ENOENT), then write permission, sticky bit,
         // and the victim's type.

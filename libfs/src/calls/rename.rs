@@ -2,8 +2,9 @@
 //! checks Linux makes, in Linux's order, and one log entry for the whole move.
 
 use crate::api::*;
-use crate::calls::namespace::check_name;
+use crate::calls::namespace::{check_name, child_need};
 use crate::error::{FsError, FsResult};
+use crate::leases::Need;
 use crate::perm;
 use crate::state::Fs;
 use crate::time::now;
@@ -35,6 +36,23 @@ impl Fs {
         }
         check_name(name)?;
         check_name(newname)?;
+        // Both directories and both names' inodes change; the subtree check reads the
+        // directories above the target directory.
+        let _l = self.leased_with(&[Need::write(parent), Need::write(newparent)], |f| {
+            let mut need = child_need(f, parent, name, true);
+            need.extend(child_need(f, newparent, newname, true));
+            let mut up = newparent;
+            for _ in 0..256 {
+                match f.node(up) {
+                    Ok(n) if n.img.parent != 0 && n.img.parent != up => {
+                        up = n.img.parent;
+                        need.push(Need::read(up));
+                    }
+                    _ => break,
+                }
+            }
+            need
+        })?;
         let mut front = self.wlock();
         // The checks run in the order Linux makes them (do_renameat2, vfs_rename), so that a
         // call with several faults reports the same errno: lookups (search permission,
@@ -189,6 +207,9 @@ impl Fs {
                 front.give_back_ino(ino);
             }
             return Err(e);
+        }
+        if let Some(ino) = whiteout {
+            front.created_here(ino);
         }
         self.kick(&front);
         Ok(())

@@ -3,6 +3,7 @@
 
 use crate::api::*;
 use crate::error::{FsError, FsResult};
+use crate::leases::Need;
 use crate::perm;
 use crate::state::Fs;
 use crate::time::now;
@@ -59,6 +60,7 @@ impl Fs {
     }
 
     pub fn setxattr(&self, cred: &Cred, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
         Fs::xattr_check(cred, n, name, XattrOp::Set)?;
@@ -91,6 +93,7 @@ impl Fs {
     }
 
     pub fn getxattr(&self, cred: &Cred, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        let _l = self.leased(&[Need::read(ino)])?;
         let front = self.rlock();
         let n = front.node(ino)?;
         Fs::xattr_check(cred, n, name, XattrOp::Read)?;
@@ -98,6 +101,7 @@ impl Fs {
     }
 
     pub fn listxattr(&self, cred: &Cred, ino: Ino) -> FsResult<Vec<u8>> {
+        let _l = self.leased(&[Need::read(ino)])?;
         let front = self.rlock();
         let n = front.node(ino)?;
         let mut out = Vec::new();
@@ -112,6 +116,7 @@ impl Fs {
     }
 
     pub fn removexattr(&self, cred: &Cred, ino: Ino, name: &[u8]) -> FsResult<()> {
+        let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
         Fs::xattr_check(cred, n, name, XattrOp::Remove)?;

@@ -81,6 +81,8 @@ pub(crate) fn fs_entry(fs: &Fs, a: &Attr) -> FsResult<Entry> {
 // Driving libfs.
 
 pub(crate) struct Held {
+    /// The client that opened it.
+    pub(crate) client: usize,
     pub(crate) model: usize,
     pub(crate) ino: Ino,
     pub(crate) fh: u64,
@@ -108,7 +110,12 @@ impl Backend {
 
 pub(crate) struct Harness {
     pub(crate) backend: Backend,
-    pub(crate) fs: Option<Fs>,
+    /// The clients of the node (one, or several attached to one nicfs), all mounted between
+    /// remounts.
+    pub(crate) fs: Vec<Fs>,
+    /// The client the next calls go through (`Op::Client`).
+    pub(crate) cur: usize,
+    clients: usize,
     pub(crate) model: Model,
     pub(crate) held: Vec<Held>,
     /// Who makes the calls: root, or [`USER`] after `Su(true)`.
@@ -129,23 +136,25 @@ impl Harness {
         let region = Arc::new(PmRegion::traced(size));
         let geo = Geometry::compute(&FormatParams::for_size(size)).expect("geometry");
         linefs_pm::mkfs::format_region(&region, &geo).expect("format");
-        Harness::on(Backend::Region(region))
+        Harness::on(Backend::Region(region), 1)
     }
 
-    /// The same, with the node served by a real nicfs (offload mode).
-    pub(crate) fn offload() -> Harness {
-        Harness::on(Backend::Nicfs(Nicfs::start()))
+    /// The same, with the node served by a real nicfs (offload mode), through `clients`
+    /// clients attached to it.
+    pub(crate) fn offload(clients: usize) -> Harness {
+        let params = FormatParams { size: 64 << 20, log_size: 8 << 20, log_slots: 4, inodes: 4096 };
+        Harness::on(Backend::Nicfs(Nicfs::start_with(&params)), clients)
     }
 
-    fn on(backend: Backend) -> Harness {
-        let fs = backend.mount();
+    fn on(backend: Backend, clients: usize) -> Harness {
+        let fs: Vec<Fs> = (0..clients).map(|_| backend.mount()).collect();
         let sticky = SetAttr { mode: Some(0o1777), ..Default::default() };
-        fs.setattr(&Cred::root(), ROOT_INO, &sticky).expect("chmod /");
-        Harness { backend, fs: Some(fs), model: Model::new(), held: Vec::new(), cred: Cred::root() }
+        fs[0].setattr(&Cred::root(), ROOT_INO, &sticky).expect("chmod /");
+        Harness { backend, fs, cur: 0, clients, model: Model::new(), held: Vec::new(), cred: Cred::root() }
     }
 
     pub(crate) fn fs(&self) -> &Fs {
-        self.fs.as_ref().expect("mounted")
+        &self.fs[self.cur]
     }
 
     /// Resolve the directory holding `path`'s last component, as the kernel would: one
@@ -268,7 +277,13 @@ impl Harness {
                 let set = SetAttr { uid: Some(owner), gid: Some(owner), ..Default::default() };
                 fs.setattr(&u, a.ino, &set).map(|_| ()).map_err(errno)
             }
-            Op::Open(_) | Op::WriteHeld { .. } | Op::Close(_) | Op::Su(_) | Op::Publish | Op::Remount => {
+            Op::Open(_)
+            | Op::WriteHeld { .. }
+            | Op::Close(_)
+            | Op::Su(_)
+            | Op::Publish
+            | Op::Remount
+            | Op::Client(_) => {
                 unreachable!("handled by step")
             }
         }
@@ -307,7 +322,13 @@ impl Harness {
             Op::RemoveXattr { path, name } => m.removexattr(u, PATHS[*path], XATTR_NAMES[*name]),
             Op::Chmod { path, mode } => m.chmod(u, PATHS[*path], *mode),
             Op::Chown { path, user } => m.chown(u, PATHS[*path], if *user { USER } else { 0 }),
-            Op::Open(_) | Op::WriteHeld { .. } | Op::Close(_) | Op::Su(_) | Op::Publish | Op::Remount => {
+            Op::Open(_)
+            | Op::WriteHeld { .. }
+            | Op::Close(_)
+            | Op::Su(_)
+            | Op::Publish
+            | Op::Remount
+            | Op::Client(_) => {
                 unreachable!("handled by step")
             }
         }
@@ -324,7 +345,9 @@ impl Harness {
                         if self.held.len() < MAX_HELD {
                             let want = if self.model.may(&u, id, R_OK | W_OK) { Ok(()) } else { Err(libc::EACCES) };
                             match (want, self.fs().open(&u, a.ino, libc::O_RDWR)) {
-                                (Ok(()), Ok(fh)) => self.held.push(Held { model: id, ino: a.ino, fh }),
+                                (Ok(()), Ok(fh)) => {
+                                    self.held.push(Held { client: self.cur, model: id, ino: a.ino, fh })
+                                }
                                 (Err(w), Err(g)) if w == g.errno() => {}
                                 (w, g) => return Err(format!("step {i} {op:?}: model {w:?}, libfs {g:?}")),
                             }
@@ -338,7 +361,8 @@ impl Harness {
             Op::WriteHeld { h, off, len, seed } => {
                 if let Some(held) = self.held.get(*h) {
                     let bytes = data(*len, *seed);
-                    let n = self.fs().write(&self.cred, held.ino, *off, &bytes).map_err(|e| e.to_string())?;
+                    let n =
+                        self.fs[held.client].write(&self.cred, held.ino, *off, &bytes).map_err(|e| e.to_string())?;
                     if n as usize != *len {
                         return Err(format!("step {i} {op:?}: short write {n}"));
                     }
@@ -351,16 +375,18 @@ impl Harness {
             Op::Close(h) => {
                 if *h < self.held.len() {
                     let held = self.held.remove(*h);
-                    self.fs().release(held.ino, held.fh);
+                    self.fs[held.client].release(held.ino, held.fh);
                 }
             }
             Op::Su(user) => self.cred = cred(*user),
+            Op::Client(c) => self.cur = c % self.fs.len(),
             Op::Publish => self.fs().sync_all().map_err(|e| format!("step {i}: publish: {e}"))?,
             Op::Remount => {
                 // Held files close with the process; unlinked ones are freed.
                 self.held.clear();
-                drop(self.fs.take());
-                self.fs = Some(self.backend.mount());
+                self.fs.clear();
+                self.fs = (0..self.clients).map(|_| self.backend.mount()).collect();
+                self.cur = 0;
             }
             _ => {
                 let want = self.model_apply(op);
@@ -375,10 +401,34 @@ impl Harness {
 
     pub(crate) fn compare(&self, i: usize, op: &Op) -> Result<(), String> {
         let want = self.model.snapshot();
-        let got = fs_snapshot(self.fs()).map_err(|e| format!("after step {i} {op:?}: {e}"))?;
-        if want != got {
+        for (k, fs) in self.fs.iter().enumerate() {
+            self.compare_tree(i, op, k, fs, &want)?;
+        }
+        let counts = self.model.name_counts();
+        for h in &self.held {
+            let fs = &self.fs[h.client];
+            let w = self.model.entry(h.model, &counts);
+            let a = fs.getattr(h.ino).map_err(|e| format!("after step {i}: held inode {}: {e}", h.ino))?;
+            let g = fs_entry(fs, &a).map_err(|e| format!("after step {i}: held inode {}: {e}", h.ino))?;
+            if (w.nlink, w.size, &w.data, w.perm) != (g.nlink, g.size, &g.data, g.perm) {
+                return Err(format!(
+                    "after step {i} {op:?}: held inode {} (client {}): model {}, libfs {}",
+                    h.ino,
+                    h.client,
+                    brief(&w),
+                    brief(&g)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Client `k`'s whole tree against the model's.
+    fn compare_tree(&self, i: usize, op: &Op, k: usize, fs: &Fs, want: &Snapshot) -> Result<(), String> {
+        let got = fs_snapshot(fs).map_err(|e| format!("after step {i} {op:?}: client {k}: {e}"))?;
+        if *want != got {
             let mut diff = String::new();
-            for (p, w) in &want {
+            for (p, w) in want {
                 match got.get(p) {
                     Some(g) if g == w => {}
                     Some(g) => diff.push_str(&format!("\n  {p}: model {}, libfs {}", brief(w), brief(g))),
@@ -388,21 +438,7 @@ impl Harness {
             for p in got.keys().filter(|p| !want.contains_key(*p)) {
                 diff.push_str(&format!("\n  {p}: only in libfs"));
             }
-            return Err(format!("after step {i} {op:?}, trees differ:{diff}"));
-        }
-        let counts = self.model.name_counts();
-        for h in &self.held {
-            let w = self.model.entry(h.model, &counts);
-            let a = self.fs().getattr(h.ino).map_err(|e| format!("after step {i}: held inode {}: {e}", h.ino))?;
-            let g = fs_entry(self.fs(), &a).map_err(|e| format!("after step {i}: held inode {}: {e}", h.ino))?;
-            if (w.nlink, w.size, &w.data, w.perm) != (g.nlink, g.size, &g.data, g.perm) {
-                return Err(format!(
-                    "after step {i} {op:?}: held inode {}: model {}, libfs {}",
-                    h.ino,
-                    brief(&w),
-                    brief(&g)
-                ));
-            }
+            return Err(format!("after step {i} {op:?}, client {k}'s tree differs:{diff}"));
         }
         Ok(())
     }

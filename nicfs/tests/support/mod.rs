@@ -43,6 +43,9 @@ pub struct Daemon {
     pub socket: PathBuf,
     pub status: PathBuf,
     pub child: Option<Child>,
+    /// Reads nicfs's stderr as it comes (a pipe nobody read would fill and stall nicfs);
+    /// gives it whole at the end.
+    stderr: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Daemon {
@@ -54,8 +57,15 @@ impl Daemon {
         linefs_pm::mkfs::format_dir(&node, &params).unwrap();
         let socket = dir.path().join("nicfs.sock");
         let status = dir.path().join("status.json");
-        let mut d = Daemon { dir, node, socket, status, child: None };
-        d.child = Some(d.spawn(&d.socket.clone()));
+        let mut d = Daemon { dir, node, socket, status, child: None, stderr: None };
+        let mut child = d.spawn(&d.socket.clone());
+        let mut err = child.stderr.take().unwrap();
+        d.stderr = Some(std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut err, &mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }));
+        d.child = Some(child);
         let child = d.child.as_mut().unwrap();
         wait_for("the socket and status file", || {
             if let Ok(Some(st)) = child.try_wait() {
@@ -104,9 +114,7 @@ impl Daemon {
         // SAFETY: kill(2) on the pid of a child we started and have not reaped.
         assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
         let status = wait_for("nicfs to exit", || child.try_wait().unwrap());
-        let mut err = String::new();
-        use std::io::Read;
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let err = self.stderr.take().map(|t| t.join().unwrap()).unwrap_or_default();
         (status, err)
     }
 }
@@ -205,6 +213,27 @@ impl Client {
         let f = read_frame::<Control>(&self.control, Party::Nicfs, Some(WAIT)).unwrap();
         assert_eq!(f.id, id);
         f.msg
+    }
+
+    /// Sends a control frame without waiting for anything; returns its id.
+    pub fn send(&mut self, msg: Control) -> u64 {
+        let id = self.id();
+        write_frame(&self.control, &Frame { id, msg }).unwrap();
+        id
+    }
+
+    /// The next control frame, if one comes within `wait`.
+    pub fn try_recv(&self, wait: Duration) -> Option<Frame<Control>> {
+        match read_frame::<Control>(&self.control, Party::Nicfs, Some(wait)) {
+            Ok(f) => Some(f),
+            Err(ReadError::TimedOut(_)) => None,
+            Err(e) => panic!("reading the control connection: {e}"),
+        }
+    }
+
+    /// The next control frame (within [`WAIT`]).
+    pub fn recv_frame(&self) -> Frame<Control> {
+        self.try_recv(WAIT).expect("a control frame within the deadline")
     }
 
     /// The public area as read now through the read-only descriptor.

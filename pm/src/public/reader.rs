@@ -28,6 +28,10 @@ pub struct LoadedInode {
 }
 
 /// A directory entry found by [`PublicReader::load`].
+/// One inode re-read by itself ([`PublicReader::load_inode`]): as a full load gives it, and
+/// its entries if it is a directory.
+pub type InodeReload = (LoadedInode, Option<Vec<LoadedDirent>>);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedDirent {
     pub name: Vec<u8>,
@@ -331,6 +335,32 @@ impl PublicReader {
     /// Whether file block `idx` of `ino` is mapped in the public area.
     pub fn is_mapped(&self, ino: u64, idx: u64) -> Result<bool, FormatError> {
         Ok(self.lookup(&self.read_inode(ino)?, idx)?.is_some())
+    }
+
+    /// One inode as a full load would give it — image, extended attributes, mapped data
+    /// blocks, and its entries if it is a directory — or None if the public area has no
+    /// such inode (a client re-reading an inode another client changed; the caller holds a
+    /// lease on it, so nothing publishes to it meanwhile).
+    pub fn load_inode(&self, ino: u64) -> Result<Option<InodeReload>, FormatError> {
+        let inode = self.read_inode(ino)?;
+        if inode.img.mode == 0 {
+            return Ok(None);
+        }
+        let blocks = self.walk_tree(&inode, &mut NoVisitor)?;
+        let mut xattrs = Vec::new();
+        if inode.xattr != 0 {
+            if !self.geo.is_data_block(inode.xattr) {
+                return Err(corrupt(ino, format!("xattr block pointer {} outside the data area", inode.xattr)));
+            }
+            match self.read_xattrs(inode.xattr)?.1 {
+                Some(x) => xattrs = x,
+                None => return Err(corrupt(ino, "extended attributes fail their checksum".to_string())),
+            }
+        }
+        let dir = if inode.is_dir() { Some(self.load_dir(&inode, &mut NoVisitor)?) } else { None };
+        let mut img = inode.img;
+        img.ino = ino;
+        Ok(Some((LoadedInode { img, xattrs, blocks }, dir)))
     }
 
     /// Mapped data blocks of `ino` (a walk of its block map; 0 for a free inode).

@@ -1,0 +1,266 @@
+//! The leases this client holds in the offload mode, and how calls use them.
+//!
+//! nicfs grants each inode (file or directory) to one writer or to many readers. A client's
+//! view of an inode is trusted only while the client holds a lease on it; every call first
+//! makes sure it holds what it needs ([`crate::state::Fs::leased`]): a read lease on the
+//! inodes it reads, a write lease on those it changes. An inode this client creates from a
+//! number nicfs granted it is written under an implicit write lease.
+//!
+//! * **Acquire** (no lock of the front end held): a `LeaseRequest` for each inode not held
+//!   with the mode needed. A lease not held continuously since the view last read the inode
+//!   marks it *unloaded*: the view re-reads it from the public area (nicfs publishes a
+//!   writer's log before it grants the inode to anyone else, so the public area has every
+//!   change) before any call uses it.
+//! * **Pin**: a call pins its leases for its whole duration; a revoke waits until an inode's
+//!   pins are gone, so an update is never logged under a lease already handed back. A call
+//!   never waits for a lease while it pins one (it acquires everything first, then pins all
+//!   at once, or starts over), and a pinned call waits on nicfs only for requests nicfs
+//!   answers by itself (fsync, space, inode numbers): so revokes always complete.
+//! * **Revoke** (nicfs's request, handled by the revoke thread, never by the reader of the
+//!   control connection, which must go on delivering replies to pinned calls): wait for the
+//!   pins, then answer `RevokeDone` with the end of the committed log (every update made
+//!   under the lease is before it; nicfs publishes that far before granting the inode
+//!   elsewhere), keep a read lease if nicfs allows it, else forget the lease and tell the
+//!   invalidator (the FUSE adapter drops the kernel's cached pages, attributes and names).
+
+use crate::error::{FsError, FsResult};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+
+/// One inode a call needs, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Need {
+    pub(crate) ino: u64,
+    pub(crate) write: bool,
+}
+
+impl Need {
+    pub(crate) fn read(ino: u64) -> Need {
+        Need { ino, write: false }
+    }
+
+    pub(crate) fn write(ino: u64) -> Need {
+        Need { ino, write: true }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    write: bool,
+    /// nicfs's id of the grant; 0 for the implicit write lease of an inode created here.
+    lease: u64,
+    pins: u32,
+    /// A revoke is waiting for the pins to go.
+    revoking: bool,
+    /// The view has read the inode since the lease was granted.
+    loaded: bool,
+}
+
+/// What a granted request tells [`Leases::granted`].
+pub(crate) struct Grant {
+    pub(crate) ino: u64,
+    pub(crate) write: bool,
+    pub(crate) lease: u64,
+}
+
+/// The leases held, their pins and the revokes in progress.
+#[derive(Default)]
+pub(crate) struct Leases {
+    table: Mutex<HashMap<u64, Held>>,
+    cond: Condvar,
+}
+
+impl Leases {
+    /// The needs that are not held as needed (waits out a revoke in progress first).
+    pub(crate) fn missing(&self, need: &[Need]) -> Vec<Need> {
+        let mut t = self.table.lock();
+        while need.iter().any(|n| t.get(&n.ino).is_some_and(|h| h.revoking)) {
+            self.cond.wait(&mut t);
+        }
+        need.iter().filter(|n| !t.get(&n.ino).is_some_and(|h| h.write || !n.write)).copied().collect()
+    }
+
+    /// Records a lease nicfs granted. A lease newly held leaves the inode unloaded; an
+    /// upgrade from read to write keeps what the view has (nobody could write meanwhile).
+    pub(crate) fn granted(&self, g: Grant) {
+        let mut t = self.table.lock();
+        match t.get_mut(&g.ino) {
+            Some(h) => {
+                h.write |= g.write;
+                h.lease = g.lease;
+            }
+            None => {
+                t.insert(g.ino, Held { write: g.write, lease: g.lease, pins: 0, revoking: false, loaded: false });
+            }
+        }
+    }
+
+    /// An inode this client just created: held for writing, and the view has it.
+    pub(crate) fn created(&self, ino: u64) {
+        self.table.lock().insert(ino, Held { write: true, lease: 0, pins: 0, revoking: false, loaded: true });
+    }
+
+    /// Of `need`, the inodes held but not yet read by the view.
+    pub(crate) fn unloaded(&self, need: &[Need]) -> Vec<u64> {
+        let t = self.table.lock();
+        need.iter().filter(|n| t.get(&n.ino).is_some_and(|h| !h.loaded)).map(|n| n.ino).collect()
+    }
+
+    /// Whether `ino` is held and unloaded (checked again under the front end's lock).
+    pub(crate) fn needs_load(&self, ino: u64) -> bool {
+        self.table.lock().get(&ino).is_some_and(|h| !h.loaded)
+    }
+
+    pub(crate) fn mark_loaded(&self, ino: u64) {
+        if let Some(h) = self.table.lock().get_mut(&ino) {
+            h.loaded = true;
+        }
+    }
+
+    /// Pins every need if all are held as needed, loaded and not being revoked.
+    pub(crate) fn try_pin(&self, need: &[Need]) -> bool {
+        let mut t = self.table.lock();
+        let ok = need.iter().all(|n| t.get(&n.ino).is_some_and(|h| (h.write || !n.write) && h.loaded && !h.revoking));
+        if ok {
+            for n in need {
+                if let Some(h) = t.get_mut(&n.ino) {
+                    h.pins += 1;
+                }
+            }
+        }
+        ok
+    }
+
+    pub(crate) fn unpin(&self, need: &[Need]) {
+        let mut t = self.table.lock();
+        for n in need {
+            if let Some(h) = t.get_mut(&n.ino) {
+                h.pins = h.pins.saturating_sub(1);
+            }
+        }
+        drop(t);
+        self.cond.notify_all();
+    }
+
+    /// nicfs takes `ino` back: waits until no call pins it, then keeps a read lease
+    /// (`keep_read`) or forgets it. `committed` is read once the pins are gone: the end of
+    /// the log that every update under the lease is before. Returns it, and whether the
+    /// lease is gone entirely (the caches of the inode must go too).
+    pub(crate) fn revoke(&self, ino: u64, lease: u64, keep_read: bool, committed: impl Fn() -> u64) -> (u64, bool) {
+        let mut t = self.table.lock();
+        let Some(h) = t.get_mut(&ino) else {
+            // Not held (already handed back, or a number granted for creation and never
+            // used): nothing is logged under it beyond what is committed now.
+            return (committed(), true);
+        };
+        if h.lease != 0 && h.lease != lease {
+            tracing::debug!(
+                ino,
+                held = h.lease,
+                revoked = lease,
+                "revoke of an older grant; handing back the current one"
+            );
+        }
+        h.revoking = true;
+        while t.get(&ino).is_some_and(|h| h.pins > 0) {
+            self.cond.wait(&mut t);
+        }
+        let covered = committed();
+        let gone = !keep_read;
+        if gone {
+            t.remove(&ino);
+        } else if let Some(h) = t.get_mut(&ino) {
+            h.write = false;
+            h.revoking = false;
+        }
+        drop(t);
+        self.cond.notify_all();
+        (covered, gone)
+    }
+
+    /// Leases held (for status): (readers, writers).
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let t = self.table.lock();
+        let w = t.values().filter(|h| h.write).count() as u64;
+        (t.len() as u64 - w, w)
+    }
+}
+
+/// Pins taken by [`crate::state::Fs::leased`], released when the call ends.
+pub(crate) struct Pinned<'a> {
+    pub(crate) leases: Option<&'a Leases>,
+    pub(crate) need: Vec<Need>,
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        if let Some(l) = self.leases {
+            l.unpin(&self.need);
+        }
+    }
+}
+
+/// A lease request nicfs refused.
+pub(crate) fn refused(ino: u64, errno: i32, message: &str) -> FsError {
+    FsError::Io { what: format!("lease on inode {ino}: {message}"), source: std::io::Error::from_raw_os_error(errno) }
+}
+
+impl crate::state::Fs {
+    /// Holds the leases a call needs for its duration (offload mode; nothing to do in the
+    /// host-only mode): acquires what is missing, has the view re-read what is newly held,
+    /// pins them all.
+    pub(crate) fn leased(&self, need: &[Need]) -> FsResult<Pinned<'_>> {
+        let Some(remote) = self.client.publication.remote() else {
+            return Ok(Pinned { leases: None, need: Vec::new() });
+        };
+        let leases = &remote.leases;
+        let mut need: Vec<Need> = need.iter().filter(|n| n.ino != 0).copied().collect();
+        need.sort_by_key(|n| (n.ino, !n.write));
+        need.dedup_by_key(|n| n.ino);
+        loop {
+            for n in leases.missing(&need) {
+                remote.request_lease(n)?;
+            }
+            let unloaded = leases.unloaded(&need);
+            if !unloaded.is_empty() {
+                let mut front = self.wlock();
+                for ino in unloaded {
+                    // Another call may have read it meanwhile.
+                    if leases.needs_load(ino) {
+                        let loaded = front.publication.public.read().reader().load_inode(ino)?;
+                        front.view.reload(ino, loaded);
+                        leases.mark_loaded(ino);
+                    }
+                }
+            }
+            if leases.try_pin(&need) {
+                return Ok(Pinned { leases: Some(leases), need });
+            }
+            // A revoke came in between: start over.
+        }
+    }
+
+    /// [`Fs::leased`] for `base` plus the inodes `more` finds in the view once `base` is
+    /// held (a name's target: its inode is known only from the directory). Starts over if
+    /// what `more` finds changed while its leases were being acquired.
+    pub(crate) fn leased_with(
+        &self,
+        base: &[Need],
+        more: impl Fn(&crate::state::Front) -> Vec<Need>,
+    ) -> FsResult<Pinned<'_>> {
+        if self.client.publication.remote().is_none() {
+            return Ok(Pinned { leases: None, need: Vec::new() });
+        }
+        let mut extra: Vec<Need> = Vec::new();
+        loop {
+            let all: Vec<Need> = base.iter().chain(extra.iter()).copied().collect();
+            let pinned = self.leased(&all)?;
+            let found = more(&self.rlock());
+            if found.iter().all(|f| pinned.need.iter().any(|p| p.ino == f.ino && (p.write || !f.write))) {
+                return Ok(pinned);
+            }
+            drop(pinned);
+            extra = found;
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The daemon's lease manager: the [`LeaseTable`] behind a mutex, and the execution of its
+//! outputs once the mutex is released.
+//!
+//! * Inputs come from the sessions' control connections (`LeaseRequest`, `LeaseRelease`,
+//!   `RevokeDone`), from inode grants ([`Leases::grant_inodes`]), from the publishers
+//!   (`Published` after a `PublishTo` job, [`Leases::published`]) and from the end of a
+//!   session: `SessionEnded` is fed when the session fails (its unpublished suffix will
+//!   never be published, [`crate::session::Session::fail`]) and once its publisher has
+//!   settled its log and stopped.
+//! * `Grant`, `Revoke` and `TooMany` become frames queued on the target session's outbox
+//!   ([`crate::session::Session::notify`]): a thread per session writes them, so that the
+//!   thread that fed the input — often another client's control reader — never waits on
+//!   this client's socket. `Publish` becomes a `PublishTo` job of the session's publisher,
+//!   or at once `Published` when the session has published that far already.
+//! * An output for a session that is gone (no longer registered: its log is settled) or
+//!   failed is turned into `SessionEnded` (a failed session's grant is answered EIO), so a
+//!   session that cannot answer does not hold others up.
+//!
+//! Lock order: this mutex, then the allocator's ([`Leases::grant_inodes`]); nothing is
+//! taken under it otherwise, and no output is carried out under it.
+
+use crate::lease::{Counts, Input, LeaseTable, Lsn, Output, SessionId};
+use crate::publisher::Job;
+use crate::session::{Session, Sessions};
+use linefs_proto::{Control, ErrorReply, Frame, LeaseGranted, LeaseMode, Revoke};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+/// The lease table and what carries out its decisions.
+pub struct Leases {
+    table: Mutex<LeaseTable>,
+    sessions: Weak<Sessions>,
+}
+
+impl Leases {
+    pub fn new(sessions: &Arc<Sessions>) -> Leases {
+        Leases { table: Mutex::new(LeaseTable::default()), sessions: Arc::downgrade(sessions) }
+    }
+
+    /// Feeds one input and carries out what follows.
+    pub fn feed(&self, input: Input) {
+        let outs = self.table.lock().step(input);
+        self.run(outs);
+    }
+
+    /// `session`'s LeaseRequest `req_id`; false (nothing fed) if the session has failed.
+    /// The answer goes out when the table grants it.
+    pub fn request(&self, session: &Session, req_id: u64, ino: u64, mode: LeaseMode) -> bool {
+        let outs = {
+            let mut table = self.table.lock();
+            // Checked under the mutex: a failure sets the flag before it feeds SessionEnded,
+            // so a failed session never re-enters the table after it was dropped.
+            if session.failed() {
+                return false;
+            }
+            table.step(Input::Request { session: session.id, req_id, ino, mode })
+        };
+        self.run(outs);
+        true
+    }
+
+    /// The session's log is settled (or will never be published further).
+    pub fn session_ended(&self, session: SessionId) {
+        self.feed(Input::SessionEnded { session });
+    }
+
+    /// After a `PublishTo{asked}` job of `session`'s publisher: feeds what is published
+    /// now. A failed session ends instead. A client that named as covered more than its
+    /// committed log holds has had all of it published: that is taken as far enough.
+    pub fn published(&self, session: &Session, asked: Lsn) {
+        if session.failed() {
+            return self.session_ended(session.id);
+        }
+        let mut lsn = session.published.load(Ordering::Acquire);
+        if lsn < asked {
+            tracing::warn!(
+                session = session.id,
+                asked,
+                published = lsn,
+                "a lease was handed back covering more than the committed log"
+            );
+            lsn = asked;
+        }
+        self.feed(Input::Published { session: session.id, lsn });
+    }
+
+    /// Runs `grant` (an allocation of inode numbers for `session`, told which numbers the
+    /// table still knows, so as to skip them) and records the numbers granted as held
+    /// implicitly by the session — under the table's mutex, so that no request can name a
+    /// number between its grant and its record.
+    pub fn grant_inodes<E>(
+        &self,
+        session: SessionId,
+        grant: impl FnOnce(&dyn Fn(u64) -> bool) -> Result<(u64, u64), E>,
+    ) -> Result<(u64, u64), E> {
+        let mut table = self.table.lock();
+        let (first, count) = grant(&|ino| table.busy(ino))?;
+        let outs = table.step(Input::GrantNew { session, first, count });
+        drop(table);
+        self.run(outs);
+        Ok((first, count))
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.table.lock().counts()
+    }
+
+    /// Carries out `outs`, and the inputs they lead to, with the mutex released.
+    fn run(&self, mut outs: Vec<Output>) {
+        let mut then = VecDeque::new();
+        loop {
+            for o in outs.drain(..) {
+                self.execute(o, &mut then);
+            }
+            let Some(input) = then.pop_front() else { return };
+            outs = self.table.lock().step(input);
+        }
+    }
+
+    fn execute(&self, o: Output, then: &mut VecDeque<Input>) {
+        let (Output::Grant { session: id, .. }
+        | Output::Revoke { session: id, .. }
+        | Output::Publish { session: id, .. }
+        | Output::TooMany { session: id, .. }) = o;
+        let Some(sessions) = self.sessions.upgrade() else { return };
+        let Some(session) = sessions.get(id) else {
+            // Unregistered only once its publisher has settled the log and stopped.
+            tracing::debug!(session = id, output = ?o, "lease output for a session that has ended");
+            then.push_back(Input::SessionEnded { session: id });
+            return;
+        };
+        if session.failed() {
+            tracing::debug!(session = id, output = ?o, "lease output for a failed session; its leases end");
+            if let Output::Grant { req_id, .. } | Output::TooMany { req_id, .. } = o {
+                session.notify(error(req_id, libc::EIO, "session failed"));
+            }
+            then.push_back(Input::SessionEnded { session: id });
+            return;
+        }
+        match o {
+            Output::Grant { req_id, ino, mode, lease, .. } => {
+                tracing::debug!(session = id, ino, ?mode, lease, req_id, "lease granted");
+                session
+                    .notify(Frame { id: req_id, msg: Control::LeaseGranted(LeaseGranted { inode: ino, mode, lease }) });
+            }
+            Output::Revoke { ino, lease, keep_read, .. } => {
+                tracing::debug!(session = id, ino, lease, keep_read, "lease revoked");
+                let frame =
+                    Frame { id: session.next_id(), msg: Control::Revoke(Revoke { inode: ino, lease, keep_read }) };
+                session.notify(frame);
+            }
+            Output::TooMany { req_id, .. } => {
+                session.notify(error(req_id, libc::EAGAIN, "too many lease requests waiting"));
+            }
+            Output::Publish { lsn, .. } => {
+                let published = session.published.load(Ordering::Acquire);
+                if published >= lsn {
+                    then.push_back(Input::Published { session: id, lsn: published });
+                } else if session.jobs.send(Job::PublishTo { lsn }).is_err() {
+                    // The publisher has stopped: the log is settled.
+                    then.push_back(Input::SessionEnded { session: id });
+                }
+            }
+        }
+    }
+}
+
+fn error(id: u64, errno: i32, message: &str) -> Frame<Control> {
+    Frame { id, msg: Control::Error(ErrorReply { errno, message: message.into() }) }
+}
