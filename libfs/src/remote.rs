@@ -192,10 +192,8 @@ impl Remote {
         };
         let log_tail = self.committed.load(Ordering::Acquire);
         match self.call(Control::LeaseRequest(LeaseRequest { inode: n.ino, mode, log_tail, creds }))? {
-            Control::LeaseGranted(g) if g.inode == n.ino => {
-                self.leases.granted(Grant { ino: n.ino, write: g.mode == LeaseMode::Write, lease: g.lease });
-                Ok(())
-            }
+            // Recorded by the control reader, in order with the revokes that follow it.
+            Control::LeaseGranted(g) if g.inode == n.ino => Ok(()),
             Control::Error(e) => Err(crate::leases::refused(n.ino, e.errno, &e.message)),
             other => Err(FsError::PublicationFailed(format!("unexpected answer to LeaseRequest: {other:?}"))),
         }
@@ -317,6 +315,16 @@ impl Remote {
                 Control::Revoke(r) => {
                     if let Some(tx) = &*self.revokes.lock() {
                         let _ = tx.send((frame.id, r));
+                    }
+                }
+                Control::LeaseGranted(g) => {
+                    // Recorded here, before any frame after it is looked at: nicfs may revoke
+                    // the grant at once, and the revoke thread must find it recorded (were it
+                    // recorded by the waiting caller, a revoke handled first would leave this
+                    // client believing it holds a lease it has handed back).
+                    self.leases.granted(Grant { ino: g.inode, write: g.mode == LeaseMode::Write, lease: g.lease });
+                    if let Some(tx) = self.waiters.lock().remove(&frame.id) {
+                        let _ = tx.send(Control::LeaseGranted(g));
                     }
                 }
                 reply => match self.waiters.lock().remove(&frame.id) {

@@ -50,7 +50,7 @@ fn spawn(node: &std::path::Path, socket: &std::path::Path) -> std::process::Chil
         .arg(node)
         .arg("--socket")
         .arg(socket)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("NICFS_LOG").unwrap_or_else(|_| "warn".into()))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .spawn()
