@@ -31,7 +31,7 @@ impl PublicArea {
     /// Apply one record. Writes are persisted but not fenced; the caller fences and then
     /// durably advances its checkpoint, then calls [`PublicArea::checkpoint_done`].
     pub fn apply(&mut self, rec: &Record, log: &PmRegion) -> Result<()> {
-        match rec {
+        let applied = match rec {
             Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
             Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),
             Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, log, *data_off),
@@ -44,7 +44,21 @@ impl PublicArea {
             Record::Alloc { ino, off, len } => self.apply_alloc(*ino, *off, *len),
             Record::Xattrs { ino, attrs } => self.apply_xattrs(*ino, attrs),
             Record::FreeInode { ino } => self.apply_free(*ino),
+        };
+        applied?;
+        // A record rewrites its inode only when the inode changes (a new xattr chain, a new
+        // directory block...). In a recovery replay the torn write a crash left may already
+        // hold the change, so nothing would rewrite it and the inode would stay torn:
+        // rewrite it. Its words are each the old or the new value of that one update, and
+        // the replay has just made the fields it changes what they must be.
+        let target = rec.target();
+        if self.suspect_inodes.contains(&target) {
+            let inode = self.read_inode(target)?;
+            if inode.img.mode != 0 {
+                self.write_inode(&inode)?;
+            }
         }
+        Ok(())
     }
 
     fn apply_inode(&mut self, img: &InodeImage, fresh: bool) -> Result<()> {
