@@ -1,9 +1,12 @@
 //! The effect of each log record on the public area. Records are blind post-images applied
 //! by key, so applying a suffix again converges (idempotent publication); writes are
-//! persisted here but fenced by the caller before it advances its checkpoint.
+//! persisted here but fenced by the caller before it advances its checkpoint. File data
+//! moves through the caller's [`DataMover`] (see [`super::mover`]); metadata is written
+//! here.
 
 use super::area::PublicArea;
 use super::format::{encode_dirent, PmInode, XattrBlock, DIRENTS_PER_BLOCK, DIRENT_SIZE, XATTR_PAYLOAD};
+use super::mover::{DataMover, DirectMover};
 use super::validate::check_xattrs;
 use super::{dtype_of_mode, invalid, xattr_chain_blocks, PublishError, Result};
 use crate::layout::{BLOCK_SIZE, INODE_SIZE};
@@ -28,20 +31,37 @@ impl PublicArea {
         }
     }
 
-    /// Apply one record. Writes are persisted but not fenced; the caller fences and then
-    /// durably advances its checkpoint, then calls [`PublicArea::checkpoint_done`].
+    /// Apply one record, moving its data directly from `log` (the writer's log file).
+    /// Writes are persisted but not fenced; the caller fences and then durably advances its
+    /// checkpoint, then calls [`PublicArea::checkpoint_done`].
     pub fn apply(&mut self, rec: &Record, log: &PmRegion) -> Result<()> {
+        self.apply_with(rec, &mut DirectMover::new(log))
+    }
+
+    /// Apply one record, its file data moved by `mover`. With a deferred mover the caller
+    /// calls [`PublicArea::settle`] with the same mover before it fences and checkpoints.
+    /// A record that frees or remaps the blocks of a file with pending links settles first,
+    /// so that it sees (and frees) them.
+    pub fn apply_with(&mut self, rec: &Record, mover: &mut dyn DataMover) -> Result<()> {
+        let remaps = match rec {
+            Record::Inode { fresh: true, img } => Some(img.ino),
+            Record::Truncate { ino, .. } | Record::Punch { ino, .. } | Record::FreeInode { ino } => Some(*ino),
+            _ => None,
+        };
+        if remaps.is_some_and(|ino| self.has_pending_links(ino)) {
+            self.settle(mover)?;
+        }
         let applied = match rec {
             Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
             Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),
-            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, log, *data_off),
+            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, *data_off, mover),
             Record::Truncate { ino, size } => {
                 let mut inode = self.live_inode(*ino)?;
-                self.truncate_blocks(&mut inode, *size)?;
+                self.truncate_blocks(&mut inode, *size, mover)?;
                 self.write_inode(&inode)
             }
-            Record::Punch { ino, off, len } => self.apply_punch(*ino, *off, *len),
-            Record::Alloc { ino, off, len } => self.apply_alloc(*ino, *off, *len),
+            Record::Punch { ino, off, len } => self.apply_punch(*ino, *off, *len, mover),
+            Record::Alloc { ino, off, len } => self.apply_alloc(*ino, *off, *len, mover),
             Record::Xattrs { ino, attrs } => self.apply_xattrs(*ino, attrs),
             Record::FreeInode { ino } => self.apply_free(*ino),
         };
@@ -145,16 +165,15 @@ impl PublicArea {
         Ok(())
     }
 
-    fn apply_write(&mut self, ino: u64, off: u64, len: u64, log: &PmRegion, data_off: u64) -> Result<()> {
+    fn apply_write(&mut self, ino: u64, off: u64, len: u64, data_off: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         let k = inode.img.mode & libc::S_IFMT;
         if k != libc::S_IFREG && k != libc::S_IFLNK {
             return Err(invalid(ino, "data write to a non-file"));
         }
-        if data_off.checked_add(len).is_none_or(|e| e > log.len()) {
+        if data_off.checked_add(len).is_none_or(|e| e > mover.log_len()) {
             return Err(invalid(ino, "write data outside the writer's log"));
         }
-        let mut buf = vec![0u8; BLOCK_SIZE as usize];
         let mut new_links = Vec::new();
         let mut pos = off;
         let end = off + len;
@@ -164,42 +183,36 @@ impl PublicArea {
             let within = pos % BLOCK_SIZE;
             let n = (BLOCK_SIZE - within).min(end - pos);
             let src = data_off + (pos - off);
-            match self.lookup(&inode, idx)? {
+            match self.data_block(&inode, idx)? {
                 Some(b) => {
-                    log.read(src, &mut buf[..n as usize])?;
-                    self.region.write(b * BLOCK_SIZE + within, &buf[..n as usize])?;
-                    self.region.persist(b * BLOCK_SIZE + within, n)?;
+                    mover.copy(&self.region, b * BLOCK_SIZE + within, src, n)?;
                     prev = Some(b);
                 }
                 None => {
                     let b = self.alloc.alloc(prev.map(|p| p + 1)).ok_or(PublishError::NoSpace)?;
-                    buf.fill(0);
-                    log.read(src, &mut buf[within as usize..(within + n) as usize])?;
-                    self.region.write(b * BLOCK_SIZE, &buf)?;
-                    self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    mover.fill_block(&self.region, b * BLOCK_SIZE, within, src, n)?;
                     new_links.push((idx, b));
                     prev = Some(b);
                 }
             }
             pos += n;
         }
-        self.link_new_blocks(&mut inode, new_links)
+        self.link_new_blocks(&mut inode, new_links, mover)
     }
 
-    fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64) -> Result<()> {
+    fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64, mover: &mut dyn DataMover) -> Result<()> {
         let keep = size.div_ceil(BLOCK_SIZE);
         self.free_range(inode, keep, u64::MAX)?;
         if !size.is_multiple_of(BLOCK_SIZE) {
-            if let Some(b) = self.lookup(inode, size / BLOCK_SIZE)? {
+            if let Some(b) = self.data_block(inode, size / BLOCK_SIZE)? {
                 let within = size % BLOCK_SIZE;
-                self.region.zero(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
-                self.region.persist(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
+                mover.zero(&self.region, b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
             }
         }
         Ok(())
     }
 
-    fn apply_punch(&mut self, ino: u64, off: u64, len: u64) -> Result<()> {
+    fn apply_punch(&mut self, ino: u64, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         let end = off + len;
         let first_full = off.div_ceil(BLOCK_SIZE);
@@ -214,9 +227,8 @@ impl PublicArea {
                 pos = last_full * BLOCK_SIZE;
                 continue;
             }
-            if let Some(b) = self.lookup(&inode, idx)? {
-                self.region.zero(b * BLOCK_SIZE + within, n)?;
-                self.region.persist(b * BLOCK_SIZE + within, n)?;
+            if let Some(b) = self.data_block(&inode, idx)? {
+                mover.zero(&self.region, b * BLOCK_SIZE + within, n)?;
             }
             pos += n;
         }
@@ -227,26 +239,30 @@ impl PublicArea {
         Ok(())
     }
 
-    fn apply_alloc(&mut self, ino: u64, off: u64, len: u64) -> Result<()> {
+    fn apply_alloc(&mut self, ino: u64, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         if inode.img.mode & libc::S_IFMT != libc::S_IFREG {
             return Err(invalid(ino, "allocation for a non-file"));
         }
+        self.map_blocks(&mut inode, off, len, mover)
+    }
+
+    /// Maps every unmapped block of [off, off+len) of a file to a new, zero-filled block.
+    fn map_blocks(&mut self, inode: &mut PmInode, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut new_links = Vec::new();
         let mut prev = None;
         for idx in off / BLOCK_SIZE..(off + len).div_ceil(BLOCK_SIZE) {
-            match self.lookup(&inode, idx)? {
+            match self.data_block(inode, idx)? {
                 Some(b) => prev = Some(b),
                 None => {
                     let b = self.alloc.alloc(prev.map(|p: u64| p + 1)).ok_or(PublishError::NoSpace)?;
-                    self.region.zero(b * BLOCK_SIZE, BLOCK_SIZE)?;
-                    self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    mover.zero(&self.region, b * BLOCK_SIZE, BLOCK_SIZE)?;
                     new_links.push((idx, b));
                     prev = Some(b);
                 }
             }
         }
-        self.link_new_blocks(&mut inode, new_links)
+        self.link_new_blocks(inode, new_links, mover)
     }
 
     fn apply_xattrs(&mut self, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
@@ -327,19 +343,5 @@ impl PublicArea {
         self.suspect_inodes.remove(&ino);
         self.suspect_xattrs.remove(&ino);
         Ok(())
-    }
-
-    /// Link freshly written data blocks `(file block, block)` into `inode` and write it:
-    /// the blocks' contents are fenced before any pointer to them is persisted.
-    fn link_new_blocks(&mut self, inode: &mut PmInode, new_links: Vec<(u64, u64)>) -> Result<()> {
-        if new_links.is_empty() {
-            return Ok(());
-        }
-        self.region.fence();
-        *self.nblocks.entry(inode.img.ino).or_default() += new_links.len() as u64;
-        for (idx, b) in new_links {
-            self.link(inode, idx, b)?;
-        }
-        self.write_inode(inode)
     }
 }
