@@ -14,35 +14,21 @@ use common::*;
 use linefs_pm::node::NodePm;
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::{execute_moves, Collector, MoveStats, PublicArea};
-use linefs_pm::publish::{publish_slot, Bounds};
-use linefs_pm::record::decode_records;
+use linefs_pm::publish::{publish_batch, publish_slot, read_batch, Bounds};
 use linefs_pm::recovery::recover;
 use linefs_pm::trace::CrashOpts;
 use linefs_pm::PmRegion;
 use proptest::prelude::*;
 use std::sync::Arc;
 
-/// Publishes every committed entry of `log` in one batch, file data through a collector
-/// whose moves are executed in process at the end of the batch.
+/// Publishes every committed entry of `log` in one batch ([`publish_batch`]), file data
+/// through a collector whose moves are executed in process at the end of the batch.
 fn publish_deferred(area: &mut PublicArea, log: &LogSlot, public: &Arc<PmRegion>) -> MoveStats {
-    let from = log.published_lsn().unwrap();
-    let mut decoded = Vec::new();
-    log.scan_with(from, u64::MAX, u64::MAX, |loc, p| decoded.push((*loc, decode_records(p, loc.payload_off).unwrap())))
-        .unwrap();
+    let batch = read_batch(log, Bounds::until(u64::MAX)).unwrap();
     let logr = log.region().clone();
     let mut mover = Collector::new(logr.len(), |m: &[_]| execute_moves(m, &logr, public));
-    let mut upto = from;
-    for (loc, records) in decoded {
-        area.validate(&records, &logr).unwrap();
-        for r in &records {
-            area.apply_with(r, &mut mover).unwrap();
-        }
-        upto = loc.end;
-    }
-    area.settle(&mut mover).unwrap();
-    area.fence();
-    log.set_published_lsn(upto).unwrap();
-    area.checkpoint_done();
+    let p = publish_batch(area, log, &batch, &mut mover).unwrap();
+    assert_eq!((p.upto, p.entries), (batch.end(), batch.entries.len() as u64));
     mover.stats()
 }
 
