@@ -113,10 +113,10 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         // Inode allocation is not built yet: no range is handed out.
         inodes: InodeRange { first: 0, count: 0 },
     };
-    let (n, s, sess) = (node.clone(), ctx.sessions.clone(), session.clone());
+    let (c, sess) = (ctx.clone(), session.clone());
     std::thread::Builder::new()
         .name(format!("publish-{}", session.id))
-        .spawn(move || publisher::run(n, s, sess, claim, rx))
+        .spawn(move || publisher::run(c, sess, claim, rx))
         .map_err(|e| tracing::error!(error = %e, "cannot start a publisher thread"))
         .ok()?;
     // Nothing else writes to the connection yet: the publisher acts on jobs, and they come

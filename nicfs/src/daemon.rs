@@ -100,7 +100,7 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     let _ = std::fs::remove_file(&ctx.socket);
     let sessions = ctx.sessions.all();
     for s in &sessions {
-        crate::publisher::settle(&ctx.node, s);
+        crate::publisher::settle(ctx, s);
         tracing::info!(
             session = s.id,
             slot = s.slot,

@@ -71,13 +71,26 @@ pub enum CopyError {
     Open(String),
 }
 
-/// What a caller of [`HostLink::copy`] learns.
+/// What a caller of [`HostLink::copy`] learns: lists and bytes (of the entries, zero fills
+/// included) by who executed them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Copied {
     pub by_kworker: u32,
     pub by_nicfs: u32,
     /// Lists that were in flight at a kworker that died or timed out, redone by nicfs.
     pub redone: u32,
+    pub bytes_by_kworker: u64,
+    pub bytes_by_nicfs: u64,
+}
+
+impl Copied {
+    pub fn add(&mut self, o: Copied) {
+        self.by_kworker += o.by_kworker;
+        self.by_nicfs += o.by_nicfs;
+        self.redone += o.redone;
+        self.bytes_by_kworker += o.bytes_by_kworker;
+        self.bytes_by_nicfs += o.bytes_by_nicfs;
+    }
 }
 
 enum Answer {
@@ -118,6 +131,9 @@ pub struct HostStatus {
     pub lists_by_kworker: u64,
     pub lists_by_nicfs: u64,
     pub lists_redone: u64,
+    /// Bytes of the entries of those lists (a redone list counts for nicfs).
+    pub bytes_by_kworker: u64,
+    pub bytes_by_nicfs: u64,
 }
 
 /// nicfs's end of the host link.
@@ -133,6 +149,8 @@ pub struct HostLink {
     by_kworker: AtomicU64,
     by_nicfs: AtomicU64,
     redone: AtomicU64,
+    bytes_by_kworker: AtomicU64,
+    bytes_by_nicfs: AtomicU64,
 }
 
 impl HostLink {
@@ -155,6 +173,8 @@ impl HostLink {
             by_kworker: AtomicU64::new(0),
             by_nicfs: AtomicU64::new(0),
             redone: AtomicU64::new(0),
+            bytes_by_kworker: AtomicU64::new(0),
+            bytes_by_nicfs: AtomicU64::new(0),
         }
     }
 
@@ -307,10 +327,15 @@ impl HostLink {
         for (n, chunk) in entries.chunks(MAX_COPY_ENTRIES).enumerate() {
             let list = CopyList { list_id: self.next_list.fetch_add(1, Ordering::Relaxed), entries: chunk.to_vec() };
             let base = (n * MAX_COPY_ENTRIES) as u32;
+            let bytes: u64 = chunk.iter().map(|e| e.len).sum();
             match self.copy_list(&list, timeout) {
-                Ok((Executor::Kworker, _)) => copied.by_kworker += 1,
+                Ok((Executor::Kworker, _)) => {
+                    copied.by_kworker += 1;
+                    copied.bytes_by_kworker += bytes;
+                }
                 Ok((Executor::Nicfs, redone)) => {
                     copied.by_nicfs += 1;
+                    copied.bytes_by_nicfs += bytes;
                     copied.redone += u32::from(redone);
                 }
                 Err(CopyError::Failed { by, entry, errno, why }) => {
@@ -330,6 +355,7 @@ impl HostLink {
         match rx.recv_timeout(timeout) {
             Ok(Answer::Done) => {
                 self.by_kworker.fetch_add(1, Ordering::Relaxed);
+                self.bytes_by_kworker.fetch_add(list_bytes(list), Ordering::Relaxed);
                 Ok((Executor::Kworker, false))
             }
             Ok(Answer::Failed { entry, errno }) => {
@@ -381,6 +407,7 @@ impl HostLink {
             why: f.why,
         })?;
         self.by_nicfs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_by_nicfs.fetch_add(list_bytes(list), Ordering::Relaxed);
         if redone {
             self.redone.fetch_add(1, Ordering::Relaxed);
         }
@@ -408,8 +435,14 @@ impl HostLink {
             lists_by_kworker: self.by_kworker.load(Ordering::Relaxed),
             lists_by_nicfs: self.by_nicfs.load(Ordering::Relaxed),
             lists_redone: self.redone.load(Ordering::Relaxed),
+            bytes_by_kworker: self.bytes_by_kworker.load(Ordering::Relaxed),
+            bytes_by_nicfs: self.bytes_by_nicfs.load(Ordering::Relaxed),
         }
     }
+}
+
+fn list_bytes(list: &CopyList) -> u64 {
+    list.entries.iter().map(|e| e.len).sum()
 }
 
 fn answer(kw: &mut Kw, list_id: u64, a: Answer) {

@@ -48,6 +48,7 @@ pub mod args;
 pub mod bulk;
 pub mod conn;
 pub mod control;
+pub mod copylist;
 pub mod daemon;
 pub mod hostlink;
 pub mod node;

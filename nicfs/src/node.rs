@@ -10,13 +10,17 @@
 //!
 //! Publication takes the area's mutex for one batch at a time (at most [`BATCH_BYTES`] of
 //! log), so that sessions interleave and, as recovery assumes, at most one slot can be
-//! caught mid-batch by a crash.
+//! caught mid-batch by a crash. Metadata is applied by nicfs; file data becomes the batch's
+//! copy list, executed through the host link before the batch's checkpoint
+//! ([`crate::copylist`]).
 
+use crate::copylist;
+use crate::hostlink::{Copied, HostLink};
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::PublicArea;
-use linefs_pm::publish::{publish_slot, Bounds, Published, SlotError};
+use linefs_pm::publish::{publish_batch, read_batch, Bounds, Published, SlotError};
 use linefs_pm::recovery::{recover, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{flock, FlockOperation};
@@ -163,14 +167,22 @@ impl Node {
         self.logs.first().map_or(0, |l| l.ring_bytes())
     }
 
-    /// Publishes `slot`'s committed entries that start before `until`, batch by batch.
-    /// On a refusal, what was published before it is in the error's `published`.
-    pub fn publish(&self, slot: u32, until: u64) -> Result<Published, SlotError> {
+    /// Publishes `slot`'s committed entries that start before `until`, batch by batch, the
+    /// file data of each batch copied through `host`. On a refusal, what was published
+    /// before it is in the error's `published`.
+    pub fn publish(&self, slot: u32, until: u64, host: &HostLink) -> Result<Published, SlotError> {
         let log = &self.logs[slot as usize];
         let mut total: Option<Published> = None;
         loop {
             let mut area = self.area.lock();
-            let r = publish_slot(&mut area, log, Bounds { until, max_bytes: BATCH_BYTES });
+            let batch = read_batch(log, Bounds { until, max_bytes: BATCH_BYTES })?;
+            let mut copied = Copied::default();
+            let r = publish_batch(
+                &mut area,
+                log,
+                &batch,
+                &mut copylist::mover(host, slot, log.region().len(), &mut copied),
+            );
             drop(area);
             let step = match r {
                 Ok(p) => p,

@@ -12,8 +12,9 @@
 //! A refused entry sends `Rejected` on the control connection, marks the session failed
 //! (later requests get an Error) and logs it; nicfs and the other sessions carry on.
 
-use crate::node::{Claim, Node};
-use crate::session::{Session, Sessions};
+use crate::daemon::Ctx;
+use crate::node::Claim;
+use crate::session::Session;
 use linefs_pm::public::PublishError;
 use linefs_pm::publish::{Published, SlotError};
 use linefs_proto::{Bulk, Control, Frame, FsyncDone, InodeSet, Rejected, MAX_PUBLISHED_INODES};
@@ -29,13 +30,7 @@ pub enum Job {
 }
 
 /// Runs the publisher of `session` until its `End` job (or its queue closes).
-pub fn run(
-    node: Arc<Node>,
-    sessions: Arc<Sessions>,
-    session: Arc<Session>,
-    claim: Claim,
-    jobs: crossbeam_channel::Receiver<Job>,
-) {
+pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_channel::Receiver<Job>) {
     let _span = tracing::info_span!("session", id = session.id, slot = session.slot).entered();
     while let Ok(job) = jobs.recv() {
         match job {
@@ -43,22 +38,23 @@ pub fn run(
                 if session.failed() {
                     continue;
                 }
-                if let Some(p) = publish(&node, &session, lsn) {
+                if let Some(p) = publish(&ctx, &session, lsn) {
                     notify_published(&session, &p);
                 }
             }
-            Job::Fsync { id, lsn } => fsync(&node, &session, id, lsn),
+            Job::Fsync { id, lsn } => fsync(&ctx, &session, id, lsn),
             Job::End => break,
         }
     }
-    end(&node, &session, claim);
-    sessions.remove(session.id);
+    end(&ctx, &session, claim);
+    ctx.sessions.remove(session.id);
 }
 
 /// Publishes the session's slot up to `until`; on a refusal tells the client and fails
 /// the session. Returns what was published when anything was.
-fn publish(node: &Node, session: &Session, until: u64) -> Option<Published> {
-    match node.publish(session.slot, until) {
+fn publish(ctx: &Ctx, session: &Session, until: u64) -> Option<Published> {
+    let node = &ctx.node;
+    match node.publish(session.slot, until, &ctx.host) {
         Ok(p) => {
             session.published.store(p.upto, Ordering::Release);
             (p.entries > 0).then_some(p)
@@ -68,7 +64,9 @@ fn publish(node: &Node, session: &Session, until: u64) -> Option<Published> {
                 SlotError::Rejected { lsn, published, .. } => (*lsn, libc::EINVAL, Some(published.clone())),
                 SlotError::Failed { lsn, source: PublishError::NoSpace, .. } => (*lsn, libc::ENOSPC, None),
                 SlotError::Failed { lsn, .. } => (*lsn, libc::EIO, None),
-                SlotError::Log { .. } => (session.published.load(Ordering::Acquire), libc::EIO, None),
+                SlotError::Log { .. } | SlotError::Stale { .. } => {
+                    (session.published.load(Ordering::Acquire), libc::EIO, None)
+                }
             };
             let reason = e.to_string();
             tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
@@ -99,13 +97,13 @@ fn notify_published(session: &Session, p: &Published) {
     }
 }
 
-fn fsync(node: &Node, session: &Session, id: u64, lsn: u64) {
+fn fsync(ctx: &Ctx, session: &Session, id: u64, lsn: u64) {
     if let Some(why) = session.failure() {
         let _ = session.control_error(id, libc::EIO, &format!("session failed: {why}"));
         return;
     }
     session.committed.fetch_max(lsn, Ordering::AcqRel);
-    if let Some(p) = publish(node, session, lsn) {
+    if let Some(p) = publish(ctx, session, lsn) {
         notify_published(session, &p);
     }
     if session.failed() {
@@ -125,8 +123,8 @@ fn fsync(node: &Node, session: &Session, id: u64, lsn: u64) {
 }
 
 /// The end of a session: settle its slot, hang up, free the slot.
-fn end(node: &Node, session: &Session, claim: Claim) {
-    settle(node, session);
+fn end(ctx: &Ctx, session: &Session, claim: Claim) {
+    settle(ctx, session);
     session.hang_up();
     tracing::info!(
         pid = session.cred.pid,
@@ -134,15 +132,16 @@ fn end(node: &Node, session: &Session, claim: Claim) {
         failed = session.failed(),
         "session ended; slot released"
     );
-    node.release(claim);
+    ctx.node.release(claim);
 }
 
 /// Publishes what the session's slot has committed — its writer is gone or nicfs stops, so
 /// up to the end of the log — or, if the session failed, drops the refused suffix.
 /// Idempotent: shutdown may settle a session whose publisher is settling it too.
-pub fn settle(node: &Node, session: &Session) {
+pub fn settle(ctx: &Ctx, session: &Session) {
+    let node = &ctx.node;
     if !session.failed() {
-        match node.publish(session.slot, u64::MAX) {
+        match node.publish(session.slot, u64::MAX, &ctx.host) {
             Ok(p) => {
                 session.published.store(p.upto, Ordering::Release);
                 if p.entries > 0 {
