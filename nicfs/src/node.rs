@@ -8,8 +8,11 @@
 //! handed to the client are opened separately: a lock belongs to an open file description,
 //! and a client sharing ours could unlock it.
 //!
-//! Publication takes the area's mutex for one batch at a time (at most [`BATCH_BYTES`] of
-//! log), so that sessions interleave and, as recovery assumes, at most one slot can be
+//! Publication works on *chunks*: [`Node::fetch`] copies up to [`CHUNK_BYTES`] of a slot's
+//! committed log out of the client's log file into nicfs's memory (counted: that is the
+//! PCIe crossing); the chunk is scanned, checked and decoded on that copy and never read
+//! from the log again; [`Node::publish_batch`] publishes it as one batch under the area's
+//! mutex, so that sessions interleave and, as recovery assumes, at most one slot can be
 //! caught mid-batch by a crash. Metadata is applied by nicfs; file data becomes the batch's
 //! copy list, executed through the host link before the batch's checkpoint
 //! ([`crate::copylist`]).
@@ -18,9 +21,9 @@ use crate::copylist;
 use crate::hostlink::{Copied, HostLink};
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
-use linefs_pm::oplog::LogSlot;
+use linefs_pm::oplog::{LogCopy, LogSlot};
 use linefs_pm::public::PublicArea;
-use linefs_pm::publish::{publish_batch, read_batch, Bounds, Published, SlotError};
+use linefs_pm::publish::{publish_batch, Batch, Published, SlotError};
 use linefs_pm::recovery::{recover, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{flock, FlockOperation};
@@ -28,9 +31,9 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Most bytes of log one publication batch covers (one hold of the area's mutex).
-pub const BATCH_BYTES: u64 = 1 << 20;
-/// What a client is asked to publish at: ChunkReady every this many committed bytes.
+/// What a client is asked to publish at (ChunkReady every this many committed bytes), and
+/// the most log one fetched chunk — one publication batch, one hold of the area's mutex —
+/// covers (a single longer entry makes a longer chunk).
 pub const CHUNK_BYTES: u64 = 4 << 20;
 
 /// Why nicfs cannot serve a node.
@@ -53,6 +56,8 @@ pub struct Counters {
     pub bytes: AtomicU64,
     pub chunks: AtomicU64,
     pub rejections: AtomicU64,
+    /// Bytes copied out of clients' log files into nicfs's memory.
+    pub fetched: AtomicU64,
 }
 
 /// A claimed slot: released (lock dropped, slot free again) by [`Node::release`].
@@ -167,38 +172,56 @@ impl Node {
         self.logs.first().map_or(0, |l| l.ring_bytes())
     }
 
-    /// Publishes `slot`'s committed entries that start before `until`, batch by batch, the
-    /// file data of each batch copied through `host`. On a refusal, what was published
-    /// before it is in the error's `published`.
+    /// Copies the committed entries of `slot` from `from` that start before `until`, at most
+    /// [`CHUNK_BYTES`] of them (at least one entry), out of its log file.
+    pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
+        let (copy, read) = self.logs[slot as usize]
+            .fetch(from, until, CHUNK_BYTES)
+            .map_err(|source| SlotError::Log { slot, source })?;
+        self.counters.fetched.fetch_add(read, Ordering::Relaxed);
+        Ok(copy)
+    }
+
+    /// Publishes `batch` (decoded from a fetched copy) as one batch, its file data copied
+    /// through `host`; returns what was published and what the copies took.
+    pub fn publish_batch(&self, batch: &Batch, host: &HostLink) -> (Result<Published, SlotError>, Copied) {
+        let log = &self.logs[batch.slot as usize];
+        let mut copied = Copied::default();
+        let r = {
+            let mut area = self.area.lock();
+            let mut mover = copylist::mover(host, batch.slot, log.region().len(), &mut copied);
+            publish_batch(&mut area, log, batch, &mut mover)
+        };
+        match &r {
+            Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.count(p),
+            Err(_) => {}
+        }
+        (r, copied)
+    }
+
+    /// Publishes `slot`'s committed entries that start before `until`, chunk by chunk
+    /// (fetched, checked on the copy, published). On a refusal, what was published before
+    /// it is in the error's `published`.
     pub fn publish(&self, slot: u32, until: u64, host: &HostLink) -> Result<Published, SlotError> {
-        let log = &self.logs[slot as usize];
         let mut total: Option<Published> = None;
         loop {
-            let mut area = self.area.lock();
-            let batch = read_batch(log, Bounds { until, max_bytes: BATCH_BYTES })?;
-            let mut copied = Copied::default();
-            let r = publish_batch(
-                &mut area,
-                log,
-                &batch,
-                &mut copylist::mover(host, slot, log.region().len(), &mut copied),
-            );
-            drop(area);
-            let step = match r {
+            let from = self.checkpoint(slot).map_err(|source| SlotError::Log { slot, source })?;
+            let copy = self.fetch(slot, from, until)?;
+            let (batch, _) = Batch::from_copy(&copy);
+            if batch.is_empty() {
+                return Ok(total.unwrap_or(Published { from, upto: from, ..Published::default() }));
+            }
+            let step = match self.publish_batch(&batch, host).0 {
                 Ok(p) => p,
+                // Another publication of the slot (shutdown's) moved the checkpoint: again.
+                Err(SlotError::Stale { .. }) => continue,
                 Err(SlotError::Rejected { slot, lsn, why, published }) => {
-                    self.count(&published);
                     let published = merge(total, published);
                     return Err(SlotError::Rejected { slot, lsn, why, published });
                 }
                 Err(e) => return Err(e),
             };
-            self.count(&step);
-            let done = step.entries == 0;
             total = Some(merge(total, step));
-            if done {
-                return Ok(total.unwrap_or_default());
-            }
         }
     }
 
@@ -241,5 +264,56 @@ fn merge(total: Option<Published>, step: Published) -> Published {
             t.touched.dedup();
             t
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linefs_pm::layout::FormatParams;
+    use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
+    use linefs_pm::PmRegion;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A formatted node served by a `Node`, and slot 0's log file as its client maps it.
+    fn node() -> (tempfile::TempDir, Node, LogSlot) {
+        let dir = tempfile::tempdir().unwrap();
+        let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 2, inodes: 256 };
+        linefs_pm::mkfs::format_dir(dir.path(), &params).unwrap();
+        let node = Node::open(dir.path()).unwrap();
+        let region = Arc::new(PmRegion::open(&dir.path().join(log_file_name(0))).unwrap());
+        let log = LogSlot::new(region, &node.geometry, 0);
+        (dir, node, log)
+    }
+
+    fn create(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
+        let mut b = EntryBuilder::new();
+        let img =
+            InodeImage { ino, size: data.len() as u64, mode: libc::S_IFREG | 0o644, nlink: 1, ..Default::default() };
+        b.inode(&img, true);
+        b.dirent(ROOT_INO, name, ino, dtype::REG);
+        b.write(ino, 0, data);
+        b
+    }
+
+    #[test]
+    fn what_is_published_is_what_was_fetched_not_what_the_log_says_later() {
+        let (dir, node, log) = node();
+        let host = HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100));
+        let first = log.append(0, 0, create(2, b"honest", b"data").payload()).unwrap();
+        let copy = node.fetch(0, 0, first.end).unwrap();
+        assert_eq!(node.counters.fetched.load(Ordering::Relaxed), first.end);
+        let (batch, _) = Batch::from_copy(&copy);
+        // The client rewrites the entry after the fetch: another inode, another name, a
+        // valid checksum. The copy is what gets published.
+        log.append(0, 0, create(3, b"sneaky", b"data").payload()).unwrap();
+        let (r, copied) = node.publish_batch(&batch, &host);
+        let p = r.unwrap();
+        assert_eq!((p.upto, p.entries), (first.end, 1));
+        assert_eq!(copied.by_nicfs, 1, "isolated: nicfs copied the data itself");
+        let loaded = node.freeze().reader().load().unwrap();
+        let names: Vec<_> = loaded.dirs[&ROOT_INO].iter().map(|e| (e.name.clone(), e.ino)).collect();
+        assert_eq!(names, vec![(b"honest".to_vec(), 2)]);
     }
 }

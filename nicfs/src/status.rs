@@ -45,6 +45,8 @@ pub struct CounterStatus {
     pub bytes_published: u64,
     pub chunks: u64,
     pub rejections: u64,
+    /// Bytes copied out of clients' log files into nicfs (the PCIe crossing).
+    pub bytes_fetched: u64,
 }
 
 /// The daemon's state now.
@@ -79,6 +81,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
             bytes_published: c.bytes.load(Ordering::Relaxed),
             chunks: c.chunks.load(Ordering::Relaxed),
             rejections: c.rejections.load(Ordering::Relaxed),
+            bytes_fetched: c.fetched.load(Ordering::Relaxed),
         },
     }
 }

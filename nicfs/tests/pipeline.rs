@@ -49,6 +49,8 @@ fn publication_copies_file_data_through_the_kworker() {
     assert!(host["bytes_by_kworker"].as_u64().unwrap() >= 100_000 + 11, "{st}");
     assert_eq!(host["bytes_by_nicfs"], 0, "{st}");
     assert_eq!(host["lists_by_nicfs"], 0, "{st}");
+    // The chunk crossed into nicfs once: what the log holds, no more.
+    assert_eq!(st["counters"]["bytes_fetched"], c.tail, "{st}");
     // kworker's own log shows the list it executed.
     let log = wait_for("kworker's log line", || {
         let log = std::fs::read_to_string(&klog).unwrap();

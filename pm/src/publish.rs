@@ -22,7 +22,7 @@
 //! reusable.
 
 use crate::layout::FormatError;
-use crate::oplog::{EntryLoc, LogSlot, ScanStop};
+use crate::oplog::{EntryLoc, LogCopy, LogSlot, ScanStop};
 use crate::public::{DataMover, PublicArea, PublishError};
 use crate::record::{decode_records, Record};
 
@@ -152,25 +152,44 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// A batch of the entries a scan from `from` handed over (location and payload), in
-    /// order: each is decoded; the first that does not decode ends the batch.
-    pub fn decode<'a>(slot: u32, from: u64, scanned: impl IntoIterator<Item = (EntryLoc, &'a [u8])>) -> Batch {
-        let mut batch = Batch { slot, from, ..Batch::default() };
-        for (loc, payload) in scanned {
-            match decode_records(payload, loc.payload_off) {
-                Ok(records) => batch.entries.push((loc, records)),
-                Err(e) => {
-                    batch.malformed = Some((loc.lsn, format!("malformed entry: {e}")));
-                    break;
-                }
-            }
+    /// An empty batch of `slot` from `from`.
+    pub fn new(slot: u32, from: u64) -> Batch {
+        Batch { slot, from, ..Batch::default() }
+    }
+
+    /// Adds the next entry a scan found (its location and payload), decoded; once an entry
+    /// does not decode, the batch is over and later ones are ignored.
+    pub fn push(&mut self, loc: &EntryLoc, payload: &[u8]) {
+        if self.malformed.is_some() {
+            return;
         }
-        batch
+        match decode_records(payload, loc.payload_off) {
+            Ok(records) => self.entries.push((*loc, records)),
+            Err(e) => self.malformed = Some((loc.lsn, format!("malformed entry: {e}"))),
+        }
+    }
+
+    /// The batch of the entries in a copy of a slot's log ([`LogSlot::fetch`]): scanned and
+    /// checked on the copy, never read from the log again. Also returns how the scan ended.
+    pub fn from_copy(copy: &LogCopy) -> (Batch, ScanStop) {
+        let mut batch = Batch::new(copy.slot, copy.from);
+        let scan = copy.scan_with(|loc, payload| batch.push(loc, payload));
+        (batch, scan.stop)
     }
 
     /// The LSN just past the batch's last entry (`from` if it has none).
     pub fn end(&self) -> u64 {
         self.entries.last().map_or(self.from, |(loc, _)| loc.end)
+    }
+
+    /// Whether there is nothing to publish or refuse.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.malformed.is_none()
+    }
+
+    /// Bytes of log its entries span.
+    pub fn log_bytes(&self) -> u64 {
+        self.end() - self.from
     }
 }
 
@@ -179,10 +198,9 @@ pub fn read_batch(log: &LogSlot, bounds: Bounds) -> Result<Batch, SlotError> {
     let slot = log.slot();
     let log_err = |source| SlotError::Log { slot, source };
     let from = log.published_lsn().map_err(log_err)?;
-    let mut scanned = Vec::new();
-    log.scan_with(from, bounds.until, bounds.max_bytes, |loc, payload| scanned.push((*loc, payload.to_vec())))
-        .map_err(log_err)?;
-    Ok(Batch::decode(slot, from, scanned.iter().map(|(l, p)| (*l, &p[..]))))
+    let mut batch = Batch::new(slot, from);
+    log.scan_with(from, bounds.until, bounds.max_bytes, |loc, payload| batch.push(loc, payload)).map_err(log_err)?;
+    Ok(batch)
 }
 
 /// Publishes `batch` as one, its file data moved by `mover`: checks that it starts at the
