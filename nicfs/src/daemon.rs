@@ -5,6 +5,7 @@
 use crate::args::Args;
 use crate::hostlink::HostLink;
 use crate::node::Node;
+use crate::pipeline::Pipeline;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
 use std::io::ErrorKind;
@@ -20,6 +21,8 @@ pub struct Ctx {
     pub sessions: Arc<Sessions>,
     /// The kworker link and the node's mode.
     pub host: Arc<HostLink>,
+    /// The publishing pipeline's stages.
+    pub pipeline: Arc<Pipeline>,
     pub socket: PathBuf,
     stopping: AtomicBool,
 }
@@ -39,12 +42,15 @@ pub fn run(args: Args) -> Result<(), String> {
         tracing::info!(cpus = ?cpus.0, "pinned");
     }
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
+    node.set_chunk_bytes(args.chunk_bytes);
     let listener = bind(&args.socket)?;
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
+    let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
     let ctx = Arc::new(Ctx {
+        pipeline: Pipeline::start(node.clone(), host.clone()),
         node,
         sessions: Arc::new(Sessions::default()),
-        host: Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms))),
+        host,
         socket: args.socket.clone(),
         stopping: AtomicBool::new(false),
     });
@@ -100,7 +106,7 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     let _ = std::fs::remove_file(&ctx.socket);
     let sessions = ctx.sessions.all();
     for s in &sessions {
-        crate::publisher::settle(ctx, s);
+        crate::publisher::settle(s);
         tracing::info!(
             session = s.id,
             slot = s.slot,

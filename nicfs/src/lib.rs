@@ -52,6 +52,8 @@ pub mod copylist;
 pub mod daemon;
 pub mod hostlink;
 pub mod node;
+pub mod pipeline;
 pub mod publisher;
 pub mod session;
+pub mod stage;
 pub mod status;

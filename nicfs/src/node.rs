@@ -74,6 +74,8 @@ pub struct Node {
     area: Mutex<PublicArea>,
     logs: Vec<LogSlot>,
     claimed: Mutex<Vec<bool>>,
+    /// Most log one fetch copies ([`CHUNK_BYTES`] unless `--chunk-bytes` says otherwise).
+    chunk_bytes: AtomicU64,
     pub counters: Counters,
     /// Keeps the PM mapped (the area and slots hold their own references too).
     _pm: NodePm,
@@ -114,6 +116,7 @@ impl Node {
             area: Mutex::new(rec.area),
             logs,
             claimed: Mutex::new(vec![false; geometry.log_slots as usize]),
+            chunk_bytes: AtomicU64::new(CHUNK_BYTES),
             counters: Counters::default(),
             _pm: pm,
             _lock: lock,
@@ -172,12 +175,17 @@ impl Node {
         self.logs.first().map_or(0, |l| l.ring_bytes())
     }
 
+    /// Sets the most log one fetch copies.
+    pub fn set_chunk_bytes(&self, bytes: u64) {
+        self.chunk_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     /// Copies the committed entries of `slot` from `from` that start before `until`, at most
-    /// [`CHUNK_BYTES`] of them (at least one entry), out of its log file.
+    /// a chunk of them (at least one entry), out of its log file.
     pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
-        let (copy, read) = self.logs[slot as usize]
-            .fetch(from, until, CHUNK_BYTES)
-            .map_err(|source| SlotError::Log { slot, source })?;
+        let max = self.chunk_bytes.load(Ordering::Relaxed);
+        let (copy, read) =
+            self.logs[slot as usize].fetch(from, until, max).map_err(|source| SlotError::Log { slot, source })?;
         self.counters.fetched.fetch_add(read, Ordering::Relaxed);
         Ok(copy)
     }
@@ -197,32 +205,6 @@ impl Node {
             Err(_) => {}
         }
         (r, copied)
-    }
-
-    /// Publishes `slot`'s committed entries that start before `until`, chunk by chunk
-    /// (fetched, checked on the copy, published). On a refusal, what was published before
-    /// it is in the error's `published`.
-    pub fn publish(&self, slot: u32, until: u64, host: &HostLink) -> Result<Published, SlotError> {
-        let mut total: Option<Published> = None;
-        loop {
-            let from = self.checkpoint(slot).map_err(|source| SlotError::Log { slot, source })?;
-            let copy = self.fetch(slot, from, until)?;
-            let (batch, _) = Batch::from_copy(&copy);
-            if batch.is_empty() {
-                return Ok(total.unwrap_or(Published { from, upto: from, ..Published::default() }));
-            }
-            let step = match self.publish_batch(&batch, host).0 {
-                Ok(p) => p,
-                // Another publication of the slot (shutdown's) moved the checkpoint: again.
-                Err(SlotError::Stale { .. }) => continue,
-                Err(SlotError::Rejected { slot, lsn, why, published }) => {
-                    let published = merge(total, published);
-                    return Err(SlotError::Rejected { slot, lsn, why, published });
-                }
-                Err(e) => return Err(e),
-            };
-            total = Some(merge(total, step));
-        }
     }
 
     fn count(&self, p: &Published) {
@@ -250,20 +232,6 @@ impl Node {
     /// to the end of the process).
     pub fn freeze(&self) -> MutexGuard<'_, PublicArea> {
         self.area.lock()
-    }
-}
-
-fn merge(total: Option<Published>, step: Published) -> Published {
-    match total {
-        None => step,
-        Some(mut t) => {
-            t.upto = step.upto;
-            t.entries += step.entries;
-            t.touched.extend(step.touched);
-            t.touched.sort_unstable();
-            t.touched.dedup();
-            t
-        }
     }
 }
 
@@ -303,7 +271,12 @@ mod tests {
         let host = HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100));
         let first = log.append(0, 0, create(2, b"honest", b"data").payload()).unwrap();
         let copy = node.fetch(0, 0, first.end).unwrap();
-        assert_eq!(node.counters.fetched.load(Ordering::Relaxed), first.end);
+        let header = linefs_pm::oplog::ENTRY_HEADER;
+        assert_eq!(
+            node.counters.fetched.load(Ordering::Relaxed),
+            first.end + header,
+            "the entry and its header peeked"
+        );
         let (batch, _) = Batch::from_copy(&copy);
         // The client rewrites the entry after the fetch: another inode, another name, a
         // valid checksum. The copy is what gets published.

@@ -22,6 +22,8 @@ pub struct Status {
     /// The mode (normal / isolated) and the kworker.
     pub host: crate::hostlink::HostStatus,
     pub counters: CounterStatus,
+    /// The pipeline's stages: queue lengths, threads, work done.
+    pub stages: Vec<crate::stage::StageStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -83,6 +85,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
             rejections: c.rejections.load(Ordering::Relaxed),
             bytes_fetched: c.fetched.load(Ordering::Relaxed),
         },
+        stages: ctx.pipeline.stages(),
     }
 }
 

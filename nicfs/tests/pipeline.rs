@@ -49,8 +49,9 @@ fn publication_copies_file_data_through_the_kworker() {
     assert!(host["bytes_by_kworker"].as_u64().unwrap() >= 100_000 + 11, "{st}");
     assert_eq!(host["bytes_by_nicfs"], 0, "{st}");
     assert_eq!(host["lists_by_nicfs"], 0, "{st}");
-    // The chunk crossed into nicfs once: what the log holds, no more.
-    assert_eq!(st["counters"]["bytes_fetched"], c.tail, "{st}");
+    // The chunk crossed into nicfs once: what the log holds, plus each entry's header read
+    // once more to find where the chunk ends.
+    assert_eq!(st["counters"]["bytes_fetched"], c.tail + 3 * linefs_pm::oplog::ENTRY_HEADER, "{st}");
     // kworker's own log shows the list it executed.
     let log = wait_for("kworker's log line", || {
         let log = std::fs::read_to_string(&klog).unwrap();
@@ -80,4 +81,115 @@ fn an_isolated_node_copies_file_data_itself() {
     let st = d.wait_status("nicfs's copies", |s| s["host"]["lists_by_nicfs"].as_u64() > Some(0));
     assert!(st["host"]["bytes_by_nicfs"].as_u64().unwrap() >= 50_000, "{st}");
     assert_eq!(st["host"]["bytes_by_kworker"], 0, "{st}");
+}
+
+/// The stage named `name` in a status.
+fn stage<'a>(st: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    st["stages"].as_array().unwrap().iter().find(|s| s["stage"] == name).unwrap()
+}
+
+#[test]
+fn a_session_s_chunks_are_published_in_log_order() {
+    // Small chunks: one ChunkReady covers many, checked in parallel, published in order.
+    let d = Daemon::start_with(1, &["--chunk-bytes", "16384"]);
+    let mut c = Client::attach(&d.socket);
+    let mut files = Vec::new();
+    for i in 0..40u64 {
+        let data = pattern(6000 + i as usize * 100, i as u32);
+        c.append(&create_file(2 + i, format!("f{i}").as_bytes(), &data));
+        files.push(data);
+    }
+    // Every file but the first is rewritten by a later entry: order matters.
+    for i in 1..40u64 {
+        let mut b = EntryBuilder::new();
+        b.write(2 + i, 10, &pattern(500, 1000 + i as u32));
+        c.append(&b);
+        files[i as usize][10..510].copy_from_slice(&pattern(500, 1000 + i as u32));
+    }
+    c.chunk_ready();
+    let mut last = 0;
+    let mut notices = 0;
+    while last < c.tail {
+        let p = expect_published(&c);
+        assert!(p.published_lsn > last, "published LSNs only grow: {} after {last}", p.published_lsn);
+        last = p.published_lsn;
+        notices += 1;
+    }
+    assert!(notices > 10, "one notice per chunk: {notices}");
+    let public = c.public();
+    for (i, data) in files.iter().enumerate() {
+        assert_eq!(read_file(&public, 2 + i as u64, data.len()), *data, "file {i}");
+    }
+    let st = d.wait_status("the stages' work", |s| stage(s, "publish")["handled"].as_u64() >= Some(notices));
+    assert_eq!(stage(&st, "validate")["handled"], stage(&st, "publish")["handled"], "{st}");
+}
+
+/// Appends `n` files of a block and a half each (inodes from `first`): two copy-list
+/// entries per file (the data, then the zero fill of the second block).
+fn many_files(c: &mut Client, first: u64, n: u64) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let data = pattern(6000, (first + i) as u32);
+            c.append(&create_file(first + i, format!("f{}", first + i).as_bytes(), &data));
+            data
+        })
+        .collect()
+}
+
+fn check_files(c: &Client, first: u64, files: &[Vec<u8>]) {
+    let public = c.public();
+    for (i, data) in files.iter().enumerate() {
+        assert_eq!(read_file(&public, first + i as u64, data.len()), *data, "inode {}", first + i as u64);
+    }
+}
+
+#[test]
+fn a_kworker_killed_in_the_middle_of_a_list_has_nicfs_redo_it() {
+    let d = Daemon::start(1);
+    let klog = d.dir.path().join("kworker.log");
+    // 150 ms before each entry: the list of 24 entries takes seconds.
+    let mut k = spawn_kworker_logged(&d.node, &d.socket, Some(150), Some(&klog));
+    wait_mode(&d, "normal");
+    let mut c = Client::attach(&d.socket);
+    let files = many_files(&mut c, 2, 12);
+    c.chunk_ready();
+    d.wait_status("the list at the kworker", |s| s["host"]["lists_in_flight"] == 1);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    signal(&k, libc::SIGKILL);
+    let _ = k.wait();
+    // nicfs redoes the whole list itself; the chunk is published once, completely.
+    assert_eq!(expect_published(&c).published_lsn, c.tail);
+    check_files(&c, 2, &files);
+    let st = d.wait_status("the redone list", |s| s["host"]["lists_redone"] == 1);
+    assert_eq!(st["host"]["lists_by_kworker"], 0, "{st}");
+    assert_eq!(st["host"]["mode"], "isolated", "{st}");
+    assert!(st["host"]["bytes_by_nicfs"].as_u64().unwrap() >= 12 * 6000, "{st}");
+    assert!(!std::fs::read_to_string(&klog).unwrap().contains("copy list done"), "the kworker finished nothing");
+}
+
+#[test]
+fn a_client_is_fetched_and_checked_while_another_s_chunk_is_published() {
+    let d = Daemon::start(2);
+    let mut k = spawn_kworker(&d.node, &d.socket, Some(150));
+    wait_mode(&d, "normal");
+    let mut a = Client::attach(&d.socket);
+    let mut b = Client::attach(&d.socket);
+    let fa = many_files(&mut a, 2, 12);
+    let fb = many_files(&mut b, 100, 12);
+    a.chunk_ready();
+    // A's copy list is at the (slow) kworker, under the public area's lock.
+    d.wait_status("A's list at the kworker", |s| s["host"]["lists_in_flight"] == 1);
+    b.chunk_ready();
+    // B's chunk is fetched and checked meanwhile, and waits for the public area.
+    let st = d.wait_status("B checked while A publishes", |s| stage(s, "validate")["handled"] == 2);
+    assert_eq!(stage(&st, "publish")["handled"], 0, "A is still being published: {st}");
+    assert_eq!(stage(&st, "fetch")["handled"], 2, "{st}");
+    assert_eq!(expect_published(&a).published_lsn, a.tail);
+    assert_eq!(expect_published(&b).published_lsn, b.tail);
+    check_files(&a, 2, &fa);
+    check_files(&b, 100, &fb);
+    let st = d.wait_status("both published", |s| stage(s, "publish")["handled"] == 2);
+    assert_eq!(st["host"]["lists_by_kworker"], 2, "{st}");
+    let _ = k.kill();
+    let _ = k.wait();
 }

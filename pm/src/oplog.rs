@@ -284,51 +284,43 @@ impl LogSlot {
 
     /// Copies committed entries out of the log into memory, as a publisher that must not
     /// read the log again (nicfs) does: the whole entries from `from` that start before
-    /// `until`, until they span `max_bytes` (at least one entry, however long). Only the
-    /// entry headers are looked at here, to find where whole entries end; nothing is
+    /// `until`, until they span `max_bytes` (at least one entry, however long). A pad at the
+    /// end of the ring goes with the entry after it, so that a copy never ends with one (the
+    /// next copy starts where publishing this one leaves the checkpoint). Only the entry
+    /// headers are looked at, read one by one to find where the copy ends; nothing is
     /// checked — [`LogCopy::scan_with`] does that on the copy. Returns the copy and the
-    /// bytes read from the log (a little more than the copy when the window read ended in
-    /// the middle of an entry).
+    /// bytes read from the log (the headers looked at, then the copy).
     pub fn fetch(&self, from: u64, until: u64, max_bytes: u64) -> Result<(LogCopy, u64), FormatError> {
-        let mut copy =
-            LogCopy { slot: self.slot, from, bytes: Vec::new(), ring_off: self.ring_off, ring_bytes: self.ring_bytes };
-        let want = until.saturating_sub(from).min(max_bytes).min(self.ring_bytes);
-        let mut read = 0;
-        if want < ENTRY_HEADER {
-            return Ok((copy, read));
-        }
-        self.read_lsns(from, want, &mut copy.bytes)?;
-        read += want;
         let mut lsn = from;
-        loop {
-            let at = (lsn - from) as usize;
-            let Some(h) = copy.bytes.get(at..at + ENTRY_HEADER as usize) else { break };
-            let total = le32(h, entry_off::TOTAL_LEN) as u64;
-            let room = self.ring_bytes - lsn % self.ring_bytes;
+        let mut read = 0;
+        let mut after_pad = false;
+        let mut entries = 0;
+        while lsn < until && lsn - from < self.ring_bytes {
+            if !after_pad && entries > 0 && lsn - from >= max_bytes {
+                break;
+            }
+            let pos = lsn % self.ring_bytes;
+            let mut h = [0u8; ENTRY_HEADER as usize];
+            self.region.read(self.ring_off + pos, &mut h)?;
+            read += ENTRY_HEADER;
+            let total = le32(&h, entry_off::TOTAL_LEN) as u64;
             if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC
-                || le64(h, entry_off::LSN) != lsn
+                || le64(&h, entry_off::LSN) != lsn
                 || total < ENTRY_ALIGN
                 || !total.is_multiple_of(ENTRY_ALIGN)
-                || total > room
+                || total > self.ring_bytes - pos
+                || lsn + total - from > self.ring_bytes
             {
                 break;
             }
-            let have = from + copy.bytes.len() as u64;
-            if lsn + total > have {
-                // Only the first entry may outgrow the window: read the rest of it.
-                if lsn != from || lsn + total > until || total > self.ring_bytes {
-                    break;
-                }
-                self.read_lsns(have, lsn + total - have, &mut copy.bytes)?;
-                read += lsn + total - have;
-            }
+            after_pad = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]) == KIND_PAD;
+            entries += u64::from(!after_pad);
             lsn += total;
-            if lsn >= until || lsn - from >= max_bytes {
-                break;
-            }
         }
-        copy.bytes.truncate((lsn - from) as usize);
-        Ok((copy, read))
+        let mut bytes = Vec::new();
+        self.read_lsns(from, lsn - from, &mut bytes)?;
+        read += lsn - from;
+        Ok((LogCopy { slot: self.slot, from, bytes, ring_off: self.ring_off, ring_bytes: self.ring_bytes }, read))
     }
 
     /// Appends the log bytes of LSNs `[lsn, lsn + len)` (at most a ring) to `out`.
@@ -588,21 +580,22 @@ mod tests {
         let s = slot();
         let mut tail = 0;
         let all = fill(&s, &mut tail, 0, &[100, 5000, 300, 20_000, 64]);
-        // Everything: the copy ends where the log does, and scans to the same entries.
+        let headers = |n: u64| n * ENTRY_HEADER;
+        // Everything: the copy ends where the log does, and scans to the same entries (the
+        // headers were read once more, to find the end, and the one after the last).
         let (copy, read) = s.fetch(0, tail, u64::MAX).unwrap();
-        assert_eq!((copy.from, copy.end(), read), (0, tail, tail));
+        assert_eq!((copy.from, copy.end(), read), (0, tail, tail + headers(5)));
         let (got, scan) = scanned(&copy);
         assert_eq!(got, all);
         assert_eq!((scan.end, scan.stop), (tail, ScanStop::Limit));
-        // A window ending inside an entry: the copy stops before it (what was read of it is
-        // counted), and the next fetch starts there.
+        // A budget ending inside an entry: the copy takes that entry whole and stops.
         let (copy, read) = s.fetch(0, tail, all[1].0.end + 10).unwrap();
-        assert_eq!((copy.end(), read), (all[1].0.end, all[1].0.end + 10));
-        assert_eq!(scanned(&copy).0, all[..2].to_vec());
-        // A first entry longer than the window is fetched whole.
+        assert_eq!((copy.end(), read), (all[2].0.end, all[2].0.end + headers(3)));
+        assert_eq!(scanned(&copy).0, all[..3].to_vec());
+        // A first entry longer than the budget is fetched whole.
         let (copy, read) = s.fetch(all[3].0.lsn, tail, 1000).unwrap();
         assert_eq!((copy.from, copy.end()), (all[3].0.lsn, all[3].0.end));
-        assert_eq!(read, all[3].0.end - all[3].0.lsn);
+        assert_eq!(read, all[3].0.end - all[3].0.lsn + headers(1));
         assert_eq!(scanned(&copy).0, vec![all[3].clone()]);
         // Only entries that start before `until`; nothing for an empty range.
         let (copy, _) = s.fetch(0, all[2].0.lsn, u64::MAX).unwrap();
@@ -620,11 +613,21 @@ mod tests {
         s.set_published_lsn(published).unwrap();
         let all = fill(&s, &mut tail, published, &[30_000, 30_000, 30_000]);
         assert!(all[2].0.lsn % s.ring_bytes() < all[0].0.lsn % s.ring_bytes(), "the log wrapped");
-        let (copy, read) = s.fetch(published, tail, u64::MAX).unwrap();
-        assert_eq!((copy.end(), read), (tail, tail - published));
+        let (copy, _) = s.fetch(published, tail, u64::MAX).unwrap();
+        assert_eq!(copy.end(), tail);
         let (got, scan) = scanned(&copy);
         assert_eq!(got, all);
         assert_eq!(scan.end, tail);
+        // A budget reached just after the pad at the end of the ring takes the entry after
+        // the pad too (a copy never ends with a pad); reached before the pad, it stops there.
+        let pad = all[2].0.lsn - (all[2].0.lsn % s.ring_bytes());
+        assert!(all[1].0.end < pad && pad == all[2].0.lsn, "entry 2 follows a pad");
+        let one = all[1].0.end - all[1].0.lsn;
+        let (cut, _) = s.fetch(all[1].0.lsn, tail, one + 1).unwrap();
+        assert_eq!(cut.end(), all[2].0.end);
+        assert_eq!(scanned(&cut).0, all[1..].to_vec());
+        let (cut, _) = s.fetch(all[1].0.lsn, tail, one).unwrap();
+        assert_eq!(cut.end(), all[1].0.end);
         // A byte changed in the copy: its scan stops at that entry (the log is not read).
         let mut bad = copy.clone();
         let at = (all[1].0.lsn - published) as usize + 100;

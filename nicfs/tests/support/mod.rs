@@ -86,19 +86,27 @@ pub struct Daemon {
     pub node: PathBuf,
     pub socket: PathBuf,
     pub status: PathBuf,
+    /// Extra arguments nicfs is started with.
+    pub args: Vec<String>,
     pub child: Option<Child>,
 }
 
 impl Daemon {
     /// A node with `slots` log slots, served by a new nicfs.
     pub fn start(slots: u32) -> Daemon {
+        Daemon::start_with(slots, &[])
+    }
+
+    /// [`Daemon::start`], nicfs given `args` too.
+    pub fn start_with(slots: u32, args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let node = dir.path().join("node0");
         let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: slots, inodes: 256 };
         linefs_pm::mkfs::format_dir(&node, &params).unwrap();
         let socket = dir.path().join("nicfs.sock");
         let status = dir.path().join("status.json");
-        let mut d = Daemon { dir, node, socket, status, child: None };
+        let mut d =
+            Daemon { dir, node, socket, status, args: args.iter().map(|a| a.to_string()).collect(), child: None };
         d.child = Some(d.spawn(&d.socket.clone()));
         let child = d.child.as_mut().unwrap();
         wait_for("the socket and status file", || {
@@ -119,6 +127,7 @@ impl Daemon {
             .arg(socket)
             .arg("--status-file")
             .arg(&self.status)
+            .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
