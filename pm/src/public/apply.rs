@@ -40,17 +40,7 @@ impl PublicArea {
 
     /// Apply one record, its file data moved by `mover`. With a deferred mover the caller
     /// calls [`PublicArea::settle`] with the same mover before it fences and checkpoints.
-    /// A record that frees or remaps the blocks of a file with pending links settles first,
-    /// so that it sees (and frees) them.
     pub fn apply_with(&mut self, rec: &Record, mover: &mut dyn DataMover) -> Result<()> {
-        let remaps = match rec {
-            Record::Inode { fresh: true, img } => Some(img.ino),
-            Record::Truncate { ino, .. } | Record::Punch { ino, .. } | Record::FreeInode { ino } => Some(*ino),
-            _ => None,
-        };
-        if remaps.is_some_and(|ino| self.has_pending_links(ino)) {
-            self.settle(mover)?;
-        }
         let applied = match rec {
             Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
             Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),

@@ -216,11 +216,6 @@ impl PublicArea {
         self.lookup(inode, idx)
     }
 
-    /// Whether `ino` has data blocks waiting for [`PublicArea::settle`].
-    pub(super) fn has_pending_links(&self, ino: u64) -> bool {
-        self.pending_links.contains_key(&ino)
-    }
-
     /// Link freshly filled data blocks `(file block, block)` into `inode`. Their contents
     /// must be durable before any pointer to them is: with a direct mover they were stored
     /// and persisted already, so one fence and the pointers follow; with a deferred one they
@@ -248,8 +243,9 @@ impl PublicArea {
 
     /// Executes what `mover` recorded (durable when its flush returns), then persists the
     /// pending links — the pointers to the blocks those moves filled, and the inodes that
-    /// hold them. A publisher with a deferred mover calls this before its checkpoint (and
-    /// the area calls it before a record that frees or remaps a file with pending links).
+    /// hold them. A publisher with a deferred mover calls this before its checkpoint. (A
+    /// record that frees blocks of a file with pending links drops those links and frees
+    /// their blocks: see `free_range`.)
     /// With a direct mover there is never anything pending, and this is a fence. On an
     /// error nothing pending is linked: see [`PublicArea::abandon_pending`].
     pub fn settle(&mut self, mover: &mut dyn DataMover) -> Result<()> {
@@ -340,6 +336,21 @@ impl PublicArea {
     /// freed too.
     pub(super) fn free_range(&mut self, inode: &mut PmInode, from: u64, to: u64) -> Result<()> {
         let ino = inode.img.ino;
+        // Pending links in the range are dropped: nothing persisted points to their blocks,
+        // and the moves recorded for them may still run, so they are freed like any block
+        // (reusable after the checkpoint, once those moves are over).
+        if let Some(links) = self.pending_links.get_mut(&ino) {
+            let gone: Vec<(u64, u64)> = links.range(from..to).map(|(i, b)| (*i, *b)).collect();
+            for (idx, _) in &gone {
+                links.remove(idx);
+            }
+            if links.is_empty() {
+                self.pending_links.remove(&ino);
+            }
+            for (_, b) in gone {
+                self.free_block(ino, b, true);
+            }
+        }
         for r in 0..NROOTS {
             let p = inode.roots[r];
             if p == 0 {
