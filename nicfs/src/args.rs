@@ -29,6 +29,9 @@ pub struct Args {
     /// (LineFS's chunk). Smaller chunks pipeline a log in more, smaller steps.
     #[arg(long, default_value_t = crate::node::CHUNK_BYTES, value_parser = clap::value_parser!(u64).range(4096..))]
     pub chunk_bytes: u64,
+    /// Publish every record as logged: no coalescing stage.
+    #[arg(long)]
+    pub no_coalesce: bool,
 }
 
 /// CPU numbers, sorted, without duplicates. (A newtype: clap reads `Option<Vec<_>>` as a

@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<(), String> {
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
     let ctx = Arc::new(Ctx {
-        pipeline: Pipeline::start(node.clone(), host.clone()),
+        pipeline: Pipeline::start(node.clone(), host.clone(), !args.no_coalesce),
         node,
         sessions: Arc::new(Sessions::default()),
         host,

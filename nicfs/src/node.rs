@@ -19,6 +19,7 @@
 
 use crate::copylist;
 use crate::hostlink::{Copied, HostLink};
+use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
 use linefs_pm::oplog::{LogCopy, LogSlot};
@@ -58,6 +59,11 @@ pub struct Counters {
     pub rejections: AtomicU64,
     /// Bytes copied out of clients' log files into nicfs's memory.
     pub fetched: AtomicU64,
+    /// What coalescing left out: WRITE bytes not copied, blocks not allocated, records
+    /// dropped whole.
+    pub saved_bytes: AtomicU64,
+    pub saved_blocks: AtomicU64,
+    pub saved_records: AtomicU64,
 }
 
 /// A claimed slot: released (lock dropped, slot free again) by [`Node::release`].
@@ -190,15 +196,21 @@ impl Node {
         Ok(copy)
     }
 
-    /// Publishes `batch` (decoded from a fetched copy) as one batch, its file data copied
-    /// through `host`; returns what was published and what the copies took.
-    pub fn publish_batch(&self, batch: &Batch, host: &HostLink) -> (Result<Published, SlotError>, Copied) {
+    /// Publishes `batch` (decoded from a fetched copy) as one batch — as `plan` coalesced it,
+    /// if given — its file data copied through `host`; returns what was published and what
+    /// the copies took.
+    pub fn publish_batch(
+        &self,
+        batch: &Batch,
+        plan: Option<&Plan>,
+        host: &HostLink,
+    ) -> (Result<Published, SlotError>, Copied) {
         let log = &self.logs[batch.slot as usize];
         let mut copied = Copied::default();
         let r = {
             let mut area = self.area.lock();
             let mut mover = copylist::mover(host, batch.slot, log.region().len(), &mut copied);
-            publish_batch(&mut area, log, batch, &mut mover)
+            publish_batch(&mut area, log, batch, plan, &mut mover)
         };
         match &r {
             Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.count(p),
@@ -208,8 +220,12 @@ impl Node {
     }
 
     fn count(&self, p: &Published) {
-        self.counters.entries.fetch_add(p.entries, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(p.upto - p.from, Ordering::Relaxed);
+        let c = &self.counters;
+        c.entries.fetch_add(p.entries, Ordering::Relaxed);
+        c.bytes.fetch_add(p.upto - p.from, Ordering::Relaxed);
+        c.saved_bytes.fetch_add(p.saved.data_bytes, Ordering::Relaxed);
+        c.saved_blocks.fetch_add(p.saved.blocks, Ordering::Relaxed);
+        c.saved_records.fetch_add(p.saved.records, Ordering::Relaxed);
     }
 
     /// Drops the unpublished suffix of `slot` — entries that were refused and those after
@@ -281,7 +297,7 @@ mod tests {
         // The client rewrites the entry after the fetch: another inode, another name, a
         // valid checksum. The copy is what gets published.
         log.append(0, 0, create(3, b"sneaky", b"data").payload()).unwrap();
-        let (r, copied) = node.publish_batch(&batch, &host);
+        let (r, copied) = node.publish_batch(&batch, None, &host);
         let p = r.unwrap();
         assert_eq!((p.upto, p.entries), (first.end, 1));
         assert_eq!(copied.by_nicfs, 1, "isolated: nicfs copied the data itself");

@@ -1,4 +1,5 @@
-//! The publishing pipeline (LineFS §3.3.1): **fetch → validate → publish**, each stage a
+//! The publishing pipeline (LineFS §3.3.1): **fetch → validate → coalesce → publish**,
+//! each stage a
 //! queue and an elastic pool of threads ([`crate::stage`]) shared by every session, and
 //! the **acknowledgment** done by each session's sequencer ([`crate::publisher`]), which
 //! also decides what to fetch.
@@ -11,6 +12,12 @@
 //! * **validate**: scans each chunk *on the copy* (checksums, LSNs, lengths) and decodes its
 //!   records (pm's [`Batch::from_copy`]); nothing is read from the client's log after this.
 //!   Chunks of every session, including several of one session, are checked in parallel.
+//! * **coalesce**: works out what of the chunk a later record of the same chunk overwrites
+//!   (pm's [`coalesce::plan`]: data overwritten, truncated or punched, files created and
+//!   freed, attributes set again) so that it is not copied or applied. A chunk is
+//!   published and checkpointed as one batch, so only its end state is ever seen. The plan
+//!   assumes every entry is valid; if publication refuses one, pm plans the valid prefix
+//!   again.
 //! * **publish**: restores each session's chunk order (a chunk waits until the one before
 //!   it is published), then publishes the chunk as one batch
 //!   ([`Node::publish_batch`](crate::node::Node::publish_batch)): validation against the
@@ -32,6 +39,7 @@ use crate::hostlink::{Copied, HostLink};
 use crate::node::Node;
 use crate::session::Session;
 use crate::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
+use linefs_pm::coalesce::{self, Plan};
 use linefs_pm::oplog::LogCopy;
 use linefs_pm::publish::{Batch, Published, SlotError};
 use parking_lot::Mutex;
@@ -42,6 +50,7 @@ use std::sync::{Arc, Weak};
 /// area's mutex anyway), and how many extra threads the stages may add together.
 pub const FETCH_THREADS: (usize, usize) = (1, 4);
 pub const VALIDATE_THREADS: (usize, usize) = (1, 4);
+pub const COALESCE_THREADS: (usize, usize) = (1, 4);
 pub const PUBLISH_THREADS: (usize, usize) = (1, 1);
 pub const EXTRA_THREADS: usize = 8;
 
@@ -87,12 +96,13 @@ struct Fetched {
     copy: LogCopy,
 }
 
-/// A chunk checked and decoded, to be published.
+/// A chunk checked and decoded (and coalesced, once `plan` is set), to be published.
 struct Checked {
     flow: Arc<Flow>,
     seq: u64,
     end: u64,
     batch: Batch,
+    plan: Option<Plan>,
 }
 
 /// Per session: which chunk is published next, and the ones that arrived early.
@@ -109,23 +119,28 @@ pub struct Pipeline {
     host: Arc<HostLink>,
     fetch: Stage<FetchReq>,
     validate: Stage<Fetched>,
+    coalesce: Option<Stage<Checked>>,
     publish: Stage<Checked>,
     order: Mutex<HashMap<u64, Order>>,
 }
 
 impl Pipeline {
-    /// Starts the stages' threads and the tuner that grows them.
-    pub fn start(node: Arc<Node>, host: Arc<HostLink>) -> Arc<Pipeline> {
+    /// Starts the stages' threads and the tuner that grows them; without `coalesce`, chunks
+    /// go from validation straight to publication.
+    pub fn start(node: Arc<Node>, host: Arc<HostLink>, coalesce: bool) -> Arc<Pipeline> {
         let budget = Budget::new(EXTRA_THREADS);
         let p = Arc::new_cyclic(|me: &Weak<Pipeline>| {
             let (fmin, fmax) = FETCH_THREADS;
             let (vmin, vmax) = VALIDATE_THREADS;
+            let (cmin, cmax) = COALESCE_THREADS;
             let (pmin, pmax) = PUBLISH_THREADS;
             Pipeline {
                 node,
                 host,
                 fetch: Stage::new("fetch", fmin, fmax, budget.clone(), on(me, Pipeline::do_fetch)),
                 validate: Stage::new("validate", vmin, vmax, budget.clone(), on(me, Pipeline::do_validate)),
+                coalesce: coalesce
+                    .then(|| Stage::new("coalesce", cmin, cmax, budget.clone(), on(me, Pipeline::do_coalesce))),
                 publish: Stage::new("publish", pmin, pmax, budget.clone(), on(me, Pipeline::do_publish)),
                 order: Mutex::new(HashMap::new()),
             }
@@ -136,6 +151,9 @@ impl Pipeline {
             let Some(p) = me.upgrade() else { break };
             p.fetch.tune();
             p.validate.tune();
+            if let Some(c) = &p.coalesce {
+                c.tune();
+            }
             p.publish.tune();
         });
         if let Err(e) = tuner {
@@ -155,7 +173,10 @@ impl Pipeline {
     }
 
     pub fn stages(&self) -> Vec<StageStatus> {
-        vec![self.fetch.status(), self.validate.status(), self.publish.status()]
+        let mut v = vec![self.fetch.status(), self.validate.status()];
+        v.extend(self.coalesce.as_ref().map(Stage::status));
+        v.push(self.publish.status());
+        v
     }
 
     fn do_fetch(&self, req: FetchReq) {
@@ -184,7 +205,18 @@ impl Pipeline {
         if batch.end() < f.copy.end() && batch.malformed.is_none() {
             tracing::warn!(slot = f.copy.slot, lsn = batch.end(), ?stop, "chunk ends short of what was fetched");
         }
-        self.publish.submit(Checked { flow: f.flow, seq: f.seq, end: f.copy.end(), batch });
+        let checked = Checked { flow: f.flow, seq: f.seq, end: f.copy.end(), batch, plan: None };
+        match &self.coalesce {
+            Some(c) => c.submit(checked),
+            None => self.publish.submit(checked),
+        }
+    }
+
+    fn do_coalesce(&self, mut c: Checked) {
+        if !c.batch.entries.is_empty() {
+            c.plan = Some(coalesce::plan(c.batch.entries.iter().map(|(_, r)| &r[..])));
+        }
+        self.publish.submit(c);
     }
 
     /// Publishes the session's chunks in order: `c` waits if an earlier chunk has not been
@@ -229,7 +261,7 @@ impl Pipeline {
             flow.tell(Event::Published { seq: c.seq, end: c.end, result: Ok(nothing), copied: Copied::default() });
             return;
         }
-        match self.node.publish_batch(&c.batch, &self.host) {
+        match self.node.publish_batch(&c.batch, c.plan.as_ref(), &self.host) {
             (Err(SlotError::Stale { from, checkpoint, .. }), _) => {
                 tracing::debug!(seq = c.seq, from, checkpoint, "stale chunk dropped");
                 flow.tell(Event::Dropped { seq: c.seq });
@@ -281,7 +313,7 @@ mod tests {
         }
         node.set_chunk_bytes(64);
         let host = Arc::new(HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100)));
-        let p = Pipeline::start(node.clone(), host);
+        let p = Pipeline::start(node.clone(), host, true);
         let (control, _peer) = UnixStream::pair().unwrap();
         let (jobs, _) = crossbeam_channel::unbounded();
         let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
@@ -294,7 +326,7 @@ mod tests {
             let copy = node.fetch(0, at, tail).unwrap();
             at = copy.end();
             let (batch, _) = Batch::from_copy(&copy);
-            chunks.push(Checked { flow: flow.clone(), seq: chunks.len() as u64, end: at, batch });
+            chunks.push(Checked { flow: flow.clone(), seq: chunks.len() as u64, end: at, batch, plan: None });
         }
         assert_eq!(chunks.len(), 3);
         (dir, p, flow, events, chunks)
@@ -329,7 +361,7 @@ mod tests {
         let mut chunks = chunks.into_iter();
         let (c0, c1, c2) = (chunks.next().unwrap(), chunks.next().unwrap(), chunks.next().unwrap());
         // Chunk 1 again after it was published: it no longer starts at the checkpoint.
-        let again = Checked { flow: c1.flow.clone(), seq: 2, end: c1.end, batch: c1.batch.clone() };
+        let again = Checked { flow: c1.flow.clone(), seq: 2, end: c1.end, batch: c1.batch.clone(), plan: None };
         p.do_publish(c0);
         p.do_publish(c1);
         p.do_publish(again);

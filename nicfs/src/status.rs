@@ -49,6 +49,11 @@ pub struct CounterStatus {
     pub rejections: u64,
     /// Bytes copied out of clients' log files into nicfs (the PCIe crossing).
     pub bytes_fetched: u64,
+    /// WRITE bytes coalescing kept from being copied, blocks it kept from being
+    /// allocated, records it dropped.
+    pub bytes_saved_by_coalescing: u64,
+    pub blocks_saved_by_coalescing: u64,
+    pub records_dropped_by_coalescing: u64,
 }
 
 /// The daemon's state now.
@@ -84,6 +89,9 @@ pub fn snapshot(ctx: &Ctx) -> Status {
             chunks: c.chunks.load(Ordering::Relaxed),
             rejections: c.rejections.load(Ordering::Relaxed),
             bytes_fetched: c.fetched.load(Ordering::Relaxed),
+            bytes_saved_by_coalescing: c.saved_bytes.load(Ordering::Relaxed),
+            blocks_saved_by_coalescing: c.saved_blocks.load(Ordering::Relaxed),
+            records_dropped_by_coalescing: c.saved_records.load(Ordering::Relaxed),
         },
         stages: ctx.pipeline.stages(),
     }

@@ -193,3 +193,58 @@ fn a_client_is_fetched_and_checked_while_another_s_chunk_is_published() {
     let _ = k.kill();
     let _ = k.wait();
 }
+
+/// A client that rewrites the same 32 KiB 15 times, writes a scratch file it deletes, and
+/// truncates away most of another: run against a nicfs with or without coalescing.
+fn overwrite_heavy(args: &[&str]) -> (serde_json::Value, Vec<u8>) {
+    let d = Daemon::start_with(1, args);
+    let mut k = spawn_kworker(&d.node, &d.socket, None);
+    wait_mode(&d, "normal");
+    let mut c = Client::attach(&d.socket);
+    c.append(&create_file(2, b"hot", &pattern(32768, 0)));
+    for i in 1..16 {
+        let mut b = EntryBuilder::new();
+        b.write(2, 0, &pattern(32768, i));
+        c.append(&b);
+    }
+    c.append(&create_file(3, b"scratch", &pattern(100_000, 99)));
+    let mut b = EntryBuilder::new();
+    b.dirent(1, b"scratch", 0, 0);
+    b.free_inode(3);
+    c.append(&b);
+    c.append(&create_file(4, b"cut", &pattern(80_000, 7)));
+    let mut b = EntryBuilder::new();
+    b.truncate(4, 1000);
+    c.append(&b);
+    c.chunk_ready();
+    assert_eq!(expect_published(&c).published_lsn, c.tail);
+    let public = c.public();
+    assert_eq!(lookup(&public, b"scratch"), None);
+    assert_eq!(read_file(&public, 4, 1000), pattern(80_000, 7)[..1000]);
+    let hot = read_file(&public, 2, 32768);
+    let st = d.wait_status("the copies", |s| s["host"]["lists_by_kworker"] == 1);
+    let _ = k.kill();
+    let _ = k.wait();
+    (st, hot)
+}
+
+#[test]
+fn coalescing_copies_only_what_survives_the_chunk() {
+    let (st, hot) = overwrite_heavy(&[]);
+    assert_eq!(hot, pattern(32768, 15));
+    let saved = st["counters"]["bytes_saved_by_coalescing"].as_u64().unwrap();
+    // 15 overwritten versions, the scratch file, all but 1000 bytes of the cut one.
+    assert_eq!(saved, 15 * 32768 + 100_000 + 79_000, "{st}");
+    let (plain, hot) = overwrite_heavy(&["--no-coalesce"]);
+    assert_eq!(hot, pattern(32768, 15));
+    assert_eq!(plain["counters"]["bytes_saved_by_coalescing"], 0);
+    let copied = |s: &serde_json::Value| s["host"]["bytes_by_kworker"].as_u64().unwrap();
+    assert!(
+        copied(&st) + saved <= copied(&plain),
+        "coalesced {} + saved {saved} vs plain {}",
+        copied(&st),
+        copied(&plain)
+    );
+    assert!(stage(&st, "coalesce")["handled"] == 1, "{st}");
+    assert!(plain["stages"].as_array().unwrap().iter().all(|s| s["stage"] != "coalesce"), "{plain}");
+}

@@ -21,6 +21,7 @@
 //! then the checkpoint word is persisted and fenced, then blocks the batch freed become
 //! reusable.
 
+use crate::coalesce::{self, Plan, Saved};
 use crate::layout::FormatError;
 use crate::oplog::{EntryLoc, LogCopy, LogSlot, ScanStop};
 use crate::public::{DataMover, PublicArea, PublishError};
@@ -53,6 +54,8 @@ pub struct Published {
     pub entries: u64,
     /// Inodes the published records changed (sorted, no duplicates).
     pub touched: Vec<u64>,
+    /// What coalescing left out ([`publish_batch`] with a plan).
+    pub saved: Saved,
 }
 
 /// Why a slot's publication stopped short.
@@ -205,15 +208,18 @@ pub fn read_batch(log: &LogSlot, bounds: Bounds) -> Result<Batch, SlotError> {
 
 /// Publishes `batch` as one, its file data moved by `mover`: checks that it starts at the
 /// slot's checkpoint, validates every entry (each against the state the ones before it
-/// leave), applies the valid ones, settles the mover (its moves executed, then the pointers
-/// to the blocks they filled persisted), fences and durably advances the checkpoint past
-/// the last valid entry. A refused entry — invalid, or malformed — stops the batch there
-/// as [`publish_slot`] does ([`SlotError::Rejected`], with what was published). If applying
-/// or moving fails, nothing is checkpointed and the area forgets the batch's pending links.
+/// leave), applies the valid ones — as `plan` coalesced them, when given (a plan made for
+/// more entries than turn out valid is made again for the valid ones) — settles the mover
+/// (its moves executed, then the pointers to the blocks they filled persisted), fences and
+/// durably advances the checkpoint past the last valid entry. A refused entry — invalid,
+/// or malformed — stops the batch there as [`publish_slot`] does ([`SlotError::Rejected`],
+/// with what was published). If applying or moving fails, nothing is checkpointed and the
+/// area forgets the batch's pending links.
 pub fn publish_batch(
     area: &mut PublicArea,
     log: &LogSlot,
     batch: &Batch,
+    plan: Option<&Plan>,
     mover: &mut dyn DataMover,
 ) -> Result<Published, SlotError> {
     let slot = log.slot();
@@ -229,33 +235,61 @@ pub fn publish_batch(
     };
     let mut done = Published { from: batch.from, upto: batch.from, ..Published::default() };
     let accepted = &batch.entries[..valid];
-    let failed = |area: &mut PublicArea, lsn, source| {
-        area.abandon_pending();
-        SlotError::Failed { slot, lsn, source }
+    let Some((last, _)) = accepted.last() else {
+        return match rejected {
+            Some((lsn, why)) => Err(refused(slot, lsn, why, done)),
+            None => Ok(done),
+        };
     };
-    for (loc, records) in accepted {
-        for r in records {
-            if let Err(e) = area.apply_with(r, mover) {
-                return Err(failed(area, loc.lsn, e));
+    let failed = |area: &mut PublicArea, source| {
+        area.abandon_pending();
+        SlotError::Failed { slot, lsn: last.lsn, source }
+    };
+    let replanned;
+    match plan {
+        Some(p) => {
+            let p = if p.entries == valid {
+                p
+            } else {
+                replanned = coalesce::plan(accepted.iter().map(|(_, r)| &r[..]));
+                &replanned
+            };
+            for step in &p.steps {
+                if let Err(e) = area.apply_step(step, mover) {
+                    return Err(failed(area, e));
+                }
             }
-            done.touched.push(r.target());
+            done.saved = p.saved;
+        }
+        None => {
+            for (loc, records) in accepted {
+                for r in records {
+                    if let Err(e) = area.apply_with(r, mover) {
+                        area.abandon_pending();
+                        return Err(SlotError::Failed { slot, lsn: loc.lsn, source: e });
+                    }
+                }
+            }
         }
     }
-    if let Some((last, _)) = accepted.last() {
-        if let Err(e) = area.settle(mover) {
-            return Err(failed(area, last.lsn, e));
-        }
-        area.fence();
-        log.set_published_lsn(last.end).map_err(log_err)?;
-        area.checkpoint_done();
-        done.upto = last.end;
-        done.entries = valid as u64;
+    if let Err(e) = area.settle(mover) {
+        return Err(failed(area, e));
     }
+    area.fence();
+    log.set_published_lsn(last.end).map_err(log_err)?;
+    area.checkpoint_done();
+    done.upto = last.end;
+    done.entries = valid as u64;
+    done.touched = accepted.iter().flat_map(|(_, r)| r.iter().map(Record::target)).collect();
     done.touched.sort_unstable();
     done.touched.dedup();
-    if let Some((lsn, why)) = rejected {
-        tracing::error!(slot, lsn, %why, "log entry refused; it and what follows stay unpublished");
-        return Err(SlotError::Rejected { slot, lsn, why, published: done });
+    match rejected {
+        Some((lsn, why)) => Err(refused(slot, lsn, why, done)),
+        None => Ok(done),
     }
-    Ok(done)
+}
+
+fn refused(slot: u32, lsn: u64, why: String, published: Published) -> SlotError {
+    tracing::error!(slot, lsn, %why, "log entry refused; it and what follows stay unpublished");
+    SlotError::Rejected { slot, lsn, why, published }
 }

@@ -2,8 +2,8 @@
 //! and with a *deferred* one (file data recorded as moves and executed at the end of the
 //! batch, as nicfs has kworker do it): every state a power loss can leave while a batch of
 //! committed entries is published recovers to the state after the whole batch (recovery
-//! replays the committed suffix after the checkpoint). And without a crash the deferred
-//! publisher leaves the direct one's public area. Random valid workloads; the first
+//! replays the committed suffix after the checkpoint), also when the batch was coalesced.
+//! And without a crash the deferred publisher leaves the direct one's public area. Random valid workloads; the first
 //! half is published before the recorded batch, so that the batch also changes files that
 //! exist before it, in a node whose free blocks hold garbage (a block linked before its
 //! contents are durable shows it).
@@ -21,13 +21,25 @@ use linefs_pm::PmRegion;
 use proptest::prelude::*;
 use std::sync::Arc;
 
+/// How the batch under test is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// publish_slot, data moved at once (libfs, recovery).
+    Direct,
+    /// publish_batch, data moves executed at the end of the batch (nicfs).
+    Deferred,
+    /// The same, coalesced.
+    Coalesced,
+}
+
 /// Publishes every committed entry of `log` in one batch ([`publish_batch`]), file data
 /// through a collector whose moves are executed in process at the end of the batch.
-fn publish_deferred(area: &mut PublicArea, log: &LogSlot, public: &Arc<PmRegion>) -> MoveStats {
+fn publish_deferred(area: &mut PublicArea, log: &LogSlot, public: &Arc<PmRegion>, coalesce: bool) -> MoveStats {
     let batch = read_batch(log, Bounds::until(u64::MAX)).unwrap();
+    let plan = coalesce.then(|| linefs_pm::coalesce::plan(batch.entries.iter().map(|(_, r)| &r[..])));
     let logr = log.region().clone();
     let mut mover = Collector::new(logr.len(), |m: &[_]| execute_moves(m, &logr, public));
-    let p = publish_batch(area, log, &batch, &mut mover).unwrap();
+    let p = publish_batch(area, log, &batch, plan.as_ref(), &mut mover).unwrap();
     assert_eq!((p.upto, p.entries), (batch.end(), batch.entries.len() as u64));
     mover.stats()
 }
@@ -51,13 +63,13 @@ fn direct_snapshot(raw: &[RawOp]) -> Snapshot {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn deferred_publication_leaves_the_direct_publisher_s_public_area(raw in raw_ops(40)) {
         let (node, w) = node_with(&raw);
         let (mut area, _) = PublicArea::load(node.public.clone(), node.geometry).unwrap();
-        publish_deferred(&mut area, &w.log, &node.public);
+        publish_deferred(&mut area, &w.log, &node.public, false);
         prop_assert_eq!(snapshot(area.reader()), direct_snapshot(&raw));
         // What the area remembers (free blocks) is what a reload finds.
         let free = area.free_blocks();
@@ -69,7 +81,7 @@ proptest! {
 /// Every crash image of every crash point of a publication recovers to the published state.
 /// The first half of the entries is published beforehand (so that the recorded batch also
 /// changes files that exist before it), the rest is the batch under test.
-fn crash_check(raw: &[RawOp], deferred: bool) -> usize {
+fn crash_check(raw: &[RawOp], how: How) -> usize {
     let (node, geo) = traced_node();
     let mut w = Writer::new(&node, &geo, 0);
     let all = entries(raw);
@@ -84,10 +96,10 @@ fn crash_check(raw: &[RawOp], deferred: bool) -> usize {
     }
     let tracer = node.public.tracer().unwrap();
     tracer.start_recording();
-    if deferred {
-        publish_deferred(&mut area, &w.log, &node.public);
-    } else {
-        publish_slot(&mut area, &w.log, Bounds::until(w.tail)).unwrap();
+    match how {
+        How::Direct => drop(publish_slot(&mut area, &w.log, Bounds::until(w.tail)).unwrap()),
+        How::Deferred => drop(publish_deferred(&mut area, &w.log, &node.public, false)),
+        How::Coalesced => drop(publish_deferred(&mut area, &w.log, &node.public, true)),
     }
     let want = snapshot(area.reader()).sorted();
     let opts = CrashOpts { max_exhaustive: 4, samples: 6, seed: 7, torn_words: true, line_cap: 3 };
@@ -138,16 +150,21 @@ fn diff(got: &Snapshot, want: &Snapshot) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(12), ..ProptestConfig::default() })]
 
     #[test]
     fn a_crash_anywhere_in_a_direct_batch_recovers_to_the_published_state(raw in raw_ops(24)) {
-        crash_check(&raw, false);
+        crash_check(&raw, How::Direct);
     }
 
     #[test]
     fn a_crash_anywhere_in_a_deferred_batch_recovers_to_the_published_state(raw in raw_ops(24)) {
-        crash_check(&raw, true);
+        crash_check(&raw, How::Deferred);
+    }
+
+    #[test]
+    fn a_crash_anywhere_in_a_coalesced_batch_recovers_to_the_published_state(raw in raw_ops(24)) {
+        crash_check(&raw, How::Coalesced);
     }
 }
 
@@ -164,6 +181,7 @@ fn a_torn_inode_that_a_replayed_record_leaves_unchanged_is_rewritten() {
         (10, 4650714029424123198, 1865930667315400805, 14506435389136523160, true),
         (1, 8431749948982026626, 2413771489422490495, 8544833330626858630, false),
     ];
-    assert!(crash_check(&raw, false) > 0);
-    assert!(crash_check(&raw, true) > 0);
+    for how in [How::Direct, How::Deferred, How::Coalesced] {
+        assert!(crash_check(&raw, how) > 0);
+    }
 }

@@ -167,7 +167,7 @@ fn publish_batch_here(
 ) -> Result<linefs_pm::publish::Published, SlotError> {
     let log = w.log.region().clone();
     let mut mover = Collector::new(log.len(), |m: &[Move]| execute_moves(m, &log, public));
-    publish_batch(area, &w.log, batch, &mut mover)
+    publish_batch(area, &w.log, batch, None, &mut mover)
 }
 
 #[test]

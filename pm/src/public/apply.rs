@@ -9,6 +9,7 @@ use super::format::{encode_dirent, PmInode, XattrBlock, DIRENTS_PER_BLOCK, DIREN
 use super::mover::{DataMover, DirectMover};
 use super::validate::check_xattrs;
 use super::{dtype_of_mode, invalid, xattr_chain_blocks, PublishError, Result};
+use crate::coalesce::Step;
 use crate::layout::{BLOCK_SIZE, INODE_SIZE};
 use crate::record::{dtype, put_xattr, xattrs_len, InodeImage, Record};
 use crate::region::PmRegion;
@@ -69,6 +70,21 @@ impl PublicArea {
             }
         }
         Ok(())
+    }
+
+    /// Apply one step of a coalesced batch ([`crate::coalesce`]).
+    pub fn apply_step(&mut self, step: &Step, mover: &mut dyn DataMover) -> Result<()> {
+        match step {
+            Step::Apply(rec) => self.apply_with(rec, mover),
+            Step::Map { ino, off, len } => {
+                let mut inode = self.live_inode(*ino)?;
+                let k = inode.img.mode & libc::S_IFMT;
+                if k != libc::S_IFREG && k != libc::S_IFLNK {
+                    return Err(invalid(*ino, "data write to a non-file"));
+                }
+                self.map_blocks(&mut inode, *off, *len, mover)
+            }
+        }
     }
 
     fn apply_inode(&mut self, img: &InodeImage, fresh: bool) -> Result<()> {

@@ -12,6 +12,11 @@ use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
+/// Proptest cases: `PROPTEST_CASES` if set (for a deeper run), else `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// A small node: cheap to copy as crash images.
 pub const PARAMS: FormatParams = FormatParams { size: 4 << 20, log_size: 512 << 10, log_slots: 2, inodes: 64 };
 
