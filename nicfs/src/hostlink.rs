@@ -75,6 +75,8 @@ pub enum CopyError {
 /// included) by who executed them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Copied {
+    /// Lists sent to the kworker (those it did, and those nicfs then redid).
+    pub sent: u32,
     pub by_kworker: u32,
     pub by_nicfs: u32,
     /// Lists that were in flight at a kworker that died or timed out, redone by nicfs.
@@ -85,6 +87,7 @@ pub struct Copied {
 
 impl Copied {
     pub fn add(&mut self, o: Copied) {
+        self.sent += o.sent;
         self.by_kworker += o.by_kworker;
         self.by_nicfs += o.by_nicfs;
         self.redone += o.redone;
@@ -330,10 +333,12 @@ impl HostLink {
             let bytes: u64 = chunk.iter().map(|e| e.len).sum();
             match self.copy_list(&list, timeout) {
                 Ok((Executor::Kworker, _)) => {
+                    copied.sent += 1;
                     copied.by_kworker += 1;
                     copied.bytes_by_kworker += bytes;
                 }
                 Ok((Executor::Nicfs, redone)) => {
+                    copied.sent += u32::from(redone);
                     copied.by_nicfs += 1;
                     copied.bytes_by_nicfs += bytes;
                     copied.redone += u32::from(redone);

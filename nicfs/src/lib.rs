@@ -49,6 +49,7 @@ pub mod bulk;
 pub mod conn;
 pub mod control;
 pub mod copylist;
+pub mod counters;
 pub mod daemon;
 pub mod hostlink;
 pub mod node;

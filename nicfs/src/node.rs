@@ -18,6 +18,7 @@
 //! ([`crate::copylist`]).
 
 use crate::copylist;
+use crate::counters::Counters;
 use crate::hostlink::{Copied, HostLink};
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
@@ -48,22 +49,6 @@ pub enum StartError {
     Format { dir: PathBuf, source: FormatError },
     #[error("node {dir}: recovery failed: {source}")]
     Recovery { dir: PathBuf, source: RecoveryError },
-}
-
-/// Publication counters of the node, for the status file.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub entries: AtomicU64,
-    pub bytes: AtomicU64,
-    pub chunks: AtomicU64,
-    pub rejections: AtomicU64,
-    /// Bytes copied out of clients' log files into nicfs's memory.
-    pub fetched: AtomicU64,
-    /// What coalescing left out: WRITE bytes not copied, blocks not allocated, records
-    /// dropped whole.
-    pub saved_bytes: AtomicU64,
-    pub saved_blocks: AtomicU64,
-    pub saved_records: AtomicU64,
 }
 
 /// A claimed slot: released (lock dropped, slot free again) by [`Node::release`].
@@ -192,7 +177,7 @@ impl Node {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
         let (copy, read) =
             self.logs[slot as usize].fetch(from, until, max).map_err(|source| SlotError::Log { slot, source })?;
-        self.counters.fetched.fetch_add(read, Ordering::Relaxed);
+        self.counters.fetched(read);
         Ok(copy)
     }
 
@@ -213,19 +198,11 @@ impl Node {
             publish_batch(&mut area, log, batch, plan, &mut mover)
         };
         match &r {
-            Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.count(p),
+            Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.counters.published(p),
             Err(_) => {}
         }
+        self.counters.copied(&copied);
         (r, copied)
-    }
-
-    fn count(&self, p: &Published) {
-        let c = &self.counters;
-        c.entries.fetch_add(p.entries, Ordering::Relaxed);
-        c.bytes.fetch_add(p.upto - p.from, Ordering::Relaxed);
-        c.saved_bytes.fetch_add(p.saved.data_bytes, Ordering::Relaxed);
-        c.saved_blocks.fetch_add(p.saved.blocks, Ordering::Relaxed);
-        c.saved_records.fetch_add(p.saved.records, Ordering::Relaxed);
     }
 
     /// Drops the unpublished suffix of `slot` — entries that were refused and those after
@@ -288,11 +265,7 @@ mod tests {
         let first = log.append(0, 0, create(2, b"honest", b"data").payload()).unwrap();
         let copy = node.fetch(0, 0, first.end).unwrap();
         let header = linefs_pm::oplog::ENTRY_HEADER;
-        assert_eq!(
-            node.counters.fetched.load(Ordering::Relaxed),
-            first.end + header,
-            "the entry and its header peeked"
-        );
+        assert_eq!(node.counters.snapshot().bytes_fetched, first.end + header, "the entry and its header peeked");
         let (batch, _) = Batch::from_copy(&copy);
         // The client rewrites the entry after the fetch: another inode, another name, a
         // valid checksum. The copy is what gets published.
@@ -301,6 +274,7 @@ mod tests {
         let p = r.unwrap();
         assert_eq!((p.upto, p.entries), (first.end, 1));
         assert_eq!(copied.by_nicfs, 1, "isolated: nicfs copied the data itself");
+        assert_eq!(node.counters.snapshot().copy_lists_by_nicfs, 1);
         let loaded = node.freeze().reader().load().unwrap();
         let names: Vec<_> = loaded.dirs[&ROOT_INO].iter().map(|e| (e.name.clone(), e.ino)).collect();
         assert_eq!(names, vec![(b"honest".to_vec(), 2)]);

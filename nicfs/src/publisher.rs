@@ -222,7 +222,7 @@ impl Sequencer<'_> {
         };
         let reason = e.to_string();
         tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
-        self.ctx.node.counters.rejections.fetch_add(1, Ordering::Relaxed);
+        self.ctx.node.counters.rejection();
         if let Some(p) = published.as_ref().filter(|p| p.entries > 0) {
             session.published.store(p.upto, Ordering::Release);
             notify_published(session, p);

@@ -21,7 +21,8 @@ pub struct Status {
     pub sessions: Vec<SessionStatus>,
     /// The mode (normal / isolated) and the kworker.
     pub host: crate::hostlink::HostStatus,
-    pub counters: CounterStatus,
+    /// The publication counters ([`crate::counters`]).
+    pub counters: crate::counters::CounterSnapshot,
     /// The pipeline's stages: queue lengths, threads, work done.
     pub stages: Vec<crate::stage::StageStatus>,
 }
@@ -41,24 +42,8 @@ pub struct SessionStatus {
     pub failed: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct CounterStatus {
-    pub entries_published: u64,
-    pub bytes_published: u64,
-    pub chunks: u64,
-    pub rejections: u64,
-    /// Bytes copied out of clients' log files into nicfs (the PCIe crossing).
-    pub bytes_fetched: u64,
-    /// WRITE bytes coalescing kept from being copied, blocks it kept from being
-    /// allocated, records it dropped.
-    pub bytes_saved_by_coalescing: u64,
-    pub blocks_saved_by_coalescing: u64,
-    pub records_dropped_by_coalescing: u64,
-}
-
 /// The daemon's state now.
 pub fn snapshot(ctx: &Ctx) -> Status {
-    let c = &ctx.node.counters;
     Status {
         pid: std::process::id(),
         node_dir: ctx.node.dir.display().to_string(),
@@ -83,16 +68,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
             })
             .collect(),
         host: ctx.host.status(),
-        counters: CounterStatus {
-            entries_published: c.entries.load(Ordering::Relaxed),
-            bytes_published: c.bytes.load(Ordering::Relaxed),
-            chunks: c.chunks.load(Ordering::Relaxed),
-            rejections: c.rejections.load(Ordering::Relaxed),
-            bytes_fetched: c.fetched.load(Ordering::Relaxed),
-            bytes_saved_by_coalescing: c.saved_bytes.load(Ordering::Relaxed),
-            blocks_saved_by_coalescing: c.saved_blocks.load(Ordering::Relaxed),
-            records_dropped_by_coalescing: c.saved_records.load(Ordering::Relaxed),
-        },
+        counters: ctx.node.counters.snapshot(),
         stages: ctx.pipeline.stages(),
     }
 }

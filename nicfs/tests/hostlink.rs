@@ -183,7 +183,7 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     wait_for("a kworker", || (host.mode() == Mode::Normal).then_some(()));
     let e2 = entries(&n, 77);
     let c = host.copy(&e2[..2], Duration::from_secs(5)).unwrap();
-    assert_eq!(c, Copied { by_kworker: 1, bytes_by_kworker: bytes(&e2[..2]), ..Copied::default() });
+    assert_eq!(c, Copied { sent: 1, by_kworker: 1, bytes_by_kworker: bytes(&e2[..2]), ..Copied::default() });
     let img = expected(&img, &e2[..2]);
     assert!(std::fs::read(&public).unwrap() == img);
     let bad = [e2[0], CopyEntry { dst_offset: 0, ..e2[1] }];
@@ -209,7 +209,7 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     signal(&k, libc::SIGKILL);
     let _ = k.wait();
     let c = copier.join().unwrap().unwrap();
-    assert_eq!(c, Copied { by_nicfs: 1, redone: 1, bytes_by_nicfs: bytes(&e3), ..Copied::default() });
+    assert_eq!(c, Copied { sent: 1, by_nicfs: 1, redone: 1, bytes_by_nicfs: bytes(&e3), ..Copied::default() });
     assert!(std::fs::read(&public).unwrap() == want, "the redone list left other bytes");
     assert_eq!(host.mode(), Mode::Isolated);
     let st = host.status();

@@ -43,12 +43,15 @@ fn publication_copies_file_data_through_the_kworker() {
     assert_eq!(read_file(&public, 2, want.len()), want);
     assert_eq!(read_file(&public, 3, 11), b"a few bytes");
 
-    let st = d.wait_status("the kworker's copies", |s| s["host"]["lists_by_kworker"].as_u64() > Some(0));
-    let host = &st["host"];
-    // Every data byte and the zero fill of the last blocks went through the kworker.
-    assert!(host["bytes_by_kworker"].as_u64().unwrap() >= 100_000 + 11, "{st}");
-    assert_eq!(host["bytes_by_nicfs"], 0, "{st}");
-    assert_eq!(host["lists_by_nicfs"], 0, "{st}");
+    let st = d.wait_status("the kworker's copies", |s| s["counters"]["copy_lists_by_kworker"] == 1);
+    let n = &st["counters"];
+    // Every data byte and the zero fill of the last blocks went through the kworker, in
+    // one list.
+    assert!(n["bytes_copied_by_kworker"].as_u64().unwrap() >= 100_000 + 11, "{st}");
+    assert_eq!((n["copy_lists_sent"].as_u64(), n["copy_lists_by_nicfs"].as_u64()), (Some(1), Some(0)), "{st}");
+    assert_eq!(n["bytes_copied_by_nicfs"], 0, "{st}");
+    assert_eq!((n["chunks_fetched"].as_u64(), n["batches_published"].as_u64()), (Some(1), Some(1)), "{st}");
+    assert_eq!(st["host"]["bytes_by_kworker"], n["bytes_copied_by_kworker"], "the host link saw the same");
     // The chunk crossed into nicfs once: what the log holds, plus each entry's header read
     // once more to find where the chunk ends.
     assert_eq!(st["counters"]["bytes_fetched"], c.tail + 3 * linefs_pm::oplog::ENTRY_HEADER, "{st}");
@@ -78,9 +81,13 @@ fn an_isolated_node_copies_file_data_itself() {
     c.chunk_ready();
     assert_eq!(expect_published(&c).published_lsn, c.tail);
     assert_eq!(read_file(&c.public(), 2, data.len()), data);
-    let st = d.wait_status("nicfs's copies", |s| s["host"]["lists_by_nicfs"].as_u64() > Some(0));
-    assert!(st["host"]["bytes_by_nicfs"].as_u64().unwrap() >= 50_000, "{st}");
-    assert_eq!(st["host"]["bytes_by_kworker"], 0, "{st}");
+    let st = d.wait_status("nicfs's copies", |s| s["counters"]["copy_lists_by_nicfs"] == 1);
+    assert!(st["counters"]["bytes_copied_by_nicfs"].as_u64().unwrap() >= 50_000, "{st}");
+    assert_eq!(
+        (st["counters"]["bytes_copied_by_kworker"].as_u64(), st["counters"]["copy_lists_sent"].as_u64()),
+        (Some(0), Some(0)),
+        "{st}"
+    );
 }
 
 /// The stage named `name` in a status.
@@ -160,10 +167,11 @@ fn a_kworker_killed_in_the_middle_of_a_list_has_nicfs_redo_it() {
     // nicfs redoes the whole list itself; the chunk is published once, completely.
     assert_eq!(expect_published(&c).published_lsn, c.tail);
     check_files(&c, 2, &files);
-    let st = d.wait_status("the redone list", |s| s["host"]["lists_redone"] == 1);
-    assert_eq!(st["host"]["lists_by_kworker"], 0, "{st}");
+    let st = d.wait_status("the redone list", |s| s["counters"]["copy_lists_redone"] == 1);
+    let n = &st["counters"];
+    assert_eq!((n["copy_lists_sent"].as_u64(), n["copy_lists_by_kworker"].as_u64()), (Some(1), Some(0)), "{st}");
     assert_eq!(st["host"]["mode"], "isolated", "{st}");
-    assert!(st["host"]["bytes_by_nicfs"].as_u64().unwrap() >= 12 * 6000, "{st}");
+    assert!(n["bytes_copied_by_nicfs"].as_u64().unwrap() >= 12 * 6000, "{st}");
     assert!(!std::fs::read_to_string(&klog).unwrap().contains("copy list done"), "the kworker finished nothing");
 }
 
@@ -189,7 +197,7 @@ fn a_client_is_fetched_and_checked_while_another_s_chunk_is_published() {
     check_files(&a, 2, &fa);
     check_files(&b, 100, &fb);
     let st = d.wait_status("both published", |s| stage(s, "publish")["handled"] == 2);
-    assert_eq!(st["host"]["lists_by_kworker"], 2, "{st}");
+    assert_eq!(st["counters"]["copy_lists_by_kworker"], 2, "{st}");
     let _ = k.kill();
     let _ = k.wait();
 }
@@ -222,7 +230,7 @@ fn overwrite_heavy(args: &[&str]) -> (serde_json::Value, Vec<u8>) {
     assert_eq!(lookup(&public, b"scratch"), None);
     assert_eq!(read_file(&public, 4, 1000), pattern(80_000, 7)[..1000]);
     let hot = read_file(&public, 2, 32768);
-    let st = d.wait_status("the copies", |s| s["host"]["lists_by_kworker"] == 1);
+    let st = d.wait_status("the copies", |s| s["counters"]["copy_lists_by_kworker"] == 1);
     let _ = k.kill();
     let _ = k.wait();
     (st, hot)
@@ -238,7 +246,7 @@ fn coalescing_copies_only_what_survives_the_chunk() {
     let (plain, hot) = overwrite_heavy(&["--no-coalesce"]);
     assert_eq!(hot, pattern(32768, 15));
     assert_eq!(plain["counters"]["bytes_saved_by_coalescing"], 0);
-    let copied = |s: &serde_json::Value| s["host"]["bytes_by_kworker"].as_u64().unwrap();
+    let copied = |s: &serde_json::Value| s["counters"]["bytes_copied_by_kworker"].as_u64().unwrap();
     assert!(
         copied(&st) + saved <= copied(&plain),
         "coalesced {} + saved {saved} vs plain {}",
