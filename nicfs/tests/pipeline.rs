@@ -256,3 +256,26 @@ fn coalescing_copies_only_what_survives_the_chunk() {
     assert!(stage(&st, "coalesce")["handled"] == 1, "{st}");
     assert!(plain["stages"].as_array().unwrap().iter().all(|s| s["stage"] != "coalesce"), "{plain}");
 }
+
+#[test]
+fn a_stopped_kworker_with_a_list_in_flight_is_killed_before_nicfs_redoes_the_list() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut d = Daemon::start(1);
+    let mut k = spawn_kworker(&d.node, &d.socket, Some(150));
+    wait_mode(&d, "normal");
+    let mut c = Client::attach(&d.socket);
+    let files = many_files(&mut c, 2, 12);
+    c.chunk_ready();
+    d.wait_status("the list at the kworker", |s| s["host"]["lists_in_flight"] == 1);
+    // A wedged host: no heartbeats, no answer, but the process could resume any time and
+    // finish its list late. nicfs kills it before it redoes the list.
+    signal(&k, libc::SIGSTOP);
+    assert_eq!(expect_published(&c).published_lsn, c.tail);
+    let status = wait_for("the kworker to be killed", || k.try_wait().unwrap());
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    check_files(&c, 2, &files);
+    let st = d.wait_status("the redone list", |s| s["counters"]["copy_lists_redone"] == 1);
+    assert!(st["host"]["mode_reason"].as_str().unwrap().contains("heartbeat"), "{st}");
+    let (_, err) = d.stop(libc::SIGTERM);
+    assert!(err.contains("killed") && err.contains("is gone"), "{err}");
+}
