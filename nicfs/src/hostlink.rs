@@ -1,5 +1,6 @@
 //! The host link: nicfs's side of the kworker connection, the node's **mode**, and the
-//! copy-list API that publication will use (LineFS §3.7, "isolated NICFS").
+//! copy-list API through which publication moves file data (LineFS §3.7, "isolated
+//! NICFS"; the caller is [`crate::copylist`]).
 //!
 //! * **One kworker per node.** A `Hello{channel: kworker, role: kworker, session: 0}` from a
 //!   process of nicfs's own uid (any uid if nicfs is root; SO_PEERCRED) is answered `Ok`
@@ -28,9 +29,6 @@
 //!   batch's checkpoint, when the client may already have reused the log range it copies
 //!   from and a later batch may have freed and reused the blocks it copies to. kworker is
 //!   stateless; a new one connects as any first one does.
-//!
-//! Not wired yet: pm's publisher does not emit copy lists, so nothing in nicfs calls
-//! [`HostLink::copy`] today; publication runs in nicfs whatever the mode.
 
 use crate::conn::{describe, BadFrames};
 use kworker::NodeFiles;

@@ -247,12 +247,16 @@ fn coalescing_copies_only_what_survives_the_chunk() {
     assert_eq!(hot, pattern(32768, 15));
     assert_eq!(plain["counters"]["bytes_saved_by_coalescing"], 0);
     let copied = |s: &serde_json::Value| s["counters"]["bytes_copied_by_kworker"].as_u64().unwrap();
+    eprintln!("coalesced: {} bytes copied, {saved} saved; not coalesced: {} copied", copied(&st), copied(&plain));
     assert!(
         copied(&st) + saved <= copied(&plain),
         "coalesced {} + saved {saved} vs plain {}",
         copied(&st),
         copied(&plain)
     );
+    // What is left: the last version, the 1000 bytes kept, and zeros after them (the new
+    // block's fill, then the truncate's).
+    assert_eq!(copied(&st), 32768 + 1000 + 2 * 3096, "{st}");
     assert!(stage(&st, "coalesce")["handled"] == 1, "{st}");
     assert!(plain["stages"].as_array().unwrap().iter().all(|s| s["stage"] != "coalesce"), "{plain}");
 }
