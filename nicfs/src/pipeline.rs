@@ -235,10 +235,13 @@ impl Pipeline {
         loop {
             let next = {
                 let mut order = self.order.lock();
-                let o = order.entry(session).or_default();
-                let next = o.next;
-                match o.parked.remove(&next) {
-                    Some(c) => c,
+                // Gone: the session ended (its sequencer forgets it once nothing is left).
+                let Some(o) = order.get_mut(&session) else { return };
+                match o.parked.remove(&o.next) {
+                    Some(c) => {
+                        o.next += 1;
+                        c
+                    }
                     None => {
                         o.busy = false;
                         return;
@@ -246,7 +249,6 @@ impl Pipeline {
                 }
             };
             self.publish_one(next);
-            self.order.lock().entry(session).or_default().next += 1;
         }
     }
 
@@ -353,6 +355,8 @@ mod tests {
         assert_eq!([outcome(&events), outcome(&events), outcome(&events)], [(0, Some(1)), (1, Some(1)), (2, Some(1))]);
         let names = p.node.freeze().reader().load().unwrap().dirs[&ROOT_INO].len();
         assert_eq!(names, 3);
+        p.forget(7);
+        assert!(p.order.lock().is_empty(), "nothing left of the session");
     }
 
     #[test]
