@@ -184,6 +184,7 @@ fn serve(files: &NodeFiles, reader: &UnixStream, link: &Link, delay: Option<Dura
             Kworker::CopyList(list) => {
                 link.in_flight.fetch_add(1, Ordering::AcqRel);
                 let entries = list.entries.len();
+                let bytes: u64 = list.entries.iter().map(|e| e.len).sum();
                 let result = files.execute_observed(&list, |_| {
                     if let Some(d) = delay {
                         std::thread::sleep(d);
@@ -192,7 +193,7 @@ fn serve(files: &NodeFiles, reader: &UnixStream, link: &Link, delay: Option<Dura
                 link.in_flight.fetch_sub(1, Ordering::AcqRel);
                 let msg = match result {
                     Ok(()) => {
-                        tracing::debug!(list = list.list_id, entries, "copy list done");
+                        tracing::debug!(list = list.list_id, entries, bytes, "copy list done");
                         Kworker::CopyDone(CopyDone { list_id: list.list_id })
                     }
                     Err(f) => {

@@ -25,6 +25,13 @@ pub struct Args {
     /// beats isolate the node; at most 300 so that a dead host is noticed within a second.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=300))]
     pub kworker_heartbeat_ms: u64,
+    /// Most bytes of log one fetched chunk (one publication batch) covers; 4 MiB by default
+    /// (LineFS's chunk). Smaller chunks pipeline a log in more, smaller steps.
+    #[arg(long, default_value_t = crate::node::CHUNK_BYTES, value_parser = clap::value_parser!(u64).range(4096..))]
+    pub chunk_bytes: u64,
+    /// Publish every record as logged: no coalescing stage.
+    #[arg(long)]
+    pub no_coalesce: bool,
 }
 
 /// CPU numbers, sorted, without duplicates. (A newtype: clap reads `Option<Vec<_>>` as a

@@ -51,7 +51,7 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
         };
         match frame.msg {
             Bulk::ChunkReady(c) => {
-                ctx.node.counters.chunks.fetch_add(1, Ordering::Relaxed);
+                ctx.node.counters.chunk_ready();
                 if let Some(why) = session.failure() {
                     session.bulk_error(frame.id, libc::EIO, &format!("session failed: {why}"));
                     continue;

@@ -208,11 +208,11 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let sid = ctx.sessions.new_id();
     let (session, rx, out_rx) = Session::new(sid, slot, *cred, hello.role, writer, start, ctx.leases.clone());
     let session = Arc::new(session);
-    let (n, s, sess, leases) = (node.clone(), ctx.sessions.clone(), session.clone(), ctx.leases.clone());
+    let (c, sess, leases) = (ctx.clone(), session.clone(), ctx.leases.clone());
     std::thread::Builder::new()
         .name(format!("publish-{sid}"))
         .spawn(move || {
-            publisher::run(n, s, sess, claim, rx);
+            publisher::run(c, sess, claim, rx);
             // The log is settled and the publisher gone: whatever the session held is free.
             leases.session_ended(sid);
         })

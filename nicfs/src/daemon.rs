@@ -6,6 +6,7 @@ use crate::args::Args;
 use crate::hostlink::HostLink;
 use crate::leases::Leases;
 use crate::node::Node;
+use crate::pipeline::Pipeline;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
 use std::io::ErrorKind;
@@ -23,6 +24,8 @@ pub struct Ctx {
     pub leases: Arc<Leases>,
     /// The kworker link and the node's mode.
     pub host: Arc<HostLink>,
+    /// The publishing pipeline's stages.
+    pub pipeline: Arc<Pipeline>,
     pub socket: PathBuf,
     stopping: AtomicBool,
 }
@@ -42,14 +45,17 @@ pub fn run(args: Args) -> Result<(), String> {
         tracing::info!(cpus = ?cpus.0, "pinned");
     }
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
+    node.set_chunk_bytes(args.chunk_bytes);
     let listener = bind(&args.socket)?;
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let sessions = Arc::new(Sessions::default());
+    let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
     let ctx = Arc::new(Ctx {
+        pipeline: Pipeline::start(node.clone(), host.clone(), !args.no_coalesce),
         node,
         leases: Arc::new(Leases::new(&sessions)),
         sessions,
-        host: Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms))),
+        host,
         socket: args.socket.clone(),
         stopping: AtomicBool::new(false),
     });
@@ -105,7 +111,7 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     let _ = std::fs::remove_file(&ctx.socket);
     let sessions = ctx.sessions.all();
     for s in &sessions {
-        crate::publisher::settle(&ctx.node, s);
+        crate::publisher::settle(s);
         tracing::info!(
             session = s.id,
             slot = s.slot,

@@ -1,11 +1,12 @@
 //! The host link: nicfs's side of the kworker connection, the node's **mode**, and the
-//! copy-list API that publication will use (LineFS §3.7, "isolated NICFS").
+//! copy-list API through which publication moves file data (LineFS §3.7, "isolated
+//! NICFS"; the caller is [`crate::copylist`]).
 //!
 //! * **One kworker per node.** A `Hello{channel: kworker, role: kworker, session: 0}` from a
-//!   process of nicfs's own uid (or root; SO_PEERCRED) is answered `Ok` and becomes *the*
-//!   kworker; while one is connected a second gets EBUSY. Another role or a session id:
-//!   EINVAL; another uid: EPERM (a stranger that answered CopyDone without copying would
-//!   lose data).
+//!   process of nicfs's own uid (any uid if nicfs is root; SO_PEERCRED) is answered `Ok`
+//!   and becomes *the* kworker; while one is connected a second gets EBUSY. Another role or
+//!   a session id: EINVAL; another uid: EPERM (a stranger that answered CopyDone without
+//!   copying would lose data, and nicfs must be able to stop the process: see the fence).
 //! * **Modes.** `normal` while a kworker is connected and heartbeating; `isolated`
 //!   otherwise — at start, when its connection ends (kill -9 closes it at once), and when no
 //!   heartbeat came for more than [`MISSED_BEATS`] intervals (a stopped or wedged host: the
@@ -17,12 +18,17 @@
 //!   isolated mode nicfs executes it itself with kworker's executor
 //!   ([`kworker::NodeFiles`] — one piece of code for both). If the kworker dies, or the
 //!   timeout passes, while a list is in flight, nicfs redoes the whole list itself: lists
-//!   are idempotent, so a partial copy by the dead kworker, or a late one by a wedged
-//!   kworker, leaves the same bytes. A `CopyFailed` is returned to the caller, not redone
-//!   (the same list would fail the same way).
-//!
-//! Not wired yet: pm's publisher does not emit copy lists, so nothing in nicfs calls
-//! [`HostLink::copy`] today; publication runs in nicfs whatever the mode.
+//!   are idempotent, so what part of it the dead kworker copied does not matter. A
+//!   `CopyFailed` is returned to the caller, not redone (the same list would fail the same
+//!   way).
+//! * **The fence.** A kworker nicfs gives up on while it has lists in flight — its
+//!   connection ended, its heartbeats stopped (a stopped or wedged host), or it did not
+//!   answer in time — is killed (SIGKILL through a pidfd opened when it said Hello, so a
+//!   reused pid is never hit) and nicfs waits until it is gone before it redoes its lists.
+//!   Otherwise a kworker that resumed later would finish its old list *late*: after the
+//!   batch's checkpoint, when the client may already have reused the log range it copies
+//!   from and a later batch may have freed and reused the blocks it copies to. kworker is
+//!   stateless; a new one connects as any first one does.
 
 use crate::conn::{describe, BadFrames};
 use kworker::NodeFiles;
@@ -33,6 +39,7 @@ use linefs_proto::{
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +52,8 @@ pub const MISSED_BEATS: u32 = 3;
 pub const WATCH_PERIOD: Duration = Duration::from_millis(50);
 /// How long [`HostLink::copy`] waits for the kworker's answer before redoing a list itself.
 pub const COPY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long nicfs waits for a kworker it killed to be gone.
+pub const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Who publishes: the kworker (normal) or nicfs alone (isolated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -71,13 +80,29 @@ pub enum CopyError {
     Open(String),
 }
 
-/// What a caller of [`HostLink::copy`] learns.
+/// What a caller of [`HostLink::copy`] learns: lists and bytes (of the entries, zero fills
+/// included) by who executed them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Copied {
+    /// Lists sent to the kworker (those it did, and those nicfs then redid).
+    pub sent: u32,
     pub by_kworker: u32,
     pub by_nicfs: u32,
     /// Lists that were in flight at a kworker that died or timed out, redone by nicfs.
     pub redone: u32,
+    pub bytes_by_kworker: u64,
+    pub bytes_by_nicfs: u64,
+}
+
+impl Copied {
+    pub fn add(&mut self, o: Copied) {
+        self.sent += o.sent;
+        self.by_kworker += o.by_kworker;
+        self.by_nicfs += o.by_nicfs;
+        self.redone += o.redone;
+        self.bytes_by_kworker += o.bytes_by_kworker;
+        self.bytes_by_nicfs += o.bytes_by_nicfs;
+    }
 }
 
 enum Answer {
@@ -89,6 +114,8 @@ enum Answer {
 struct Kw {
     conn: u64,
     pid: i32,
+    /// The kworker process, to kill it if nicfs gives up on it with lists in flight.
+    pidfd: OwnedFd,
     writer: Arc<Mutex<UnixStream>>,
     last_beat: Instant,
     in_flight: u32,
@@ -118,6 +145,9 @@ pub struct HostStatus {
     pub lists_by_kworker: u64,
     pub lists_by_nicfs: u64,
     pub lists_redone: u64,
+    /// Bytes of the entries of those lists (a redone list counts for nicfs).
+    pub bytes_by_kworker: u64,
+    pub bytes_by_nicfs: u64,
 }
 
 /// nicfs's end of the host link.
@@ -133,6 +163,8 @@ pub struct HostLink {
     by_kworker: AtomicU64,
     by_nicfs: AtomicU64,
     redone: AtomicU64,
+    bytes_by_kworker: AtomicU64,
+    bytes_by_nicfs: AtomicU64,
 }
 
 impl HostLink {
@@ -155,6 +187,8 @@ impl HostLink {
             by_kworker: AtomicU64::new(0),
             by_nicfs: AtomicU64::new(0),
             redone: AtomicU64::new(0),
+            bytes_by_kworker: AtomicU64::new(0),
+            bytes_by_nicfs: AtomicU64::new(0),
         }
     }
 
@@ -190,9 +224,16 @@ impl HostLink {
             return refuse(libc::EINVAL, "the kworker channel takes role kworker and session 0");
         }
         let me = rustix::process::geteuid().as_raw();
-        if cred.uid != me && cred.uid != 0 {
-            return refuse(libc::EPERM, "a kworker must run as nicfs's user or root");
+        if cred.uid != me && me != 0 {
+            return refuse(libc::EPERM, "a kworker must run as nicfs's user (or nicfs as root)");
         }
+        let pidfd = rustix::process::Pid::from_raw(cred.pid)
+            .ok_or(rustix::io::Errno::SRCH)
+            .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()));
+        let pidfd = match pidfd {
+            Ok(fd) => fd,
+            Err(e) => return refuse(libc::EPERM, &format!("cannot watch the kworker process: {e}")),
+        };
         let writer = match stream.try_clone() {
             Ok(w) => Arc::new(Mutex::new(w)),
             Err(e) => return refuse(libc::EIO, &format!("cannot clone the socket: {e}")),
@@ -212,6 +253,7 @@ impl HostLink {
             state.kworker = Some(Kw {
                 conn,
                 pid: cred.pid,
+                pidfd,
                 writer: writer.clone(),
                 last_beat: Instant::now(),
                 in_flight: 0,
@@ -271,15 +313,25 @@ impl HostLink {
     /// Forgets connection `conn` if it is the kworker's: closes it, switches to isolated,
     /// and wakes the waiters of its lists in flight (they redo them).
     fn detach(&self, conn: u64, reason: String) {
-        let mut state = self.state.lock();
-        if state.kworker.as_ref().is_some_and(|k| k.conn == conn) {
-            let kw = state.kworker.take().expect("checked above");
-            let _ = kw.writer.lock().shutdown(std::net::Shutdown::Both);
-            if !kw.pending.is_empty() {
-                tracing::warn!(lists = kw.pending.len(), "kworker gone with copy lists in flight; nicfs redoes them");
+        let kw = {
+            let mut state = self.state.lock();
+            if state.kworker.as_ref().is_none_or(|k| k.conn != conn) {
+                return;
             }
+            let kw = state.kworker.take().expect("checked above");
             self.switch(&mut state, Mode::Isolated, reason);
+            kw
+        };
+        let _ = kw.writer.lock().shutdown(std::net::Shutdown::Both);
+        if !kw.pending.is_empty() {
+            tracing::warn!(
+                lists = kw.pending.len(),
+                pid = kw.pid,
+                "kworker given up with copy lists in flight: killed; nicfs redoes them"
+            );
+            fence(&kw);
         }
+        // Dropping its lists' senders wakes their waiters, which redo them.
     }
 
     /// Watches the heartbeats until `stopping` says so: a kworker silent for more than
@@ -307,10 +359,17 @@ impl HostLink {
         for (n, chunk) in entries.chunks(MAX_COPY_ENTRIES).enumerate() {
             let list = CopyList { list_id: self.next_list.fetch_add(1, Ordering::Relaxed), entries: chunk.to_vec() };
             let base = (n * MAX_COPY_ENTRIES) as u32;
+            let bytes: u64 = chunk.iter().map(|e| e.len).sum();
             match self.copy_list(&list, timeout) {
-                Ok((Executor::Kworker, _)) => copied.by_kworker += 1,
+                Ok((Executor::Kworker, _)) => {
+                    copied.sent += 1;
+                    copied.by_kworker += 1;
+                    copied.bytes_by_kworker += bytes;
+                }
                 Ok((Executor::Nicfs, redone)) => {
+                    copied.sent += u32::from(redone);
                     copied.by_nicfs += 1;
+                    copied.bytes_by_nicfs += bytes;
                     copied.redone += u32::from(redone);
                 }
                 Err(CopyError::Failed { by, entry, errno, why }) => {
@@ -330,6 +389,7 @@ impl HostLink {
         match rx.recv_timeout(timeout) {
             Ok(Answer::Done) => {
                 self.by_kworker.fetch_add(1, Ordering::Relaxed);
+                self.bytes_by_kworker.fetch_add(list_bytes(list), Ordering::Relaxed);
                 Ok((Executor::Kworker, false))
             }
             Ok(Answer::Failed { entry, errno }) => {
@@ -340,10 +400,8 @@ impl HostLink {
                 self.run_locally(list, true)
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                if let Some(kw) = self.state.lock().kworker.as_mut().filter(|k| k.conn == conn) {
-                    kw.pending.remove(&list.list_id);
-                }
                 tracing::warn!(list = list.list_id, ?timeout, "kworker did not answer in time; nicfs redoes the list");
+                self.detach(conn, format!("the kworker did not answer copy list {} within {timeout:?}", list.list_id));
                 self.run_locally(list, true)
             }
         }
@@ -381,6 +439,7 @@ impl HostLink {
             why: f.why,
         })?;
         self.by_nicfs.fetch_add(1, Ordering::Relaxed);
+        self.bytes_by_nicfs.fetch_add(list_bytes(list), Ordering::Relaxed);
         if redone {
             self.redone.fetch_add(1, Ordering::Relaxed);
         }
@@ -408,8 +467,31 @@ impl HostLink {
             lists_by_kworker: self.by_kworker.load(Ordering::Relaxed),
             lists_by_nicfs: self.by_nicfs.load(Ordering::Relaxed),
             lists_redone: self.redone.load(Ordering::Relaxed),
+            bytes_by_kworker: self.bytes_by_kworker.load(Ordering::Relaxed),
+            bytes_by_nicfs: self.bytes_by_nicfs.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Kills the kworker `kw` and waits (at most [`FENCE_TIMEOUT`]) until it is gone, so that
+/// nothing of a list it had in flight can be written after nicfs redid it.
+fn fence(kw: &Kw) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    match rustix::process::pidfd_send_signal(&kw.pidfd, rustix::process::Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => tracing::error!(pid = kw.pid, error = %e, "cannot kill the kworker"),
+    }
+    let timeout = Timespec { tv_sec: FENCE_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
+    let mut fds = [PollFd::new(&kw.pidfd, PollFlags::IN)];
+    match poll(&mut fds, Some(&timeout)) {
+        Ok(n) if n > 0 => tracing::info!(pid = kw.pid, "the kworker given up is gone"),
+        Ok(_) => tracing::error!(pid = kw.pid, "the kworker given up is still there; redoing its lists all the same"),
+        Err(e) => tracing::error!(pid = kw.pid, error = %e, "cannot wait for the kworker given up"),
+    }
+}
+
+fn list_bytes(list: &CopyList) -> u64 {
+    list.entries.iter().map(|e| e.len).sum()
 }
 
 fn answer(kw: &mut Kw, list_id: u64, a: Answer) {

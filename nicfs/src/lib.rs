@@ -5,9 +5,10 @@
 //!
 //! ```text
 //! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH] [--kworker-heartbeat-ms N]
+//!       [--chunk-bytes N] [--no-coalesce]
 //! ```
 //!
-//! What exists now (this is the first slice of the offload design):
+//! What exists now:
 //!
 //! * **process** ([`daemon`], [`args`], pm's `signals`): an exclusive `flock` of
 //!   `DIR/public.pm` (a second nicfs, or a host-only mount, is refused: one line on stderr,
@@ -19,11 +20,16 @@
 //!   peer's SO_PEERCRED, and answers `Attached` with the log file read-write and the public
 //!   file read-only — the kernel enforces that a client writes only its own log. No free
 //!   slot: EBUSY. The bulk Hello names the session; the same process only, one per session.
-//! * **publication** ([`publisher`], [`node`]): a thread per session keeps the client's
-//!   order; `ChunkReady` publishes with pm's `publish_slot` up to the committed LSN and
-//!   answers `Published`; `Fsync` publishes then answers `FsyncDone`. One batch (1 MiB of
-//!   log) at a time on the node. A refused entry sends `Rejected` (EINVAL; ENOSPC or EIO
-//!   when applying failed), fails the session — later requests get EIO — and nothing else.
+//! * **the publishing pipeline** ([`pipeline`], [`stage`], [`publisher`], [`copylist`],
+//!   [`node`]): each session's sequencer keeps the client's order and asks for its committed
+//!   log to be fetched; **fetch** copies chunks of it (4 MiB) out of the client's log file
+//!   into nicfs's memory, **validate** checks and decodes them there (nothing is read from
+//!   the log again), **coalesce** works out what a later record of the same chunk
+//!   overwrites, **publish** applies each chunk as one batch under the public area's mutex —
+//!   metadata by nicfs, file data as one copy list executed by the kworker (or by nicfs when
+//!   isolated) — then the durable checkpoint; the sequencer **acknowledges** (`Published`,
+//!   `FsyncDone`, `Rejected`) in log order. Stages run on elastic thread pools shared by all
+//!   sessions. A refused entry fails its session and nothing else.
 //! * **client death**: the end of the control connection ends the session: nicfs publishes
 //!   what the slot has committed, drops a refused suffix (the checkpoint moves past it, so
 //!   the next client of the slot starts clean), and frees the slot.
@@ -46,14 +52,14 @@
 //!   `normal` while it heartbeats, `isolated` when its connection ends or 3 intervals pass
 //!   without a heartbeat (noticed within a second); `HostLink::copy` sends a copy list to
 //!   the kworker, or runs it in nicfs with kworker's executor, and redoes a list whose
-//!   kworker died mid-way.
-//! * **status** ([`status`]): a JSON file rewritten every second, at each mode switch and
-//!   at exit.
+//!   kworker was lost — after killing that kworker, so that it cannot finish the list late.
+//! * **status** ([`status`], [`counters`]): a JSON file rewritten every second, at each mode
+//!   switch and at exit: sessions, the mode, the publication counters (one struct) and each
+//!   stage's queue and threads.
 //!
 //! Not built yet: permission checks (`OpenCheck` is answered ENOSYS), validation of
 //! entries against leases, lease expiry and the recording (persistence, replication) of
-//! granted leases, publication through copy lists (pm's publisher does not emit them yet:
-//! nicfs publishes itself in both modes), replication, the MINOS engine. See
+//! granted leases, replication, the MINOS engine. See
 //! docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -62,11 +68,15 @@ pub mod args;
 pub mod bulk;
 pub mod conn;
 pub mod control;
+pub mod copylist;
+pub mod counters;
 pub mod daemon;
 pub mod hostlink;
 pub mod lease;
 pub mod leases;
 pub mod node;
+pub mod pipeline;
 pub mod publisher;
 pub mod session;
+pub mod stage;
 pub mod status;

@@ -8,16 +8,25 @@
 //! handed to the client are opened separately: a lock belongs to an open file description,
 //! and a client sharing ours could unlock it.
 //!
-//! Publication takes the area's mutex for one batch at a time (at most [`BATCH_BYTES`] of
-//! log), so that sessions interleave and, as recovery assumes, at most one slot can be
-//! caught mid-batch by a crash.
+//! Publication works on *chunks*: [`Node::fetch`] copies up to [`CHUNK_BYTES`] of a slot's
+//! committed log out of the client's log file into nicfs's memory (counted: that is the
+//! PCIe crossing); the chunk is scanned, checked and decoded on that copy and never read
+//! from the log again; [`Node::publish_batch`] publishes it as one batch under the area's
+//! mutex, so that sessions interleave and, as recovery assumes, at most one slot can be
+//! caught mid-batch by a crash. Metadata is applied by nicfs; file data becomes the batch's
+//! copy list, executed through the host link before the batch's checkpoint
+//! ([`crate::copylist`]).
 
 use crate::alloc::Alloc;
+use crate::copylist;
+use crate::counters::Counters;
+use crate::hostlink::{Copied, HostLink};
+use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
-use linefs_pm::oplog::LogSlot;
+use linefs_pm::oplog::{LogCopy, LogSlot};
 use linefs_pm::public::{PublicArea, PublicReader};
-use linefs_pm::publish::{publish_slot, Bounds, Published, SlotError};
+use linefs_pm::publish::{publish_batch, Batch, Published, SlotError};
 use linefs_pm::recovery::{recover, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{flock, FlockOperation};
@@ -25,9 +34,9 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Most bytes of log one publication batch covers (one hold of the area's mutex).
-pub const BATCH_BYTES: u64 = 1 << 20;
-/// What a client is asked to publish at: ChunkReady every this many committed bytes.
+/// What a client is asked to publish at (ChunkReady every this many committed bytes), and
+/// the most log one fetched chunk — one publication batch, one hold of the area's mutex —
+/// covers (a single longer entry makes a longer chunk).
 pub const CHUNK_BYTES: u64 = 4 << 20;
 
 /// Why nicfs cannot serve a node.
@@ -41,15 +50,6 @@ pub enum StartError {
     Format { dir: PathBuf, source: FormatError },
     #[error("node {dir}: recovery failed: {source}")]
     Recovery { dir: PathBuf, source: RecoveryError },
-}
-
-/// Publication counters of the node, for the status file.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub entries: AtomicU64,
-    pub bytes: AtomicU64,
-    pub chunks: AtomicU64,
-    pub rejections: AtomicU64,
 }
 
 /// A claimed slot: released (lock dropped, slot free again) by [`Node::release`].
@@ -66,6 +66,8 @@ pub struct Node {
     area: Mutex<PublicArea>,
     logs: Vec<LogSlot>,
     claimed: Mutex<Vec<bool>>,
+    /// Most log one fetch copies ([`CHUNK_BYTES`] unless `--chunk-bytes` says otherwise).
+    chunk_bytes: AtomicU64,
     pub counters: Counters,
     /// Inode numbers and block reservations of the node's sessions.
     pub alloc: Alloc,
@@ -109,6 +111,7 @@ impl Node {
             area: Mutex::new(rec.area),
             logs,
             claimed: Mutex::new(vec![false; geometry.log_slots as usize]),
+            chunk_bytes: AtomicU64::new(CHUNK_BYTES),
             counters: Counters::default(),
             alloc,
             _pm: pm,
@@ -176,36 +179,43 @@ impl Node {
         self.logs.first().map_or(0, |l| l.ring_bytes())
     }
 
-    /// Publishes `slot`'s committed entries that start before `until`, batch by batch.
-    /// On a refusal, what was published before it is in the error's `published`.
-    pub fn publish(&self, slot: u32, until: u64) -> Result<Published, SlotError> {
-        let log = &self.logs[slot as usize];
-        let mut total: Option<Published> = None;
-        loop {
-            let mut area = self.area.lock();
-            let r = publish_slot(&mut area, log, Bounds { until, max_bytes: BATCH_BYTES });
-            drop(area);
-            let step = match r {
-                Ok(p) => p,
-                Err(SlotError::Rejected { slot, lsn, why, published }) => {
-                    self.count(&published);
-                    let published = merge(total, published);
-                    return Err(SlotError::Rejected { slot, lsn, why, published });
-                }
-                Err(e) => return Err(e),
-            };
-            self.count(&step);
-            let done = step.entries == 0;
-            total = Some(merge(total, step));
-            if done {
-                return Ok(total.unwrap_or_default());
-            }
-        }
+    /// Sets the most log one fetch copies.
+    pub fn set_chunk_bytes(&self, bytes: u64) {
+        self.chunk_bytes.store(bytes, Ordering::Relaxed);
     }
 
-    fn count(&self, p: &Published) {
-        self.counters.entries.fetch_add(p.entries, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(p.upto - p.from, Ordering::Relaxed);
+    /// Copies the committed entries of `slot` from `from` that start before `until`, at most
+    /// a chunk of them (at least one entry), out of its log file.
+    pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
+        let max = self.chunk_bytes.load(Ordering::Relaxed);
+        let (copy, read) =
+            self.logs[slot as usize].fetch(from, until, max).map_err(|source| SlotError::Log { slot, source })?;
+        self.counters.fetched(read);
+        Ok(copy)
+    }
+
+    /// Publishes `batch` (decoded from a fetched copy) as one batch — as `plan` coalesced it,
+    /// if given — its file data copied through `host`; returns what was published and what
+    /// the copies took.
+    pub fn publish_batch(
+        &self,
+        batch: &Batch,
+        plan: Option<&Plan>,
+        host: &HostLink,
+    ) -> (Result<Published, SlotError>, Copied) {
+        let log = &self.logs[batch.slot as usize];
+        let mut copied = Copied::default();
+        let r = {
+            let mut area = self.area.lock();
+            let mut mover = copylist::mover(host, batch.slot, log.region().len(), &mut copied);
+            publish_batch(&mut area, log, batch, plan, &mut mover)
+        };
+        match &r {
+            Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.counters.published(p),
+            Err(_) => {}
+        }
+        self.counters.copied(&copied);
+        (r, copied)
     }
 
     /// Drops the unpublished suffix of `slot` — entries that were refused and those after
@@ -231,16 +241,55 @@ impl Node {
     }
 }
 
-fn merge(total: Option<Published>, step: Published) -> Published {
-    match total {
-        None => step,
-        Some(mut t) => {
-            t.upto = step.upto;
-            t.entries += step.entries;
-            t.touched.extend(step.touched);
-            t.touched.sort_unstable();
-            t.touched.dedup();
-            t
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linefs_pm::layout::FormatParams;
+    use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
+    use linefs_pm::PmRegion;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A formatted node served by a `Node`, and slot 0's log file as its client maps it.
+    fn node() -> (tempfile::TempDir, Node, LogSlot) {
+        let dir = tempfile::tempdir().unwrap();
+        let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 2, inodes: 256 };
+        linefs_pm::mkfs::format_dir(dir.path(), &params).unwrap();
+        let node = Node::open(dir.path()).unwrap();
+        let region = Arc::new(PmRegion::open(&dir.path().join(log_file_name(0))).unwrap());
+        let log = LogSlot::new(region, &node.geometry, 0);
+        (dir, node, log)
+    }
+
+    fn create(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
+        let mut b = EntryBuilder::new();
+        let img =
+            InodeImage { ino, size: data.len() as u64, mode: libc::S_IFREG | 0o644, nlink: 1, ..Default::default() };
+        b.inode(&img, true);
+        b.dirent(ROOT_INO, name, ino, dtype::REG);
+        b.write(ino, 0, data);
+        b
+    }
+
+    #[test]
+    fn what_is_published_is_what_was_fetched_not_what_the_log_says_later() {
+        let (dir, node, log) = node();
+        let host = HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100));
+        let first = log.append(0, 0, create(2, b"honest", b"data").payload()).unwrap();
+        let copy = node.fetch(0, 0, first.end).unwrap();
+        let header = linefs_pm::oplog::ENTRY_HEADER;
+        assert_eq!(node.counters.snapshot().bytes_fetched, first.end + header, "the entry and its header peeked");
+        let (batch, _) = Batch::from_copy(&copy);
+        // The client rewrites the entry after the fetch: another inode, another name, a
+        // valid checksum. The copy is what gets published.
+        log.append(0, 0, create(3, b"sneaky", b"data").payload()).unwrap();
+        let (r, copied) = node.publish_batch(&batch, None, &host);
+        let p = r.unwrap();
+        assert_eq!((p.upto, p.entries), (first.end, 1));
+        assert_eq!(copied.by_nicfs, 1, "isolated: nicfs copied the data itself");
+        assert_eq!(node.counters.snapshot().copy_lists_by_nicfs, 1);
+        let loaded = node.freeze().reader().load().unwrap();
+        let names: Vec<_> = loaded.dirs[&ROOT_INO].iter().map(|e| (e.name.clone(), e.ino)).collect();
+        assert_eq!(names, vec![(b"honest".to_vec(), 2)]);
     }
 }

@@ -1,30 +1,43 @@
-//! The publisher of one session: a thread that takes the session's jobs in order (chunks
-//! committed, fsyncs, the end of the session), publishes the slot with pm's
-//! [`publish_slot`](linefs_pm::publish::publish_slot) (through [`Node::publish`]) and
-//! answers the client.
+//! The sequencer of one session: a thread that takes the session's jobs in the client's
+//! order (chunks committed, fsyncs, the end; shutdown's settle), asks the pipeline
+//! ([`crate::pipeline`]) to fetch what the client committed, and is the pipeline's
+//! **acknowledgment** stage for the session: it receives each chunk's outcome in log order
+//! and answers the client. It holds no lock and does no publishing itself, so a session
+//! waiting for the public area never holds up another's fetching and checking.
 //!
-//! * `Chunk(lsn)`: publish up to `lsn`, then a `Published` notice on the bulk connection.
+//! * `Chunk(lsn)`: publish up to `lsn`; each chunk published sends a `Published` notice on
+//!   the bulk connection (after its checkpoint is durable).
 //! * `Fsync{id, lsn}`: publish up to `lsn`, then `FsyncDone` on the control connection
-//!   (replication comes later: published on this node is all "durable" means today).
-//! * `End`: the client is gone (or nicfs stops): publish everything the slot has
-//!   committed, drop a refused suffix if the session failed, free the slot.
-//! * `Detach{id}`: the same, then `Ok` to the client's Detach.
+//!   (replication comes later: published on this node is all "durable" means today); EINVAL
+//!   if the committed log ends before `lsn`.
+//! * `End`: the client is gone: publish everything the slot has committed, drop a refused
+//!   suffix if the session failed, free the slot. `Settle` (nicfs stops) does the same but
+//!   for freeing the slot, and answers when done.
+//! * `Detach{id}`: `End`, then `Ok` to the client's Detach once the slot is free (so that a
+//!   client attaching again at once finds a slot).
 //! * `PublishTo{lsn}`: the lease table waits for this session's log up to `lsn` (a write
 //!   lease handed back): publish up to there, then tell the lease manager what is
 //!   published ([`crate::leases::Leases::published`]).
 //!
 //! A refused entry sends `Rejected` on the control connection, marks the session failed
-//! (later requests get an Error) and logs it; nicfs and the other sessions carry on.
+//! (later requests get an Error, its chunks in flight are dropped) and logs it; nicfs and
+//! the other sessions carry on.
 
-use crate::node::{Claim, Node};
-use crate::session::{Session, Sessions};
+use crate::daemon::Ctx;
+use crate::node::Claim;
+use crate::pipeline::{Event, FetchReq, Flow};
+use crate::session::Session;
 use linefs_pm::public::PublishError;
 use linefs_pm::publish::{Published, SlotError};
 use linefs_proto::{Bulk, Control, Frame, FsyncDone, InodeSet, Rejected, MAX_PUBLISHED_INODES};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
-/// What a session's publisher does next.
+/// How long nicfs's shutdown waits for one session to settle.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a session's sequencer does next.
 #[derive(Debug)]
 pub enum Job {
     Chunk(u64),
@@ -33,8 +46,7 @@ pub enum Job {
         lsn: u64,
     },
     End,
-    /// The client's Detach request `id`: end the session, answering Ok once the slot is
-    /// settled and free (so that a client attaching again at once finds a slot).
+    /// The client's Detach request `id`: [`Job::End`], then Ok.
     Detach {
         id: u64,
     },
@@ -42,76 +54,252 @@ pub enum Job {
     PublishTo {
         lsn: u64,
     },
+    /// Publish everything committed (dropping a refused suffix), then answer.
+    Settle(crossbeam_channel::Sender<()>),
 }
 
-/// Runs the publisher of `session` until its `End` job (or its queue closes).
-pub fn run(
-    node: Arc<Node>,
-    sessions: Arc<Sessions>,
-    session: Arc<Session>,
-    claim: Claim,
-    jobs: crossbeam_channel::Receiver<Job>,
-) {
+/// Where a session's publication stands.
+struct Sequencer<'a> {
+    ctx: &'a Ctx,
+    session: &'a Session,
+    flow: Arc<Flow>,
+    /// Publish up to here (what the client declared committed; everything at the end).
+    target: u64,
+    /// The next fetch starts here.
+    cursor: u64,
+    /// Bumped when the cursor goes back (a chunk ended short): fetches of an older epoch
+    /// do not move it.
+    epoch: u64,
+    fetching: bool,
+    /// The log (as checked) ends before `target`: nothing more to fetch until the client
+    /// declares more.
+    exhausted: bool,
+    /// Chunks numbered so far, and those whose outcome came back (in order).
+    next_seq: u64,
+    done: u64,
+    /// Fsyncs waiting: (request id, lsn).
+    waiters: Vec<(u64, u64)>,
+    settles: Vec<crossbeam_channel::Sender<()>>,
+    ending: bool,
+    /// The id of the client's Detach, answered at the end.
+    detach: Option<u64>,
+    /// Publications the lease table waits for (lsns).
+    lease_waits: Vec<u64>,
+}
+
+/// Runs the sequencer of `session` until its `End` job (or its queue closes) is done.
+pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_channel::Receiver<Job>) {
     let _span = tracing::info_span!("session", id = session.id, slot = session.slot).entered();
-    let mut detach = None;
-    while let Ok(job) = jobs.recv() {
+    let (tx, events) = crossbeam_channel::unbounded();
+    let start = session.published.load(Ordering::Acquire);
+    let mut s = Sequencer {
+        ctx: &ctx,
+        session: &session,
+        flow: Arc::new(Flow { session: session.clone(), events: tx }),
+        target: start,
+        cursor: start,
+        epoch: 0,
+        fetching: false,
+        exhausted: false,
+        next_seq: 0,
+        done: 0,
+        waiters: Vec::new(),
+        settles: Vec::new(),
+        ending: false,
+        detach: None,
+        lease_waits: Vec::new(),
+    };
+    let mut jobs = Some(jobs);
+    let never = crossbeam_channel::never();
+    loop {
+        crossbeam_channel::select! {
+            recv(jobs.as_ref().unwrap_or(&never)) -> job => match job {
+                Ok(job) => s.job(job),
+                Err(_) => {
+                    jobs = None;
+                    s.job(Job::End);
+                }
+            },
+            recv(events) -> event => {
+                if let Ok(e) = event {
+                    s.event(e);
+                }
+            }
+        }
+        s.kick();
+        s.answer();
+        if s.ending && s.idle() {
+            break;
+        }
+    }
+    let detach = s.detach;
+    end(&ctx, &session, claim, detach);
+    ctx.pipeline.forget(session.id);
+    ctx.sessions.remove(session.id);
+}
+
+impl Sequencer<'_> {
+    fn job(&mut self, job: Job) {
+        let more = |s: &mut Self, lsn: u64| {
+            s.target = s.target.max(lsn);
+            s.exhausted = false;
+        };
         match job {
             Job::Chunk(lsn) => {
-                if session.failed() {
-                    continue;
-                }
-                if let Some(p) = publish(&node, &session, lsn) {
-                    notify_published(&session, &p);
+                if !self.session.failed() {
+                    more(self, lsn);
                 }
             }
-            Job::Fsync { id, lsn } => fsync(&node, &session, id, lsn),
-            Job::PublishTo { lsn } => {
-                if !session.failed() {
-                    if let Some(p) = publish(&node, &session, lsn) {
-                        notify_published(&session, &p);
-                    }
+            Job::Fsync { id, lsn } => {
+                if let Some(why) = self.session.failure() {
+                    let _ = self.session.control_error(id, libc::EIO, &format!("session failed: {why}"));
+                    return;
                 }
-                session.leases.published(&session, lsn);
+                self.session.committed.fetch_max(lsn, Ordering::AcqRel);
+                more(self, lsn);
+                self.waiters.push((id, lsn));
             }
-            Job::End => break,
+            Job::End => {
+                self.ending = true;
+                more(self, u64::MAX);
+            }
             Job::Detach { id } => {
-                detach = Some(id);
-                break;
+                self.ending = true;
+                self.detach = Some(id);
+                more(self, u64::MAX);
+            }
+            Job::PublishTo { lsn } => {
+                more(self, lsn);
+                self.lease_waits.push(lsn);
+            }
+            Job::Settle(done) => {
+                self.settles.push(done);
+                more(self, u64::MAX);
             }
         }
     }
-    end(&node, &session, claim, detach);
-    sessions.remove(session.id);
-}
 
-/// Publishes the session's slot up to `until`; on a refusal tells the client and fails
-/// the session. Returns what was published when anything was.
-fn publish(node: &Node, session: &Session, until: u64) -> Option<Published> {
-    match node.publish(session.slot, until) {
-        Ok(p) => {
-            session.published.store(p.upto, Ordering::Release);
-            (p.entries > 0).then_some(p)
+    /// Nothing fetched is unanswered and no fetch runs.
+    fn idle(&self) -> bool {
+        !self.fetching && self.done == self.next_seq
+    }
+
+    /// Asks for the next fetch, if there is something to fetch and none runs.
+    fn kick(&mut self) {
+        if self.fetching || self.exhausted || self.session.failed() || self.cursor >= self.target {
+            return;
         }
-        Err(e) => {
-            let (lsn, errno, published) = match &e {
-                SlotError::Rejected { lsn, published, .. } => (*lsn, libc::EINVAL, Some(published.clone())),
-                SlotError::Failed { lsn, source: PublishError::NoSpace, .. } => (*lsn, libc::ENOSPC, None),
-                SlotError::Failed { lsn, .. } => (*lsn, libc::EIO, None),
-                SlotError::Log { .. } => (session.published.load(Ordering::Acquire), libc::EIO, None),
+        self.fetching = true;
+        self.ctx.pipeline.fetch(FetchReq {
+            flow: self.flow.clone(),
+            epoch: self.epoch,
+            from: self.cursor,
+            until: self.target,
+            seq: self.next_seq,
+        });
+    }
+
+    fn event(&mut self, e: Event) {
+        match e {
+            Event::Fetched { epoch, end, next_seq, error } => {
+                self.fetching = false;
+                self.next_seq = next_seq;
+                if epoch == self.epoch {
+                    self.cursor = end;
+                    if end < self.target {
+                        self.exhausted = true;
+                    }
+                }
+                if let Some(e) = error {
+                    self.refused(e);
+                }
+            }
+            Event::Dropped { seq } => self.done = seq + 1,
+            Event::Published { seq, end, result, .. } => {
+                self.done = seq + 1;
+                match result {
+                    Ok(p) => {
+                        if p.entries > 0 {
+                            self.session.published.store(p.upto, Ordering::Release);
+                            notify_published(self.session, &p);
+                        }
+                        if p.upto < end {
+                            // The chunk held less than was fetched (an entry failed its
+                            // checks on the copy): the log ends there for now; later chunks
+                            // in flight are stale.
+                            self.epoch += 1;
+                            self.cursor = p.upto;
+                            self.exhausted = true;
+                        }
+                    }
+                    Err(e) => self.refused(e),
+                }
+            }
+        }
+    }
+
+    /// A chunk was refused, or its publication failed: tell the client, fail the session.
+    fn refused(&mut self, e: SlotError) {
+        let session = self.session;
+        let (lsn, errno, published) = match &e {
+            SlotError::Rejected { lsn, published, .. } => (*lsn, libc::EINVAL, Some(published.clone())),
+            SlotError::Failed { lsn, source: PublishError::NoSpace, .. } => (*lsn, libc::ENOSPC, None),
+            SlotError::Failed { lsn, .. } => (*lsn, libc::EIO, None),
+            SlotError::Log { .. } | SlotError::Stale { .. } => {
+                (session.published.load(Ordering::Acquire), libc::EIO, None)
+            }
+        };
+        let reason = e.to_string();
+        tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
+        self.ctx.node.counters.rejection();
+        if let Some(p) = published.as_ref().filter(|p| p.entries > 0) {
+            session.published.store(p.upto, Ordering::Release);
+            notify_published(session, p);
+        }
+        session.fail(reason.clone());
+        let frame = Frame { id: session.next_id(), msg: Control::Rejected(Rejected { lsn, errno, reason }) };
+        if let Err(e) = session.send_control(&frame) {
+            tracing::debug!(error = %e, "cannot send Rejected");
+        }
+    }
+
+    /// Answers the fsyncs that can be answered, and the settles once nothing is left to do.
+    fn answer(&mut self) {
+        let session = self.session;
+        let published = session.published.load(Ordering::Acquire);
+        let idle = self.idle();
+        self.waiters.retain(|&(id, lsn)| {
+            let reply = if session.failed() {
+                session.control_error(id, libc::EIO, "an entry before the fsync point was refused")
+            } else if published >= lsn {
+                session.send_control(&Frame { id, msg: Control::FsyncDone(FsyncDone { durable_lsn: published }) })
+            } else if idle {
+                let why = format!("the log is committed only up to {published}, not {lsn}");
+                session.control_error(id, libc::EINVAL, &why)
+            } else {
+                return true;
             };
-            let reason = e.to_string();
-            tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
-            node.counters.rejections.fetch_add(1, Ordering::Relaxed);
-            if let Some(p) = published.as_ref().filter(|p| p.entries > 0) {
-                session.published.store(p.upto, Ordering::Release);
-                notify_published(session, p);
+            if let Err(e) = reply {
+                tracing::debug!(error = %e, "cannot answer Fsync");
             }
-            session.fail(reason.clone());
-            let frame = Frame { id: session.next_id(), msg: Control::Rejected(Rejected { lsn, errno, reason }) };
-            if let Err(e) = session.send_control(&frame) {
-                tracing::debug!(error = %e, "cannot send Rejected");
+            false
+        });
+        // The lease table learns what is published once it reaches what it waits for, or
+        // once nothing more can be (the log ends short: the lease manager warns and takes
+        // that as far enough; a failed session ends its leases).
+        self.lease_waits.retain(|&lsn| {
+            if session.failed() || published >= lsn || idle {
+                session.leases.published(session, lsn);
+                false
+            } else {
+                true
             }
-            None
+        });
+        if idle && (self.ending || !self.settles.is_empty()) {
+            drop_refused_suffix(self.ctx, session);
+            for done in self.settles.drain(..) {
+                let _ = done.send(());
+            }
         }
     }
 }
@@ -128,35 +316,10 @@ fn notify_published(session: &Session, p: &Published) {
     }
 }
 
-fn fsync(node: &Node, session: &Session, id: u64, lsn: u64) {
-    if let Some(why) = session.failure() {
-        let _ = session.control_error(id, libc::EIO, &format!("session failed: {why}"));
-        return;
-    }
-    session.committed.fetch_max(lsn, Ordering::AcqRel);
-    if let Some(p) = publish(node, session, lsn) {
-        notify_published(session, &p);
-    }
-    if session.failed() {
-        let _ = session.control_error(id, libc::EIO, "an entry before the fsync point was refused");
-        return;
-    }
-    let done = session.published.load(Ordering::Acquire);
-    let reply = if done >= lsn {
-        session.send_control(&Frame { id, msg: Control::FsyncDone(FsyncDone { durable_lsn: done }) })
-    } else {
-        let why = format!("the log is committed only up to {done}, not {lsn}");
-        session.control_error(id, libc::EINVAL, &why)
-    };
-    if let Err(e) = reply {
-        tracing::debug!(error = %e, "cannot answer Fsync");
-    }
-}
-
-/// The end of a session: settle its slot, free it, answer a Detach, hang up.
-fn end(node: &Node, session: &Session, claim: Claim, detach: Option<u64>) {
-    settle(node, session);
-    node.release(claim);
+/// The end of a session (its committed log published): free the slot, answer a Detach,
+/// hang up.
+fn end(ctx: &Ctx, session: &Session, claim: Claim, detach: Option<u64>) {
+    ctx.node.release(claim);
     if let Some(id) = detach {
         if let Err(e) = session.send_control(&Frame { id, msg: Control::Ok }) {
             tracing::debug!(error = %e, "cannot answer Detach");
@@ -171,33 +334,34 @@ fn end(node: &Node, session: &Session, claim: Claim, detach: Option<u64>) {
     );
 }
 
-/// Publishes what the session's slot has committed — its writer is gone or nicfs stops, so
-/// up to the end of the log — or, if the session failed, drops the refused suffix.
-/// Idempotent: shutdown may settle a session whose publisher is settling it too.
-pub fn settle(node: &Node, session: &Session) {
+/// If the session failed, drops its refused suffix: its writer is gone or nicfs stops, and
+/// the slot's next client must start clean. Idempotent.
+fn drop_refused_suffix(ctx: &Ctx, session: &Session) {
     if !session.failed() {
-        match node.publish(session.slot, u64::MAX) {
-            Ok(p) => {
-                session.published.store(p.upto, Ordering::Release);
-                if p.entries > 0 {
-                    notify_published(session, &p);
-                }
-            }
-            Err(e) => {
-                node.counters.rejections.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, "publishing the committed log of a departed client failed");
-                session.fail(e.to_string());
-            }
-        }
+        return;
     }
-    if session.failed() {
-        match node.discard_unpublished(session.slot) {
-            Ok((from, to)) if to > from => {
-                tracing::warn!(from, to, "dropped the refused suffix of the log");
-                session.published.store(to, Ordering::Release);
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot drop the refused suffix; the slot keeps it"),
+    match ctx.node.discard_unpublished(session.slot) {
+        Ok((from, to)) if to > from => {
+            tracing::warn!(from, to, "dropped the refused suffix of the log");
+            session.published.store(to, Ordering::Release);
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(error = %e, "cannot drop the refused suffix; the slot keeps it"),
+    }
+}
+
+/// Has the session's sequencer publish everything its slot has committed (or drop its
+/// refused suffix) and waits for it, at most [`SETTLE_TIMEOUT`] (nicfs stops). Nothing to
+/// do if the session has ended already.
+pub fn settle(session: &Session) {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    if session.jobs.send(Job::Settle(tx)).is_err() {
+        return;
+    }
+    match rx.recv_timeout(SETTLE_TIMEOUT) {
+        Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
+        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+            tracing::warn!(session = session.id, "session did not settle in time");
         }
     }
 }

@@ -21,7 +21,10 @@ pub struct Status {
     pub sessions: Vec<SessionStatus>,
     /// The mode (normal / isolated) and the kworker.
     pub host: crate::hostlink::HostStatus,
-    pub counters: CounterStatus,
+    /// The publication counters ([`crate::counters`]).
+    pub counters: crate::counters::CounterSnapshot,
+    /// The pipeline's stages: queue lengths, threads, work done.
+    pub stages: Vec<crate::stage::StageStatus>,
     /// The lease table: inodes leased, readers, writers, waiting requests, revokes in
     /// flight, publications awaited, implicit ranges, sessions, and counters since start.
     pub leases: crate::lease::Counts,
@@ -42,17 +45,8 @@ pub struct SessionStatus {
     pub failed: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-pub struct CounterStatus {
-    pub entries_published: u64,
-    pub bytes_published: u64,
-    pub chunks: u64,
-    pub rejections: u64,
-}
-
 /// The daemon's state now.
 pub fn snapshot(ctx: &Ctx) -> Status {
-    let c = &ctx.node.counters;
     Status {
         pid: std::process::id(),
         node_dir: ctx.node.dir.display().to_string(),
@@ -77,12 +71,8 @@ pub fn snapshot(ctx: &Ctx) -> Status {
             })
             .collect(),
         host: ctx.host.status(),
-        counters: CounterStatus {
-            entries_published: c.entries.load(Ordering::Relaxed),
-            bytes_published: c.bytes.load(Ordering::Relaxed),
-            chunks: c.chunks.load(Ordering::Relaxed),
-            rejections: c.rejections.load(Ordering::Relaxed),
-        },
+        counters: ctx.node.counters.snapshot(),
+        stages: ctx.pipeline.stages(),
         leases: ctx.leases.counts(),
     }
 }

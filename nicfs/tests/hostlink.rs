@@ -16,41 +16,10 @@ use linefs_pm::layout::BLOCK_SIZE;
 use linefs_proto::*;
 use nicfs::hostlink::{Copied, HostLink, Mode};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-
-fn kworker_bin() -> PathBuf {
-    let p = Path::new(nicfs_bin()).with_file_name("kworker");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo test -p kworker -p nicfs` (or `cargo build -p kworker`)",
-        p.display()
-    );
-    p
-}
-
-fn spawn_kworker(node: &Path, socket: &Path, entry_delay_ms: Option<u64>) -> Child {
-    let mut c = Command::new(kworker_bin());
-    c.arg("--node")
-        .arg(node)
-        .arg("--socket")
-        .arg(socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some(ms) = entry_delay_ms {
-        c.env(kworker::daemon::ENTRY_DELAY_ENV, ms.to_string());
-    }
-    c.spawn().expect("start kworker")
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: kill(2) on the pid of a child we started and have not reaped.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
-}
 
 fn mode(d: &Daemon) -> String {
     d.status()["host"]["mode"].as_str().unwrap().to_owned()
@@ -204,7 +173,8 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     let e1 = entries(&n, 0);
     let before = std::fs::read(&public).unwrap();
     let c = host.copy(&e1, Duration::from_secs(5)).unwrap();
-    assert_eq!(c, Copied { by_kworker: 0, by_nicfs: 1, redone: 0 });
+    let bytes = |e: &[CopyEntry]| e.iter().map(|e| e.len).sum::<u64>();
+    assert_eq!(c, Copied { by_nicfs: 1, bytes_by_nicfs: bytes(&e1), ..Copied::default() });
     let img = expected(&before, &e1);
     assert!(std::fs::read(&public).unwrap() == img);
 
@@ -213,7 +183,7 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     wait_for("a kworker", || (host.mode() == Mode::Normal).then_some(()));
     let e2 = entries(&n, 77);
     let c = host.copy(&e2[..2], Duration::from_secs(5)).unwrap();
-    assert_eq!(c, Copied { by_kworker: 1, by_nicfs: 0, redone: 0 });
+    assert_eq!(c, Copied { sent: 1, by_kworker: 1, bytes_by_kworker: bytes(&e2[..2]), ..Copied::default() });
     let img = expected(&img, &e2[..2]);
     assert!(std::fs::read(&public).unwrap() == img);
     let bad = [e2[0], CopyEntry { dst_offset: 0, ..e2[1] }];
@@ -239,8 +209,10 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     signal(&k, libc::SIGKILL);
     let _ = k.wait();
     let c = copier.join().unwrap().unwrap();
-    assert_eq!(c, Copied { by_kworker: 0, by_nicfs: 1, redone: 1 });
+    assert_eq!(c, Copied { sent: 1, by_nicfs: 1, redone: 1, bytes_by_nicfs: bytes(&e3), ..Copied::default() });
     assert!(std::fs::read(&public).unwrap() == want, "the redone list left other bytes");
     assert_eq!(host.mode(), Mode::Isolated);
-    assert_eq!(host.status().lists_redone, 1);
+    let st = host.status();
+    assert_eq!((st.lists_redone, st.lists_by_kworker, st.lists_by_nicfs), (1, 1, 2));
+    assert_eq!((st.bytes_by_kworker, st.bytes_by_nicfs), (bytes(&e2[..2]), bytes(&e1) + bytes(&e3)));
 }

@@ -9,7 +9,10 @@
 //! * [`public`]: the public area: its persisted structures, a read-only view any process can
 //!   use ([`public::PublicReader`]), and the publisher's state that validates and applies
 //!   records ([`public::PublicArea`]).
-//! * [`publish`]: publication of one log slot from its checkpoint, scanned in PM.
+//! * [`publish`]: publication of one log slot from its checkpoint, scanned in PM, or of a
+//!   batch a publisher decoded itself from a copy of the log.
+//! * [`coalesce`]: what of a batch a later record of the same batch overwrites, and so
+//!   need not be published.
 //! * [`recovery`]: recovery of a node from PM alone (every slot re-published, orphans freed).
 //! * [`node`]: a node's PM as files (public file, one log file per slot), or packed in one
 //!   region for tests.
@@ -21,6 +24,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod bitmap;
+pub mod coalesce;
 pub mod layout;
 pub mod mkfs;
 pub mod mountinfo;

@@ -271,58 +271,69 @@ impl LogSlot {
         from: u64,
         until: u64,
         max_bytes: u64,
-        mut f: impl FnMut(&EntryLoc, &[u8]),
+        f: impl FnMut(&EntryLoc, &[u8]),
     ) -> Result<Scan, FormatError> {
-        let mut entries = Vec::new();
+        let region = &self.region;
+        let ring_off = self.ring_off;
+        let read = |pos: u64, buf: &mut [u8]| -> Result<bool, FormatError> {
+            region.read(ring_off + pos, buf)?;
+            Ok(true)
+        };
+        scan_ring(self.ring_off, self.ring_bytes, from, until, max_bytes, read, f)
+    }
+
+    /// Copies committed entries out of the log into memory, as a publisher that must not
+    /// read the log again (nicfs) does: the whole entries from `from` that start before
+    /// `until`, until they span `max_bytes` (at least one entry, however long). A pad at the
+    /// end of the ring goes with the entry after it, so that a copy never ends with one (the
+    /// next copy starts where publishing this one leaves the checkpoint). Only the entry
+    /// headers are looked at, read one by one to find where the copy ends; nothing is
+    /// checked — [`LogCopy::scan_with`] does that on the copy. Returns the copy and the
+    /// bytes read from the log (the headers looked at, then the copy).
+    pub fn fetch(&self, from: u64, until: u64, max_bytes: u64) -> Result<(LogCopy, u64), FormatError> {
         let mut lsn = from;
-        let stop = loop {
-            if lsn >= until || (lsn - from >= max_bytes && !entries.is_empty()) {
-                break ScanStop::Limit;
-            }
-            if lsn - from >= self.ring_bytes {
-                break ScanStop::Full;
+        let mut read = 0;
+        let mut after_pad = false;
+        let mut entries = 0;
+        while lsn < until && lsn - from < self.ring_bytes {
+            if !after_pad && entries > 0 && lsn - from >= max_bytes {
+                break;
             }
             let pos = lsn % self.ring_bytes;
             let mut h = [0u8; ENTRY_HEADER as usize];
             self.region.read(self.ring_off + pos, &mut h)?;
+            read += ENTRY_HEADER;
+            let total = le32(&h, entry_off::TOTAL_LEN) as u64;
             if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC
                 || le64(&h, entry_off::LSN) != lsn
+                || total < ENTRY_ALIGN
+                || !total.is_multiple_of(ENTRY_ALIGN)
+                || total > self.ring_bytes - pos
+                || lsn + total - from > self.ring_bytes
             {
-                break ScanStop::End;
+                break;
             }
-            let total = le32(&h, entry_off::TOTAL_LEN) as u64;
-            let plen = le32(&h, entry_off::PAYLOAD_LEN) as u64;
-            let kind = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]);
-            let room = self.ring_bytes - pos;
-            if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total
-            {
-                break ScanStop::Invalid(format!("entry at lsn {lsn}: bad length {total}/{plen}"));
-            }
-            if kind == KIND_PAD {
-                if plen != 0 || total != room {
-                    break ScanStop::Invalid(format!("pad at lsn {lsn}: bad length"));
-                }
-            } else if kind != KIND_RECORDS {
-                break ScanStop::Invalid(format!("entry at lsn {lsn}: unknown kind {kind}"));
-            }
-            let mut payload = vec![0u8; plen as usize];
-            self.region.read(self.ring_off + pos + ENTRY_HEADER, &mut payload)?;
-            if entry_crc(&h, &payload) != le32(&h, entry_off::CRC) {
-                break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
-            }
-            if kind == KIND_RECORDS {
-                let loc = EntryLoc {
-                    lsn,
-                    end: lsn + total,
-                    payload_off: self.ring_off + pos + ENTRY_HEADER,
-                    payload_len: plen,
-                };
-                f(&loc, &payload);
-                entries.push(loc);
-            }
+            after_pad = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]) == KIND_PAD;
+            entries += u64::from(!after_pad);
             lsn += total;
-        };
-        Ok(Scan { entries, end: lsn, stop })
+        }
+        let mut bytes = Vec::new();
+        self.read_lsns(from, lsn - from, &mut bytes)?;
+        read += lsn - from;
+        Ok((LogCopy { slot: self.slot, from, bytes, ring_off: self.ring_off, ring_bytes: self.ring_bytes }, read))
+    }
+
+    /// Appends the log bytes of LSNs `[lsn, lsn + len)` (at most a ring) to `out`.
+    fn read_lsns(&self, lsn: u64, len: u64, out: &mut Vec<u8>) -> Result<(), FormatError> {
+        let start = out.len();
+        out.resize(start + len as usize, 0);
+        let pos = lsn % self.ring_bytes;
+        let first = len.min(self.ring_bytes - pos);
+        self.region.read(self.ring_off + pos, &mut out[start..start + first as usize])?;
+        if first < len {
+            self.region.read(self.ring_off, &mut out[start + first as usize..])?;
+        }
+        Ok(())
     }
 
     /// Read an entry's payload.
@@ -331,6 +342,108 @@ impl LogSlot {
         self.region.read(loc.payload_off, &mut p)?;
         Ok(p)
     }
+}
+
+/// Part of a slot's log copied into memory ([`LogSlot::fetch`]): the bytes of LSNs
+/// `[from, from + bytes.len())`, whole entries, not yet checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogCopy {
+    pub slot: u32,
+    pub from: u64,
+    pub bytes: Vec<u8>,
+    ring_off: u64,
+    ring_bytes: u64,
+}
+
+impl LogCopy {
+    /// The LSN just past the copy.
+    pub fn end(&self) -> u64 {
+        self.from + self.bytes.len() as u64
+    }
+
+    /// Scans the copy as [`LogSlot::scan_with`] scans the log (every check, the same
+    /// [`EntryLoc`]s: payload offsets are offsets in the log file), from its start to its
+    /// end: an entry that does not lie wholly in the copy ends the scan
+    /// ([`ScanStop::Limit`]).
+    pub fn scan_with(&self, f: impl FnMut(&EntryLoc, &[u8])) -> Scan {
+        let bytes = &self.bytes;
+        let from = self.from;
+        let ring_bytes = self.ring_bytes;
+        // Ring position -> LSN: the copy spans at most one ring, starting at `from`.
+        let read = |pos: u64, buf: &mut [u8]| -> Result<bool, FormatError> {
+            let lsn = from + (pos + ring_bytes - from % ring_bytes) % ring_bytes;
+            let at = (lsn - from) as usize;
+            match bytes.get(at..at + buf.len()) {
+                Some(b) => {
+                    buf.copy_from_slice(b);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        };
+        scan_ring(self.ring_off, self.ring_bytes, self.from, self.end(), u64::MAX, read, f)
+            .expect("reading a copy cannot fail")
+    }
+}
+
+/// The scan of a ring whose bytes `read(ring position, buf)` gives (false: not available,
+/// which ends the scan with [`ScanStop::Limit`]); see [`LogSlot::scan_bounded`].
+fn scan_ring(
+    ring_off: u64,
+    ring_bytes: u64,
+    from: u64,
+    until: u64,
+    max_bytes: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<bool, FormatError>,
+    mut f: impl FnMut(&EntryLoc, &[u8]),
+) -> Result<Scan, FormatError> {
+    let mut entries = Vec::new();
+    let mut lsn = from;
+    let stop = loop {
+        if lsn >= until || (lsn - from >= max_bytes && !entries.is_empty()) {
+            break ScanStop::Limit;
+        }
+        if lsn - from >= ring_bytes {
+            break ScanStop::Full;
+        }
+        let pos = lsn % ring_bytes;
+        let mut h = [0u8; ENTRY_HEADER as usize];
+        if !read(pos, &mut h)? {
+            break ScanStop::Limit;
+        }
+        if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC || le64(&h, entry_off::LSN) != lsn
+        {
+            break ScanStop::End;
+        }
+        let total = le32(&h, entry_off::TOTAL_LEN) as u64;
+        let plen = le32(&h, entry_off::PAYLOAD_LEN) as u64;
+        let kind = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]);
+        let room = ring_bytes - pos;
+        if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total {
+            break ScanStop::Invalid(format!("entry at lsn {lsn}: bad length {total}/{plen}"));
+        }
+        if kind == KIND_PAD {
+            if plen != 0 || total != room {
+                break ScanStop::Invalid(format!("pad at lsn {lsn}: bad length"));
+            }
+        } else if kind != KIND_RECORDS {
+            break ScanStop::Invalid(format!("entry at lsn {lsn}: unknown kind {kind}"));
+        }
+        let mut payload = vec![0u8; plen as usize];
+        if !read(pos + ENTRY_HEADER, &mut payload)? {
+            break ScanStop::Limit;
+        }
+        if entry_crc(&h, &payload) != le32(&h, entry_off::CRC) {
+            break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
+        }
+        if kind == KIND_RECORDS {
+            let loc = EntryLoc { lsn, end: lsn + total, payload_off: ring_off + pos + ENTRY_HEADER, payload_len: plen };
+            f(&loc, &payload);
+            entries.push(loc);
+        }
+        lsn += total;
+    };
+    Ok(Scan { entries, end: lsn, stop })
 }
 
 /// Why an append failed.
@@ -440,5 +553,87 @@ mod tests {
         }
         assert!(full);
         assert_eq!(s.scan(0).unwrap().end, tail);
+    }
+
+    /// Appends entries of the given payload sizes; returns them with their payloads.
+    fn fill(s: &LogSlot, tail: &mut u64, published: u64, sizes: &[usize]) -> Vec<(EntryLoc, Vec<u8>)> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let payload: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+                let loc = s.append(*tail, published, &payload).unwrap();
+                *tail = loc.end;
+                (loc, payload)
+            })
+            .collect()
+    }
+
+    fn scanned(copy: &LogCopy) -> (Vec<(EntryLoc, Vec<u8>)>, Scan) {
+        let mut got = Vec::new();
+        let scan = copy.scan_with(|l, p| got.push((*l, p.to_vec())));
+        (got, scan)
+    }
+
+    #[test]
+    fn a_fetched_copy_holds_whole_entries_and_scans_like_the_log() {
+        let s = slot();
+        let mut tail = 0;
+        let all = fill(&s, &mut tail, 0, &[100, 5000, 300, 20_000, 64]);
+        let headers = |n: u64| n * ENTRY_HEADER;
+        // Everything: the copy ends where the log does, and scans to the same entries (the
+        // headers were read once more, to find the end, and the one after the last).
+        let (copy, read) = s.fetch(0, tail, u64::MAX).unwrap();
+        assert_eq!((copy.from, copy.end(), read), (0, tail, tail + headers(5)));
+        let (got, scan) = scanned(&copy);
+        assert_eq!(got, all);
+        assert_eq!((scan.end, scan.stop), (tail, ScanStop::Limit));
+        // A budget ending inside an entry: the copy takes that entry whole and stops.
+        let (copy, read) = s.fetch(0, tail, all[1].0.end + 10).unwrap();
+        assert_eq!((copy.end(), read), (all[2].0.end, all[2].0.end + headers(3)));
+        assert_eq!(scanned(&copy).0, all[..3].to_vec());
+        // A first entry longer than the budget is fetched whole.
+        let (copy, read) = s.fetch(all[3].0.lsn, tail, 1000).unwrap();
+        assert_eq!((copy.from, copy.end()), (all[3].0.lsn, all[3].0.end));
+        assert_eq!(read, all[3].0.end - all[3].0.lsn + headers(1));
+        assert_eq!(scanned(&copy).0, vec![all[3].clone()]);
+        // Only entries that start before `until`; nothing for an empty range.
+        let (copy, _) = s.fetch(0, all[2].0.lsn, u64::MAX).unwrap();
+        assert_eq!(scanned(&copy).0, all[..2].to_vec());
+        assert!(s.fetch(tail, tail, u64::MAX).unwrap().0.bytes.is_empty());
+    }
+
+    #[test]
+    fn a_fetch_across_the_end_of_the_ring_and_a_tampered_copy() {
+        let s = slot();
+        let mut tail = 0;
+        // Fill most of the ring, publish it, then wrap (a pad fills the end of the ring).
+        fill(&s, &mut tail, 0, &[60_000, 60_000, 60_000]);
+        let published = tail;
+        s.set_published_lsn(published).unwrap();
+        let all = fill(&s, &mut tail, published, &[30_000, 30_000, 30_000]);
+        assert!(all[2].0.lsn % s.ring_bytes() < all[0].0.lsn % s.ring_bytes(), "the log wrapped");
+        let (copy, _) = s.fetch(published, tail, u64::MAX).unwrap();
+        assert_eq!(copy.end(), tail);
+        let (got, scan) = scanned(&copy);
+        assert_eq!(got, all);
+        assert_eq!(scan.end, tail);
+        // A budget reached just after the pad at the end of the ring takes the entry after
+        // the pad too (a copy never ends with a pad); reached before the pad, it stops there.
+        let pad = all[2].0.lsn - (all[2].0.lsn % s.ring_bytes());
+        assert!(all[1].0.end < pad && pad == all[2].0.lsn, "entry 2 follows a pad");
+        let one = all[1].0.end - all[1].0.lsn;
+        let (cut, _) = s.fetch(all[1].0.lsn, tail, one + 1).unwrap();
+        assert_eq!(cut.end(), all[2].0.end);
+        assert_eq!(scanned(&cut).0, all[1..].to_vec());
+        let (cut, _) = s.fetch(all[1].0.lsn, tail, one).unwrap();
+        assert_eq!(cut.end(), all[1].0.end);
+        // A byte changed in the copy: its scan stops at that entry (the log is not read).
+        let mut bad = copy.clone();
+        let at = (all[1].0.lsn - published) as usize + 100;
+        bad.bytes[at] ^= 1;
+        let (got, scan) = scanned(&bad);
+        assert_eq!(got, all[..1].to_vec());
+        assert!(matches!(scan.stop, ScanStop::Invalid(_)));
     }
 }

@@ -7,6 +7,9 @@
 //!   maps, file data, directory entries, xattrs, a full load).
 //! * `area`, `validate`, `apply`: [`PublicArea`], the publisher's side — allocation state
 //!   rebuilt at load, validation of records against the public state, and their effects.
+//! * [`mover`]: how file data gets into data blocks — at once ([`DirectMover`]), or recorded
+//!   as an ordered list of moves executed later by someone else ([`Collector`]: nicfs hands
+//!   them to kworker as copy lists).
 //!
 //! # Idempotent publication
 //!
@@ -18,7 +21,9 @@
 //! Ordering rules that make a crash mid-publication safe:
 //! * a newly allocated block (data, indirect, directory, xattr) is fully written — zero
 //!   fill included — persisted and fenced *before* a pointer to it is persisted, so no
-//!   crash state links a block with stale content;
+//!   crash state links a block with stale content. With a deferred mover a data block's
+//!   contents are only recorded moves, so the pointer waits in DRAM (a *pending link*)
+//!   until [`PublicArea::settle`] has had the moves executed and fenced;
 //! * a freed block goes to a pending list and is reused only after the caller's checkpoint
 //!   (the log's published LSN) is durable, so no crash state has two owners of one block;
 //! * the block allocator is not persisted: it is rebuilt at load from the block maps;
@@ -31,12 +36,14 @@
 mod apply;
 mod area;
 pub mod format;
+pub mod mover;
 pub mod reader;
 mod validate;
 
 pub use crate::record::dtype::of_mode as dtype_of_mode;
 pub use area::PublicArea;
 pub use format::{xattr_chain_blocks, PmInode, DIRENTS_PER_BLOCK, DIRENT_SIZE, XATTR_SPACE};
+pub use mover::{execute_moves, Collector, DataMover, DirectMover, Move, MoveStats};
 pub use reader::{InodeReload, LoadVisitor, Loaded, LoadedDirent, LoadedInode, PublicReader};
 
 use crate::layout::FormatError;
@@ -50,6 +57,9 @@ pub enum PublishError {
     Invalid { ino: u64, why: String },
     #[error("public area full: no free data block")]
     NoSpace,
+    /// A deferred mover could not execute its moves (a copy list failed).
+    #[error("moving file data failed: {0}")]
+    Mover(String),
     #[error(transparent)]
     Format(#[from] FormatError),
 }

@@ -1,7 +1,13 @@
 //! Publication of one log slot: scan the committed entries *in PM* from the slot's durable
 //! checkpoint, validate each entry against the public state, apply it, fence, and durably
-//! advance the checkpoint. Whoever publishes — libfs's own thread in the host-only mode,
-//! nicfs later — calls [`publish_slot`]; it needs the PM layer only.
+//! advance the checkpoint. libfs's own thread in the host-only mode calls [`publish_slot`];
+//! it needs the PM layer only.
+//!
+//! nicfs publishes in *batches* it decoded itself, from a copy of the log it fetched
+//! ([`Batch`], [`publish_batch`]): every entry of the batch is validated before any is
+//! applied, file data goes through the caller's [`DataMover`] (kworker's copy lists), and
+//! the batch ends with one settle (the moves executed, then the pointers to the blocks they
+//! filled), one fence and one checkpoint. [`read_batch`] reads a batch from the log in PM.
 //!
 //! An entry is validated whole before any of it is applied, so it is published entirely or
 //! not at all. An entry that fails validation (or does not decode) is *rejected*: what came
@@ -15,10 +21,11 @@
 //! then the checkpoint word is persisted and fenced, then blocks the batch freed become
 //! reusable.
 
+use crate::coalesce::{self, Plan, Saved};
 use crate::layout::FormatError;
-use crate::oplog::{LogSlot, ScanStop};
-use crate::public::{PublicArea, PublishError};
-use crate::record::decode_records;
+use crate::oplog::{EntryLoc, LogCopy, LogSlot, ScanStop};
+use crate::public::{DataMover, PublicArea, PublishError};
+use crate::record::{decode_records, Record};
 
 /// How much of a slot one call may publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +54,8 @@ pub struct Published {
     pub entries: u64,
     /// Inodes the published records changed (sorted, no duplicates).
     pub touched: Vec<u64>,
+    /// What coalescing left out ([`publish_batch`] with a plan).
+    pub saved: Saved,
 }
 
 /// Why a slot's publication stopped short.
@@ -71,6 +80,10 @@ pub enum SlotError {
         #[source]
         source: FormatError,
     },
+    /// A batch that does not start at the slot's checkpoint (it was read before another
+    /// publication of the slot moved the checkpoint): nothing was done.
+    #[error("log slot {slot}: batch from lsn {from} is stale, the checkpoint is at {checkpoint}")]
+    Stale { slot: u32, from: u64, checkpoint: u64 },
 }
 
 /// Publish committed entries of `log` from its checkpoint, within `bounds`. Returns what
@@ -126,4 +139,157 @@ pub fn publish_slot(area: &mut PublicArea, log: &LogSlot, bounds: Bounds) -> Res
         tracing::debug!(slot, %why, "scan ended at an invalid entry");
     }
     Ok(done)
+}
+
+/// Committed entries of one slot, decoded, to be published as one batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub slot: u32,
+    /// Where the batch starts: the slot's checkpoint when it was read.
+    pub from: u64,
+    /// The entries in log order, each with its records.
+    pub entries: Vec<(EntryLoc, Vec<Record>)>,
+    /// The entry that ended the batch because it does not decode (its LSN and why): it and
+    /// everything after it are refused.
+    pub malformed: Option<(u64, String)>,
+}
+
+impl Batch {
+    /// An empty batch of `slot` from `from`.
+    pub fn new(slot: u32, from: u64) -> Batch {
+        Batch { slot, from, ..Batch::default() }
+    }
+
+    /// Adds the next entry a scan found (its location and payload), decoded; once an entry
+    /// does not decode, the batch is over and later ones are ignored.
+    pub fn push(&mut self, loc: &EntryLoc, payload: &[u8]) {
+        if self.malformed.is_some() {
+            return;
+        }
+        match decode_records(payload, loc.payload_off) {
+            Ok(records) => self.entries.push((*loc, records)),
+            Err(e) => self.malformed = Some((loc.lsn, format!("malformed entry: {e}"))),
+        }
+    }
+
+    /// The batch of the entries in a copy of a slot's log ([`LogSlot::fetch`]): scanned and
+    /// checked on the copy, never read from the log again. Also returns how the scan ended.
+    pub fn from_copy(copy: &LogCopy) -> (Batch, ScanStop) {
+        let mut batch = Batch::new(copy.slot, copy.from);
+        let scan = copy.scan_with(|loc, payload| batch.push(loc, payload));
+        (batch, scan.stop)
+    }
+
+    /// The LSN just past the batch's last entry (`from` if it has none).
+    pub fn end(&self) -> u64 {
+        self.entries.last().map_or(self.from, |(loc, _)| loc.end)
+    }
+
+    /// Whether there is nothing to publish or refuse.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.malformed.is_none()
+    }
+
+    /// Bytes of log its entries span.
+    pub fn log_bytes(&self) -> u64 {
+        self.end() - self.from
+    }
+}
+
+/// Reads the batch of `log`'s committed entries from its checkpoint within `bounds`, from PM.
+pub fn read_batch(log: &LogSlot, bounds: Bounds) -> Result<Batch, SlotError> {
+    let slot = log.slot();
+    let log_err = |source| SlotError::Log { slot, source };
+    let from = log.published_lsn().map_err(log_err)?;
+    let mut batch = Batch::new(slot, from);
+    log.scan_with(from, bounds.until, bounds.max_bytes, |loc, payload| batch.push(loc, payload)).map_err(log_err)?;
+    Ok(batch)
+}
+
+/// Publishes `batch` as one, its file data moved by `mover`: checks that it starts at the
+/// slot's checkpoint, validates every entry (each against the state the ones before it
+/// leave), applies the valid ones — as `plan` coalesced them, when given (a plan made for
+/// more entries than turn out valid is made again for the valid ones) — settles the mover
+/// (its moves executed, then the pointers to the blocks they filled persisted), fences and
+/// durably advances the checkpoint past the last valid entry. A refused entry — invalid,
+/// or malformed — stops the batch there as [`publish_slot`] does ([`SlotError::Rejected`],
+/// with what was published). If applying or moving fails, nothing is checkpointed and the
+/// area forgets the batch's pending links.
+pub fn publish_batch(
+    area: &mut PublicArea,
+    log: &LogSlot,
+    batch: &Batch,
+    plan: Option<&Plan>,
+    mover: &mut dyn DataMover,
+) -> Result<Published, SlotError> {
+    let slot = log.slot();
+    let log_err = |source| SlotError::Log { slot, source };
+    let checkpoint = log.published_lsn().map_err(log_err)?;
+    if checkpoint != batch.from {
+        return Err(SlotError::Stale { slot, from: batch.from, checkpoint });
+    }
+    let (valid, invalid) = area.validate_batch(batch.entries.iter().map(|(_, r)| &r[..]), mover.log_len());
+    let rejected = match invalid {
+        Some(e) => Some((batch.entries[valid].0.lsn, e.to_string())),
+        None => batch.malformed.clone(),
+    };
+    let mut done = Published { from: batch.from, upto: batch.from, ..Published::default() };
+    let accepted = &batch.entries[..valid];
+    let Some((last, _)) = accepted.last() else {
+        return match rejected {
+            Some((lsn, why)) => Err(refused(slot, lsn, why, done)),
+            None => Ok(done),
+        };
+    };
+    let failed = |area: &mut PublicArea, source| {
+        area.abandon_pending();
+        SlotError::Failed { slot, lsn: last.lsn, source }
+    };
+    let replanned;
+    match plan {
+        Some(p) => {
+            let p = if p.entries == valid {
+                p
+            } else {
+                replanned = coalesce::plan(accepted.iter().map(|(_, r)| &r[..]));
+                &replanned
+            };
+            for step in &p.steps {
+                if let Err(e) = area.apply_step(step, mover) {
+                    return Err(failed(area, e));
+                }
+            }
+            done.saved = p.saved;
+        }
+        None => {
+            for (loc, records) in accepted {
+                for r in records {
+                    if let Err(e) = area.apply_with(r, mover) {
+                        area.abandon_pending();
+                        return Err(SlotError::Failed { slot, lsn: loc.lsn, source: e });
+                    }
+                }
+            }
+        }
+    }
+    if let Err(e) = area.settle(mover) {
+        return Err(failed(area, e));
+    }
+    area.fence();
+    log.set_published_lsn(last.end).map_err(log_err)?;
+    area.checkpoint_done();
+    done.upto = last.end;
+    done.entries = valid as u64;
+    done.touched = accepted.iter().flat_map(|(_, r)| r.iter().map(Record::target)).collect();
+    done.touched.sort_unstable();
+    done.touched.dedup();
+    match rejected {
+        Some((lsn, why)) => Err(refused(slot, lsn, why, done)),
+        None => Ok(done),
+    }
+}
+
+fn refused(slot: u32, lsn: u64, why: String, published: Published) -> SlotError {
+    tracing::error!(slot, lsn, %why, "log entry refused; it and what follows stay unpublished");
+    SlotError::Rejected { slot, lsn, why, published }
 }

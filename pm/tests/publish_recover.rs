@@ -6,8 +6,9 @@ use linefs_pm::layout::{FormatParams, Geometry, Superblock};
 use linefs_pm::mkfs::format_node;
 use linefs_pm::node::NodePm;
 use linefs_pm::oplog::{EntryLoc, LogSlot};
+use linefs_pm::public::{execute_moves, Collector, Move};
 use linefs_pm::public::{PublicArea, PublicReader};
-use linefs_pm::publish::{publish_slot, Bounds, SlotError};
+use linefs_pm::publish::{publish_batch, publish_slot, read_batch, Batch, Bounds, SlotError};
 use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
 use linefs_pm::recovery::{recover, RecoveryError};
 
@@ -155,4 +156,83 @@ fn recovery_refuses_a_forged_entry_before_changing_it() {
     }
     let root = PublicReader::new(node.public.clone(), geo).read_inode(ROOT_INO).unwrap();
     assert_eq!(root.kind(), libc::S_IFDIR, "the root is untouched");
+}
+
+/// [`publish_batch`] with file data executed in process at the end of the batch.
+fn publish_batch_here(
+    area: &mut PublicArea,
+    w: &Writer,
+    batch: &Batch,
+    public: &linefs_pm::PmRegion,
+) -> Result<linefs_pm::publish::Published, SlotError> {
+    let log = w.log.region().clone();
+    let mut mover = Collector::new(log.len(), |m: &[Move]| execute_moves(m, &log, public));
+    publish_batch(area, &w.log, batch, None, &mut mover)
+}
+
+#[test]
+fn a_batch_is_validated_whole_against_the_state_its_own_entries_leave() {
+    let (node, geo) = node(1);
+    let mut w = Writer::new(&node, &geo, 0);
+    w.create(10, b"a", b"first");
+    // Depends on the entry before it in the same batch: a write to inode 10.
+    let mut b = EntryBuilder::new();
+    b.write(10, 5, b" and more");
+    w.append(&b);
+    // Frees inode 10; the entry after it writes to it: refused, though inode 10 is
+    // allocated in the public area when the batch is validated.
+    let mut b = EntryBuilder::new();
+    b.dirent(ROOT_INO, b"a", 0, 0);
+    b.free_inode(10);
+    let freed = w.append(&b);
+    let mut b = EntryBuilder::new();
+    b.write(10, 0, b"too late");
+    let late = w.append(&b);
+    w.create(11, b"after", b"never published");
+    let (mut area, _) = PublicArea::load(node.public.clone(), geo).unwrap();
+    let batch = read_batch(&w.log, Bounds::until(w.tail)).unwrap();
+    assert_eq!((batch.from, batch.entries.len(), batch.end()), (0, 5, w.tail));
+    match publish_batch_here(&mut area, &w, &batch, &node.public) {
+        Err(SlotError::Rejected { lsn, why, published, .. }) => {
+            assert_eq!(lsn, late.lsn);
+            assert!(why.contains("not allocated"), "{why}");
+            assert_eq!((published.from, published.upto, published.entries), (0, freed.end, 3));
+            assert_eq!(published.touched, vec![ROOT_INO, 10]);
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(w.log.published_lsn().unwrap(), freed.end);
+    assert!(names(area.reader()).is_empty());
+    // The same batch again is stale: the checkpoint moved.
+    match publish_batch_here(&mut area, &w, &batch, &node.public) {
+        Err(SlotError::Stale { from: 0, checkpoint, .. }) => assert_eq!(checkpoint, freed.end),
+        other => panic!("expected a stale batch, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_malformed_entry_ends_a_batch() {
+    let (node, geo) = node(1);
+    let mut w = Writer::new(&node, &geo, 0);
+    let good = w.create(10, b"good", b"kept");
+    // A record kind that does not exist, under a valid checksum: the entry does not decode.
+    let mut b = EntryBuilder::new();
+    b.dirent(ROOT_INO, b"x", 10, dtype::REG);
+    let mut payload = b.payload().to_vec();
+    payload[0] = 99;
+    let bad = w.log.append(w.tail, 0, &payload).unwrap();
+    w.tail = bad.end;
+    w.create(11, b"after", b"never");
+    let batch = read_batch(&w.log, Bounds::until(w.tail)).unwrap();
+    assert_eq!(batch.entries.len(), 1);
+    assert!(matches!(&batch.malformed, Some((lsn, why)) if *lsn == bad.lsn && why.contains("unknown record kind")));
+    let (mut area, _) = PublicArea::load(node.public.clone(), geo).unwrap();
+    match publish_batch_here(&mut area, &w, &batch, &node.public) {
+        Err(SlotError::Rejected { lsn, published, .. }) => {
+            assert_eq!(lsn, bad.lsn);
+            assert_eq!(published.upto, good.end);
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(names(area.reader()), vec![b"good".to_vec()]);
 }

@@ -24,6 +24,50 @@ pub fn nicfs_bin() -> &'static str {
     env!("CARGO_BIN_EXE_nicfs")
 }
 
+/// The kworker binary cargo builds next to nicfs's.
+pub fn kworker_bin() -> PathBuf {
+    let p = std::path::Path::new(nicfs_bin()).with_file_name("kworker");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo test -p kworker -p nicfs` (or `cargo build -p kworker`)",
+        p.display()
+    );
+    p
+}
+
+/// Starts a kworker for `node` at `socket`, optionally slowed down before each entry.
+pub fn spawn_kworker(node: &std::path::Path, socket: &std::path::Path, entry_delay_ms: Option<u64>) -> Child {
+    spawn_kworker_logged(node, socket, entry_delay_ms, None)
+}
+
+/// [`spawn_kworker`], its debug log written to `log` when given.
+pub fn spawn_kworker_logged(
+    node: &std::path::Path,
+    socket: &std::path::Path,
+    entry_delay_ms: Option<u64>,
+    log: Option<&std::path::Path>,
+) -> Child {
+    let mut c = Command::new(kworker_bin());
+    c.arg("--node").arg(node).arg("--socket").arg(socket).stdin(Stdio::null()).stdout(Stdio::null());
+    match log {
+        Some(path) => {
+            c.env("RUST_LOG", "debug").stderr(File::create(path).unwrap());
+        }
+        None => {
+            c.stderr(Stdio::null());
+        }
+    }
+    if let Some(ms) = entry_delay_ms {
+        c.env(kworker::daemon::ENTRY_DELAY_ENV, ms.to_string());
+    }
+    c.spawn().expect("start kworker")
+}
+
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child we started and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
 /// Polls `f` until it gives Some, or panics with `what` after [`WAIT`].
 pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let end = Instant::now() + WAIT;
@@ -42,6 +86,8 @@ pub struct Daemon {
     pub node: PathBuf,
     pub socket: PathBuf,
     pub status: PathBuf,
+    /// Extra arguments nicfs is started with.
+    pub args: Vec<String>,
     pub child: Option<Child>,
     /// Reads nicfs's stderr as it comes (a pipe nobody read would fill and stall nicfs);
     /// gives it whole at the end.
@@ -51,13 +97,26 @@ pub struct Daemon {
 impl Daemon {
     /// A node with `slots` log slots, served by a new nicfs.
     pub fn start(slots: u32) -> Daemon {
+        Daemon::start_with(slots, &[])
+    }
+
+    /// [`Daemon::start`], nicfs given `args` too.
+    pub fn start_with(slots: u32, args: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let node = dir.path().join("node0");
         let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: slots, inodes: 256 };
         linefs_pm::mkfs::format_dir(&node, &params).unwrap();
         let socket = dir.path().join("nicfs.sock");
         let status = dir.path().join("status.json");
-        let mut d = Daemon { dir, node, socket, status, child: None, stderr: None };
+        let mut d = Daemon {
+            dir,
+            node,
+            socket,
+            status,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            child: None,
+            stderr: None,
+        };
         let mut child = d.spawn(&d.socket.clone());
         let mut err = child.stderr.take().unwrap();
         d.stderr = Some(std::thread::spawn(move || {
@@ -85,6 +144,7 @@ impl Daemon {
             .arg(socket)
             .arg("--status-file")
             .arg(&self.status)
+            .args(&self.args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,11 +1,15 @@
 //! The effect of each log record on the public area. Records are blind post-images applied
 //! by key, so applying a suffix again converges (idempotent publication); writes are
-//! persisted here but fenced by the caller before it advances its checkpoint.
+//! persisted here but fenced by the caller before it advances its checkpoint. File data
+//! moves through the caller's [`DataMover`] (see [`super::mover`]); metadata is written
+//! here.
 
 use super::area::PublicArea;
 use super::format::{encode_dirent, PmInode, XattrBlock, DIRENTS_PER_BLOCK, DIRENT_SIZE, XATTR_PAYLOAD};
+use super::mover::{DataMover, DirectMover};
 use super::validate::check_xattrs;
 use super::{dtype_of_mode, invalid, xattr_chain_blocks, PublishError, Result};
+use crate::coalesce::Step;
 use crate::layout::{BLOCK_SIZE, INODE_SIZE};
 use crate::record::{dtype, put_xattr, xattrs_len, InodeImage, Record};
 use crate::region::PmRegion;
@@ -28,22 +32,58 @@ impl PublicArea {
         }
     }
 
-    /// Apply one record. Writes are persisted but not fenced; the caller fences and then
-    /// durably advances its checkpoint, then calls [`PublicArea::checkpoint_done`].
+    /// Apply one record, moving its data directly from `log` (the writer's log file).
+    /// Writes are persisted but not fenced; the caller fences and then durably advances its
+    /// checkpoint, then calls [`PublicArea::checkpoint_done`].
     pub fn apply(&mut self, rec: &Record, log: &PmRegion) -> Result<()> {
-        match rec {
+        self.apply_with(rec, &mut DirectMover::new(log))
+    }
+
+    /// Apply one record, its file data moved by `mover`. With a deferred mover the caller
+    /// calls [`PublicArea::settle`] with the same mover before it fences and checkpoints.
+    pub fn apply_with(&mut self, rec: &Record, mover: &mut dyn DataMover) -> Result<()> {
+        let applied = match rec {
             Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
             Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),
-            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, log, *data_off),
+            Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, *data_off, mover),
             Record::Truncate { ino, size } => {
                 let mut inode = self.live_inode(*ino)?;
-                self.truncate_blocks(&mut inode, *size)?;
+                self.truncate_blocks(&mut inode, *size, mover)?;
                 self.write_inode(&inode)
             }
-            Record::Punch { ino, off, len } => self.apply_punch(*ino, *off, *len),
-            Record::Alloc { ino, off, len } => self.apply_alloc(*ino, *off, *len),
+            Record::Punch { ino, off, len } => self.apply_punch(*ino, *off, *len, mover),
+            Record::Alloc { ino, off, len } => self.apply_alloc(*ino, *off, *len, mover),
             Record::Xattrs { ino, attrs } => self.apply_xattrs(*ino, attrs),
             Record::FreeInode { ino } => self.apply_free(*ino),
+        };
+        applied?;
+        // A record rewrites its inode only when the inode changes (a new xattr chain, a new
+        // directory block...). In a recovery replay the torn write a crash left may already
+        // hold the change, so nothing would rewrite it and the inode would stay torn:
+        // rewrite it. Its words are each the old or the new value of that one update, and
+        // the replay has just made the fields it changes what they must be.
+        let target = rec.target();
+        if self.suspect_inodes.contains(&target) {
+            let inode = self.read_inode(target)?;
+            if inode.img.mode != 0 {
+                self.write_inode(&inode)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply one step of a coalesced batch ([`crate::coalesce`]).
+    pub fn apply_step(&mut self, step: &Step, mover: &mut dyn DataMover) -> Result<()> {
+        match step {
+            Step::Apply(rec) => self.apply_with(rec, mover),
+            Step::Map { ino, off, len } => {
+                let mut inode = self.live_inode(*ino)?;
+                let k = inode.img.mode & libc::S_IFMT;
+                if k != libc::S_IFREG && k != libc::S_IFLNK {
+                    return Err(invalid(*ino, "data write to a non-file"));
+                }
+                self.map_blocks(&mut inode, *off, *len, mover)
+            }
         }
     }
 
@@ -131,16 +171,15 @@ impl PublicArea {
         Ok(())
     }
 
-    fn apply_write(&mut self, ino: u64, off: u64, len: u64, log: &PmRegion, data_off: u64) -> Result<()> {
+    fn apply_write(&mut self, ino: u64, off: u64, len: u64, data_off: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         let k = inode.img.mode & libc::S_IFMT;
         if k != libc::S_IFREG && k != libc::S_IFLNK {
             return Err(invalid(ino, "data write to a non-file"));
         }
-        if data_off.checked_add(len).is_none_or(|e| e > log.len()) {
+        if data_off.checked_add(len).is_none_or(|e| e > mover.log_len()) {
             return Err(invalid(ino, "write data outside the writer's log"));
         }
-        let mut buf = vec![0u8; BLOCK_SIZE as usize];
         let mut new_links = Vec::new();
         let mut pos = off;
         let end = off + len;
@@ -150,42 +189,36 @@ impl PublicArea {
             let within = pos % BLOCK_SIZE;
             let n = (BLOCK_SIZE - within).min(end - pos);
             let src = data_off + (pos - off);
-            match self.lookup(&inode, idx)? {
+            match self.data_block(&inode, idx)? {
                 Some(b) => {
-                    log.read(src, &mut buf[..n as usize])?;
-                    self.region.write(b * BLOCK_SIZE + within, &buf[..n as usize])?;
-                    self.region.persist(b * BLOCK_SIZE + within, n)?;
+                    mover.copy(&self.region, b * BLOCK_SIZE + within, src, n)?;
                     prev = Some(b);
                 }
                 None => {
                     let b = self.alloc.alloc(prev.map(|p| p + 1)).ok_or(PublishError::NoSpace)?;
-                    buf.fill(0);
-                    log.read(src, &mut buf[within as usize..(within + n) as usize])?;
-                    self.region.write(b * BLOCK_SIZE, &buf)?;
-                    self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    mover.fill_block(&self.region, b * BLOCK_SIZE, within, src, n)?;
                     new_links.push((idx, b));
                     prev = Some(b);
                 }
             }
             pos += n;
         }
-        self.link_new_blocks(&mut inode, new_links)
+        self.link_new_blocks(&mut inode, new_links, mover)
     }
 
-    fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64) -> Result<()> {
+    fn truncate_blocks(&mut self, inode: &mut PmInode, size: u64, mover: &mut dyn DataMover) -> Result<()> {
         let keep = size.div_ceil(BLOCK_SIZE);
         self.free_range(inode, keep, u64::MAX)?;
         if !size.is_multiple_of(BLOCK_SIZE) {
-            if let Some(b) = self.lookup(inode, size / BLOCK_SIZE)? {
+            if let Some(b) = self.data_block(inode, size / BLOCK_SIZE)? {
                 let within = size % BLOCK_SIZE;
-                self.region.zero(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
-                self.region.persist(b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
+                mover.zero(&self.region, b * BLOCK_SIZE + within, BLOCK_SIZE - within)?;
             }
         }
         Ok(())
     }
 
-    fn apply_punch(&mut self, ino: u64, off: u64, len: u64) -> Result<()> {
+    fn apply_punch(&mut self, ino: u64, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         let end = off + len;
         let first_full = off.div_ceil(BLOCK_SIZE);
@@ -200,9 +233,8 @@ impl PublicArea {
                 pos = last_full * BLOCK_SIZE;
                 continue;
             }
-            if let Some(b) = self.lookup(&inode, idx)? {
-                self.region.zero(b * BLOCK_SIZE + within, n)?;
-                self.region.persist(b * BLOCK_SIZE + within, n)?;
+            if let Some(b) = self.data_block(&inode, idx)? {
+                mover.zero(&self.region, b * BLOCK_SIZE + within, n)?;
             }
             pos += n;
         }
@@ -213,26 +245,30 @@ impl PublicArea {
         Ok(())
     }
 
-    fn apply_alloc(&mut self, ino: u64, off: u64, len: u64) -> Result<()> {
+    fn apply_alloc(&mut self, ino: u64, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut inode = self.live_inode(ino)?;
         if inode.img.mode & libc::S_IFMT != libc::S_IFREG {
             return Err(invalid(ino, "allocation for a non-file"));
         }
+        self.map_blocks(&mut inode, off, len, mover)
+    }
+
+    /// Maps every unmapped block of [off, off+len) of a file to a new, zero-filled block.
+    fn map_blocks(&mut self, inode: &mut PmInode, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut new_links = Vec::new();
         let mut prev = None;
         for idx in off / BLOCK_SIZE..(off + len).div_ceil(BLOCK_SIZE) {
-            match self.lookup(&inode, idx)? {
+            match self.data_block(inode, idx)? {
                 Some(b) => prev = Some(b),
                 None => {
                     let b = self.alloc.alloc(prev.map(|p: u64| p + 1)).ok_or(PublishError::NoSpace)?;
-                    self.region.zero(b * BLOCK_SIZE, BLOCK_SIZE)?;
-                    self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+                    mover.zero(&self.region, b * BLOCK_SIZE, BLOCK_SIZE)?;
                     new_links.push((idx, b));
                     prev = Some(b);
                 }
             }
         }
-        self.link_new_blocks(&mut inode, new_links)
+        self.link_new_blocks(inode, new_links, mover)
     }
 
     fn apply_xattrs(&mut self, ino: u64, attrs: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
@@ -313,19 +349,5 @@ impl PublicArea {
         self.suspect_inodes.remove(&ino);
         self.suspect_xattrs.remove(&ino);
         Ok(())
-    }
-
-    /// Link freshly written data blocks `(file block, block)` into `inode` and write it:
-    /// the blocks' contents are fenced before any pointer to them is persisted.
-    fn link_new_blocks(&mut self, inode: &mut PmInode, new_links: Vec<(u64, u64)>) -> Result<()> {
-        if new_links.is_empty() {
-            return Ok(());
-        }
-        self.region.fence();
-        *self.nblocks.entry(inode.img.ino).or_default() += new_links.len() as u64;
-        for (idx, b) in new_links {
-            self.link(inode, idx, b)?;
-        }
-        self.write_inode(inode)
     }
 }

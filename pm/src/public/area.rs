@@ -2,17 +2,20 @@
 //! bitmap with its pending frees, directory slot maps, per-inode block counts, structures
 //! that failed their checksums) and the primitives that change persisted structures in the
 //! safe order — a block fully written and fenced before a pointer to it is persisted, a
-//! freed block reused only after the caller's checkpoint. Validation and the records' effects
-//! are in [`super::validate`] and [`super::apply`].
+//! freed block reused only after the caller's checkpoint — and, for a deferred
+//! [`DataMover`], the *pending links*: pointers to data blocks whose contents are recorded
+//! moves not yet executed, persisted only by [`PublicArea::settle`] after the moves are.
+//! Validation and the records' effects are in [`super::validate`] and [`super::apply`].
 
 use super::format::{root_span, span_of, PmInode, NROOTS};
+use super::mover::DataMover;
 use super::reader::{LoadVisitor, Loaded, PublicReader};
 use super::{corrupt, invalid, PublishError, Result, XattrList};
 use crate::bitmap::Bitmap;
 use crate::layout::{FormatError, Geometry, BLOCK_SIZE, INODE_SIZE};
 use crate::record::InodeImage;
 use crate::region::PmRegion;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// The slots of one directory: where each name is, which slots are free.
@@ -72,6 +75,10 @@ pub struct PublicArea {
     /// during publication, to be rewritten by recovery; any left afterwards are corrupt.
     pub(super) suspect_inodes: HashSet<u64>,
     pub(super) suspect_xattrs: HashSet<u64>,
+    /// Data blocks allocated under a deferred mover and not linked yet: inode -> file block
+    /// -> block. Their contents are moves the mover has recorded; [`PublicArea::settle`]
+    /// links them once the moves are durable.
+    pub(super) pending_links: BTreeMap<u64, BTreeMap<u64, u64>>,
 }
 
 /// Rebuilds the publisher's state while the reader walks the public area.
@@ -134,6 +141,7 @@ impl PublicArea {
             nblocks: HashMap::new(),
             suspect_inodes: HashSet::new(),
             suspect_xattrs: HashSet::new(),
+            pending_links: BTreeMap::new(),
         };
         let loaded = reader.load_with(&mut pa)?;
         for (ino, li) in &loaded.inodes {
@@ -197,6 +205,71 @@ impl PublicArea {
 
     pub(super) fn lookup(&self, inode: &PmInode, idx: u64) -> Result<Option<u64>, FormatError> {
         self.reader.lookup(inode, idx)
+    }
+
+    /// The block holding file block `idx` of a file: a pending link first, then the
+    /// persisted block map.
+    pub(super) fn data_block(&self, inode: &PmInode, idx: u64) -> Result<Option<u64>, FormatError> {
+        if let Some(&b) = self.pending_links.get(&inode.img.ino).and_then(|m| m.get(&idx)) {
+            return Ok(Some(b));
+        }
+        self.lookup(inode, idx)
+    }
+
+    /// Link freshly filled data blocks `(file block, block)` into `inode`. Their contents
+    /// must be durable before any pointer to them is: with a direct mover they were stored
+    /// and persisted already, so one fence and the pointers follow; with a deferred one they
+    /// are only recorded, so the links wait in DRAM for [`PublicArea::settle`].
+    pub(super) fn link_new_blocks(
+        &mut self,
+        inode: &mut PmInode,
+        new_links: Vec<(u64, u64)>,
+        mover: &mut dyn DataMover,
+    ) -> Result<()> {
+        if new_links.is_empty() {
+            return Ok(());
+        }
+        *self.nblocks.entry(inode.img.ino).or_default() += new_links.len() as u64;
+        if mover.deferred() {
+            self.pending_links.entry(inode.img.ino).or_default().extend(new_links);
+            return Ok(());
+        }
+        self.region.fence();
+        for (idx, b) in new_links {
+            self.link(inode, idx, b)?;
+        }
+        self.write_inode(inode)
+    }
+
+    /// Executes what `mover` recorded (durable when its flush returns), then persists the
+    /// pending links — the pointers to the blocks those moves filled, and the inodes that
+    /// hold them. A publisher with a deferred mover calls this before its checkpoint. (A
+    /// record that frees blocks of a file with pending links drops those links and frees
+    /// their blocks: see `free_range`.)
+    /// With a direct mover there is never anything pending, and this is a fence. On an
+    /// error nothing pending is linked: see [`PublicArea::abandon_pending`].
+    pub fn settle(&mut self, mover: &mut dyn DataMover) -> Result<()> {
+        mover.flush(&self.region)?;
+        while let Some((ino, links)) = self.pending_links.pop_first() {
+            let mut inode = self.read_inode(ino)?;
+            for (idx, b) in links {
+                self.link(&mut inode, idx, b)?;
+            }
+            self.write_inode(&inode)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the pending links after a failed publication (the moves that would have
+    /// filled their blocks may not have happened): nothing persisted points to those
+    /// blocks, and they become reusable at the next checkpoint like any freed block (not at
+    /// once: an interrupted copy list may still be writing to them).
+    pub fn abandon_pending(&mut self) {
+        while let Some((ino, links)) = self.pending_links.pop_first() {
+            for (_, b) in links {
+                self.free_block(ino, b, true);
+            }
+        }
     }
 
     pub(super) fn write_inode(&mut self, inode: &PmInode) -> Result<()> {
@@ -263,6 +336,21 @@ impl PublicArea {
     /// freed too.
     pub(super) fn free_range(&mut self, inode: &mut PmInode, from: u64, to: u64) -> Result<()> {
         let ino = inode.img.ino;
+        // Pending links in the range are dropped: nothing persisted points to their blocks,
+        // and the moves recorded for them may still run, so they are freed like any block
+        // (reusable after the checkpoint, once those moves are over).
+        if let Some(links) = self.pending_links.get_mut(&ino) {
+            let gone: Vec<(u64, u64)> = links.range(from..to).map(|(i, b)| (*i, *b)).collect();
+            for (idx, _) in &gone {
+                links.remove(idx);
+            }
+            if links.is_empty() {
+                self.pending_links.remove(&ino);
+            }
+            for (_, b) in gone {
+                self.free_block(ino, b, true);
+            }
+        }
         for r in 0..NROOTS {
             let p = inode.roots[r];
             if p == 0 {
@@ -329,6 +417,7 @@ impl PublicArea {
     /// The caller's checkpoint covering everything applied so far is durable: blocks freed
     /// by it may be reused now.
     pub fn checkpoint_done(&mut self) {
+        debug_assert!(self.pending_links.is_empty(), "a checkpoint with links still pending");
         self.alloc.release();
     }
 

@@ -175,3 +175,53 @@ fn hostile_records_are_refused() {
     assert!(pa.apply(&Record::Inode { fresh: true, img: InodeImage { ino: 100000, ..file(0) } }, &no_log()).is_err());
     assert!(pa.apply(&Record::Inode { fresh: true, img: InodeImage { mode: 0, ..file(5) } }, &no_log()).is_err());
 }
+
+#[test]
+fn a_deferred_mover_s_blocks_are_linked_only_after_its_moves_ran() {
+    use super::mover::{execute_moves, Collector, Move};
+    let (region, geo) = setup();
+    let (mut pa, _) = PublicArea::load(region.clone(), geo).unwrap();
+    let mut b = EntryBuilder::new();
+    b.inode(&InodeImage { size: 5000, ..file(2) }, true);
+    b.write(2, 0, &[9u8; 5000]);
+    let log = PmRegion::traced(1 << 16);
+    log.write(4096, b.payload()).unwrap();
+    let reader = pa.reader().clone();
+    let mut ran = 0;
+    let mut mover = Collector::new(log.len(), |m: &[Move]| {
+        // Nothing points to the blocks these moves fill yet.
+        assert!(!reader.is_mapped(2, 0).unwrap() && !reader.is_mapped(2, 1).unwrap());
+        ran += 1;
+        execute_moves(m, &log, &region)
+    });
+    for r in decode_records(b.payload(), 4096).unwrap() {
+        pa.apply_with(&r, &mut mover).unwrap();
+    }
+    assert_eq!(pa.file_blocks(2), 2, "counted as the file's already");
+    assert!(!pa.reader().is_mapped(2, 0).unwrap());
+    pa.settle(&mut mover).unwrap();
+    let stats = mover.stats();
+    drop(mover);
+    assert_eq!(ran, 1);
+    assert_eq!((stats.copy_bytes, stats.zero_bytes), (5000, 2 * 4096 - 5000));
+    let mut got = vec![0u8; 5000];
+    pa.reader().read_file(2, 0, &mut got).unwrap();
+    assert_eq!(got, vec![9u8; 5000]);
+
+    // An abandoned batch links nothing; its blocks come back after the next checkpoint.
+    let free = pa.free_blocks();
+    let mut mover = Collector::new(log.len(), |_: &[Move]| Err("no".to_string()));
+    let mut b = EntryBuilder::new();
+    b.write(2, 8 * 4096, &[1u8; 10]);
+    log.write(4096, b.payload()).unwrap();
+    for r in decode_records(b.payload(), 4096).unwrap() {
+        pa.apply_with(&r, &mut mover).unwrap();
+    }
+    assert!(pa.settle(&mut mover).is_err());
+    pa.abandon_pending();
+    assert!(!pa.reader().is_mapped(2, 8).unwrap());
+    assert_eq!(pa.file_blocks(2), 2);
+    pa.fence();
+    pa.checkpoint_done();
+    assert_eq!(pa.free_blocks(), free);
+}

@@ -4,7 +4,7 @@
 
 use super::area::PublicArea;
 use super::format::{PmInode, XATTR_SPACE};
-use super::{dtype_of_mode, invalid, Result};
+use super::{dtype_of_mode, invalid, PublishError, Result};
 use crate::record::{dtype, xattrs_len, Record, NAME_MAX, XATTR_VALUE_MAX};
 use crate::region::PmRegion;
 use std::collections::{HashMap, HashSet};
@@ -51,8 +51,41 @@ impl PublicArea {
     /// creates — whether they are allocated, and as what, is not held against an entry;
     /// everything else is checked as usual.
     pub fn validate_with(&self, records: &[Record], unsettled: &HashSet<u64>, log: &PmRegion) -> Result<()> {
+        self.check_entry(records, unsettled, log.len(), &mut HashMap::new())
+    }
+
+    /// Validates consecutive entries as one batch, before any of them is applied: each is
+    /// checked against the public state as the entries before it leave it (which inodes
+    /// they allocate or free, and as what — all validation looks at). `log_len` is the size
+    /// of the writer's log file. Returns how many entries, from the first, are valid, and
+    /// the error of the first one that is not (the ones after it are not looked at).
+    pub fn validate_batch<'a>(
+        &self,
+        entries: impl IntoIterator<Item = &'a [Record]>,
+        log_len: u64,
+    ) -> (usize, Option<PublishError>) {
+        let mut carried = HashMap::new();
+        let unsettled = HashSet::new();
+        let mut n = 0;
+        for records in entries {
+            if let Err(e) = self.check_entry(records, &unsettled, log_len, &mut carried) {
+                return (n, Some(e));
+            }
+            n += 1;
+        }
+        (n, None)
+    }
+
+    /// Checks one entry against the public state overlaid with `local`, the modes (allocated
+    /// as what, or free) that earlier records of the batch left, which it updates.
+    fn check_entry(
+        &self,
+        records: &[Record],
+        unsettled: &HashSet<u64>,
+        log_len: u64,
+        local: &mut HashMap<u64, Option<u32>>,
+    ) -> Result<()> {
         // ino -> Some(Some(mode)): allocated; Some(None): free; None: unknown (unsettled).
-        let mut local: HashMap<u64, Option<u32>> = HashMap::new();
         let mode_of = |local: &HashMap<u64, Option<u32>>, ino: u64| -> Result<Option<Option<u32>>> {
             if ino == 0 || ino >= self.geo.inode_count {
                 return Err(invalid(ino, "inode number out of range"));
@@ -80,7 +113,7 @@ impl PublicArea {
                     if !dtype::valid(dtype_of_mode(img.mode)) {
                         return Err(invalid(img.ino, format!("mode {:o} has no file type", img.mode)));
                     }
-                    let cur = mode_of(&local, img.ino)?;
+                    let cur = mode_of(local, img.ino)?;
                     if !fresh {
                         match cur {
                             Some(None) => return Err(invalid(img.ino, "attributes for an unallocated inode")),
@@ -93,32 +126,32 @@ impl PublicArea {
                     local.insert(img.ino, Some(img.mode));
                 }
                 Record::Dirent { dir, ino, .. } => {
-                    if live(&local, *dir)?.is_some_and(|k| k != libc::S_IFDIR) {
+                    if live(local, *dir)?.is_some_and(|k| k != libc::S_IFDIR) {
                         return Err(invalid(*dir, "directory entry in a non-directory"));
                     }
                     if *ino != 0 {
-                        live(&local, *ino)?;
+                        live(local, *ino)?;
                     }
                 }
                 Record::Write { ino, len, data_off, .. } => {
-                    let k = live(&local, *ino)?;
+                    let k = live(local, *ino)?;
                     if k.is_some_and(|k| k != libc::S_IFREG && k != libc::S_IFLNK) {
                         return Err(invalid(*ino, "data write to a non-file"));
                     }
-                    if data_off.checked_add(*len).is_none_or(|e| e > log.len()) {
+                    if data_off.checked_add(*len).is_none_or(|e| e > log_len) {
                         return Err(invalid(*ino, "write data outside the writer's log"));
                     }
                 }
                 Record::Truncate { ino, .. } | Record::Punch { ino, .. } => {
-                    live(&local, *ino)?;
+                    live(local, *ino)?;
                 }
                 Record::Alloc { ino, .. } => {
-                    if live(&local, *ino)?.is_some_and(|k| k != libc::S_IFREG) {
+                    if live(local, *ino)?.is_some_and(|k| k != libc::S_IFREG) {
                         return Err(invalid(*ino, "allocation for a non-file"));
                     }
                 }
                 Record::Xattrs { ino, attrs } => {
-                    live(&local, *ino)?;
+                    live(local, *ino)?;
                     check_xattrs(*ino, attrs)?;
                 }
                 Record::FreeInode { ino } => {

@@ -1,0 +1,378 @@
+//! The publishing pipeline (LineFS §3.3.1): **fetch → validate → coalesce → publish**,
+//! each stage a
+//! queue and an elastic pool of threads ([`crate::stage`]) shared by every session, and
+//! the **acknowledgment** done by each session's sequencer ([`crate::publisher`]), which
+//! also decides what to fetch.
+//!
+//! * **fetch** ([`FetchReq`]): copies a session's committed log, from where its last chunk
+//!   ended up to what the client declared committed, out of its log file into nicfs's
+//!   memory in chunks of at most [`CHUNK_BYTES`](crate::node::CHUNK_BYTES) (whole entries;
+//!   the bytes are counted). One request per session at a time, so a session's chunks are
+//!   cut in log order and numbered (`seq`); different sessions fetch in parallel.
+//! * **validate**: scans each chunk *on the copy* (checksums, LSNs, lengths) and decodes its
+//!   records (pm's [`Batch::from_copy`]); nothing is read from the client's log after this.
+//!   Chunks of every session, including several of one session, are checked in parallel.
+//! * **coalesce**: works out what of the chunk a later record of the same chunk overwrites
+//!   (pm's [`coalesce::plan`]: data overwritten, truncated or punched, files created and
+//!   freed, attributes set again) so that it is not copied or applied. A chunk is
+//!   published and checkpointed as one batch, so only its end state is ever seen. The plan
+//!   assumes every entry is valid; if publication refuses one, pm plans the valid prefix
+//!   again.
+//! * **publish**: restores each session's chunk order (a chunk waits until the one before
+//!   it is published), then publishes the chunk as one batch
+//!   ([`Node::publish_batch`](crate::node::Node::publish_batch)): validation against the
+//!   public state, metadata applied by nicfs, file data as one ordered copy list executed
+//!   through the host link, the pointers to the new blocks, the fence and the durable
+//!   checkpoint — all under the public area's mutex, which is why this stage has one
+//!   thread: a crash must find at most one slot mid-batch (recovery's assumption), and
+//!   blocks a batch frees are reused only after its checkpoint.
+//! * **acknowledge**: the session's sequencer gets each chunk's outcome in order and sends
+//!   `Published`, answers fsyncs, or fails the session.
+//!
+//! A chunk whose session has failed (an entry refused) is dropped at the publish stage. A
+//! chunk that no longer starts at its slot's checkpoint — an earlier chunk of the session
+//! ended short, at an entry that failed its checks on the copy — is dropped as stale (pm
+//! refuses it before changing anything), and the sequencer fetches again from the
+//! checkpoint when the client next asks.
+
+use crate::hostlink::{Copied, HostLink};
+use crate::node::Node;
+use crate::session::Session;
+use crate::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
+use linefs_pm::coalesce::{self, Plan};
+use linefs_pm::oplog::LogCopy;
+use linefs_pm::publish::{Batch, Published, SlotError};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+
+/// How many threads each stage may have (the publish stage is serialised by the public
+/// area's mutex anyway), and how many extra threads the stages may add together.
+pub const FETCH_THREADS: (usize, usize) = (1, 4);
+pub const VALIDATE_THREADS: (usize, usize) = (1, 4);
+pub const COALESCE_THREADS: (usize, usize) = (1, 4);
+pub const PUBLISH_THREADS: (usize, usize) = (1, 1);
+pub const EXTRA_THREADS: usize = 8;
+
+/// What the pipeline tells a session's sequencer.
+#[derive(Debug)]
+pub enum Event {
+    /// The fetch request of `epoch` is done: the chunks up to `next_seq` were fetched and
+    /// cover the log up to `end` (short of the request's end if the log ends there).
+    Fetched { epoch: u64, end: u64, next_seq: u64, error: Option<SlotError> },
+    /// Chunk `seq`, which covered the log up to `end`, was published (or refused, or its
+    /// publication failed); `copied` is what its copy list took.
+    Published { seq: u64, end: u64, result: Result<Published, SlotError>, copied: Copied },
+    /// Chunk `seq` was not published: its session had failed, or it was stale.
+    Dropped { seq: u64 },
+}
+
+/// A session as the pipeline sees it: its slot and where its events go.
+pub struct Flow {
+    pub session: Arc<Session>,
+    pub events: crossbeam_channel::Sender<Event>,
+}
+
+impl Flow {
+    fn tell(&self, e: Event) {
+        // The sequencer leaves only once nothing is in flight, so this is always read.
+        let _ = self.events.send(e);
+    }
+}
+
+/// Fetch the log of `flow`'s slot from `from` up to `until`, numbering chunks from `seq`.
+pub struct FetchReq {
+    pub flow: Arc<Flow>,
+    pub epoch: u64,
+    pub from: u64,
+    pub until: u64,
+    pub seq: u64,
+}
+
+/// A chunk fetched, to be checked.
+struct Fetched {
+    flow: Arc<Flow>,
+    seq: u64,
+    copy: LogCopy,
+}
+
+/// A chunk checked and decoded (and coalesced, once `plan` is set), to be published.
+struct Checked {
+    flow: Arc<Flow>,
+    seq: u64,
+    end: u64,
+    batch: Batch,
+    plan: Option<Plan>,
+}
+
+/// Per session: which chunk is published next, and the ones that arrived early.
+#[derive(Default)]
+struct Order {
+    next: u64,
+    parked: BTreeMap<u64, Checked>,
+    busy: bool,
+}
+
+/// The pipeline of a node.
+pub struct Pipeline {
+    node: Arc<Node>,
+    host: Arc<HostLink>,
+    fetch: Stage<FetchReq>,
+    validate: Stage<Fetched>,
+    coalesce: Option<Stage<Checked>>,
+    publish: Stage<Checked>,
+    order: Mutex<HashMap<u64, Order>>,
+}
+
+impl Pipeline {
+    /// Starts the stages' threads and the tuner that grows them; without `coalesce`, chunks
+    /// go from validation straight to publication.
+    pub fn start(node: Arc<Node>, host: Arc<HostLink>, coalesce: bool) -> Arc<Pipeline> {
+        let budget = Budget::new(EXTRA_THREADS);
+        let p = Arc::new_cyclic(|me: &Weak<Pipeline>| {
+            let (fmin, fmax) = FETCH_THREADS;
+            let (vmin, vmax) = VALIDATE_THREADS;
+            let (cmin, cmax) = COALESCE_THREADS;
+            let (pmin, pmax) = PUBLISH_THREADS;
+            Pipeline {
+                node,
+                host,
+                fetch: Stage::new("fetch", fmin, fmax, budget.clone(), on(me, Pipeline::do_fetch)),
+                validate: Stage::new("validate", vmin, vmax, budget.clone(), on(me, Pipeline::do_validate)),
+                coalesce: coalesce
+                    .then(|| Stage::new("coalesce", cmin, cmax, budget.clone(), on(me, Pipeline::do_coalesce))),
+                publish: Stage::new("publish", pmin, pmax, budget.clone(), on(me, Pipeline::do_publish)),
+                order: Mutex::new(HashMap::new()),
+            }
+        });
+        let me = Arc::downgrade(&p);
+        let tuner = std::thread::Builder::new().name("tuner".into()).spawn(move || loop {
+            std::thread::sleep(TUNE_PERIOD);
+            let Some(p) = me.upgrade() else { break };
+            p.fetch.tune();
+            p.validate.tune();
+            if let Some(c) = &p.coalesce {
+                c.tune();
+            }
+            p.publish.tune();
+        });
+        if let Err(e) = tuner {
+            tracing::error!(error = %e, "cannot start the pipeline's tuner: stages keep their threads");
+        }
+        p
+    }
+
+    /// Queues a fetch request (its session has none in progress).
+    pub fn fetch(&self, req: FetchReq) {
+        self.fetch.submit(req);
+    }
+
+    /// Forgets a session that ended (nothing of it is in flight).
+    pub fn forget(&self, session: u64) {
+        self.order.lock().remove(&session);
+    }
+
+    pub fn stages(&self) -> Vec<StageStatus> {
+        let mut v = vec![self.fetch.status(), self.validate.status()];
+        v.extend(self.coalesce.as_ref().map(Stage::status));
+        v.push(self.publish.status());
+        v
+    }
+
+    fn do_fetch(&self, req: FetchReq) {
+        let slot = req.flow.session.slot;
+        let (mut at, mut seq) = (req.from, req.seq);
+        let mut error = None;
+        while at < req.until {
+            match self.node.fetch(slot, at, req.until) {
+                Ok(copy) if copy.bytes.is_empty() => break,
+                Ok(copy) => {
+                    at = copy.end();
+                    self.validate.submit(Fetched { flow: req.flow.clone(), seq, copy });
+                    seq += 1;
+                }
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        req.flow.tell(Event::Fetched { epoch: req.epoch, end: at, next_seq: seq, error });
+    }
+
+    fn do_validate(&self, f: Fetched) {
+        let (batch, stop) = Batch::from_copy(&f.copy);
+        if batch.end() < f.copy.end() && batch.malformed.is_none() {
+            tracing::warn!(slot = f.copy.slot, lsn = batch.end(), ?stop, "chunk ends short of what was fetched");
+        }
+        let checked = Checked { flow: f.flow, seq: f.seq, end: f.copy.end(), batch, plan: None };
+        match &self.coalesce {
+            Some(c) => c.submit(checked),
+            None => self.publish.submit(checked),
+        }
+    }
+
+    fn do_coalesce(&self, mut c: Checked) {
+        if !c.batch.entries.is_empty() {
+            c.plan = Some(coalesce::plan(c.batch.entries.iter().map(|(_, r)| &r[..])));
+        }
+        self.publish.submit(c);
+    }
+
+    /// Publishes the session's chunks in order: `c` waits if an earlier chunk has not been
+    /// published yet; whoever publishes the earlier one carries on with it.
+    fn do_publish(&self, c: Checked) {
+        let session = c.flow.session.id;
+        {
+            let mut order = self.order.lock();
+            let o = order.entry(session).or_default();
+            o.parked.insert(c.seq, c);
+            if o.busy {
+                return;
+            }
+            o.busy = true;
+        }
+        loop {
+            let next = {
+                let mut order = self.order.lock();
+                // Gone: the session ended (its sequencer forgets it once nothing is left).
+                let Some(o) = order.get_mut(&session) else { return };
+                match o.parked.remove(&o.next) {
+                    Some(c) => {
+                        o.next += 1;
+                        c
+                    }
+                    None => {
+                        o.busy = false;
+                        return;
+                    }
+                }
+            };
+            self.publish_one(next);
+        }
+    }
+
+    fn publish_one(&self, c: Checked) {
+        let flow = &c.flow;
+        if flow.session.failed() {
+            flow.tell(Event::Dropped { seq: c.seq });
+            return;
+        }
+        if c.batch.is_empty() {
+            let nothing = Published { from: c.batch.from, upto: c.batch.from, ..Published::default() };
+            flow.tell(Event::Published { seq: c.seq, end: c.end, result: Ok(nothing), copied: Copied::default() });
+            return;
+        }
+        match self.node.publish_batch(&c.batch, c.plan.as_ref(), &self.host) {
+            (Err(SlotError::Stale { from, checkpoint, .. }), _) => {
+                tracing::debug!(seq = c.seq, from, checkpoint, "stale chunk dropped");
+                flow.tell(Event::Dropped { seq: c.seq });
+            }
+            (result, copied) => flow.tell(Event::Published { seq: c.seq, end: c.end, result, copied }),
+        }
+    }
+}
+
+/// A stage handler calling `f` on the pipeline, if it still exists.
+fn on<T: 'static>(me: &Weak<Pipeline>, f: fn(&Pipeline, T)) -> impl Fn(T) + Send + Sync + 'static {
+    let me = me.clone();
+    move |item| {
+        if let Some(p) = me.upgrade() {
+            f(&p, item)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linefs_pm::layout::FormatParams;
+    use linefs_pm::node::log_file_name;
+    use linefs_pm::oplog::LogSlot;
+    use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
+    use linefs_pm::PmRegion;
+    use linefs_proto::{PeerCred, Role};
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    /// A node with three committed entries in slot 0, cut into three chunks, and a
+    /// pipeline with a session of that slot whose events come to the returned receiver.
+    fn setup() -> (tempfile::TempDir, Arc<Pipeline>, Arc<Flow>, crossbeam_channel::Receiver<Event>, Vec<Checked>) {
+        let dir = tempfile::tempdir().unwrap();
+        let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 1, inodes: 64 };
+        linefs_pm::mkfs::format_dir(dir.path(), &params).unwrap();
+        let node = Arc::new(Node::open(dir.path()).unwrap());
+        let log =
+            LogSlot::new(Arc::new(PmRegion::open(&dir.path().join(log_file_name(0))).unwrap()), &node.geometry, 0);
+        let mut tail = 0;
+        for ino in 2..5 {
+            let mut b = EntryBuilder::new();
+            let img = InodeImage { ino, mode: libc::S_IFREG | 0o644, nlink: 1, size: 3, ..Default::default() };
+            b.inode(&img, true);
+            b.dirent(ROOT_INO, format!("f{ino}").as_bytes(), ino, dtype::REG);
+            b.write(ino, 0, b"abc");
+            tail = log.append(tail, 0, b.payload()).unwrap().end;
+        }
+        node.set_chunk_bytes(64);
+        let host = Arc::new(HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100)));
+        let p = Pipeline::start(node.clone(), host, true);
+        let (control, _peer) = UnixStream::pair().unwrap();
+        let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
+        let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default())));
+        let (session, _jobs, _outbox) = Session::new(7, 0, cred, Role::DirectApi, control, 0, leases);
+        let session = Arc::new(session);
+        let (tx, events) = crossbeam_channel::unbounded();
+        let flow = Arc::new(Flow { session, events: tx });
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        while at < tail {
+            let copy = node.fetch(0, at, tail).unwrap();
+            at = copy.end();
+            let (batch, _) = Batch::from_copy(&copy);
+            chunks.push(Checked { flow: flow.clone(), seq: chunks.len() as u64, end: at, batch, plan: None });
+        }
+        assert_eq!(chunks.len(), 3);
+        (dir, p, flow, events, chunks)
+    }
+
+    fn outcome(events: &crossbeam_channel::Receiver<Event>) -> (u64, Option<u64>) {
+        match events.recv_timeout(Duration::from_secs(10)).unwrap() {
+            Event::Published { seq, result, .. } => (seq, Some(result.unwrap().entries)),
+            Event::Dropped { seq } => (seq, None),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn chunks_checked_out_of_order_are_published_in_order() {
+        let (_dir, p, _flow, events, mut chunks) = setup();
+        // The last two arrive first: they wait for the first.
+        let first = chunks.remove(0);
+        for c in chunks.into_iter().rev() {
+            p.do_publish(c);
+        }
+        assert!(events.try_recv().is_err(), "nothing published before chunk 0");
+        p.do_publish(first);
+        assert_eq!([outcome(&events), outcome(&events), outcome(&events)], [(0, Some(1)), (1, Some(1)), (2, Some(1))]);
+        let names = p.node.freeze().reader().load().unwrap().dirs[&ROOT_INO].len();
+        assert_eq!(names, 3);
+        p.forget(7);
+        assert!(p.order.lock().is_empty(), "nothing left of the session");
+    }
+
+    #[test]
+    fn chunks_of_a_failed_session_and_stale_ones_are_dropped() {
+        let (_dir, p, flow, events, chunks) = setup();
+        let mut chunks = chunks.into_iter();
+        let (c0, c1, c2) = (chunks.next().unwrap(), chunks.next().unwrap(), chunks.next().unwrap());
+        // Chunk 1 again after it was published: it no longer starts at the checkpoint.
+        let again = Checked { flow: c1.flow.clone(), seq: 2, end: c1.end, batch: c1.batch.clone(), plan: None };
+        p.do_publish(c0);
+        p.do_publish(c1);
+        p.do_publish(again);
+        assert_eq!([outcome(&events), outcome(&events), outcome(&events)], [(0, Some(1)), (1, Some(1)), (2, None)]);
+        flow.session.fail("refused".into());
+        p.do_publish(Checked { seq: 3, ..c2 });
+        assert_eq!(outcome(&events), (3, None));
+    }
+}
