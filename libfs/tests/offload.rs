@@ -191,3 +191,24 @@ fn a_reader_and_a_writer_on_two_clients_see_whole_versions_in_order() {
     writer.join().unwrap();
     assert!(changes > 3, "the reader saw only {changes} versions in {reads} reads");
 }
+
+/// A client that keeps committing while nicfs fetches its chunks, then syncs: the fsync must
+/// wait for everything committed (it was refused, "the log is committed only up to …", when
+/// it raised the target while a fetch was in flight and the fetch's shorter end was taken
+/// for the end of the log — found by `linefs bench offload`).
+#[test]
+fn fsync_during_background_publication_of_a_long_write() {
+    let n = Nicfs::start_with(&FormatParams { size: 256 << 20, log_size: 32 << 20, log_slots: 2, inodes: 256 });
+    let fs = n.attach(FsOptions { publish_interval: Duration::from_millis(20), ..Default::default() });
+    let ino = create(&fs, "long").unwrap();
+    let block = vec![0x6bu8; 16 << 10];
+    for i in 0..(96u64 << 20) / block.len() as u64 {
+        fs.write(&root(), ino, i * block.len() as u64, &block).unwrap();
+        if i % 97 == 96 {
+            fs.sync_all().unwrap();
+        }
+    }
+    fs.sync_all().unwrap();
+    let s = fs.status();
+    assert_eq!(s.published_lsn, s.tail_lsn);
+}

@@ -71,6 +71,9 @@ struct Sequencer<'a> {
     /// do not move it.
     epoch: u64,
     fetching: bool,
+    /// The `until` of the fetch in flight: a fetch that ends before it found the end of
+    /// the log (the target may have risen meanwhile: that is no reason to stop).
+    asked: u64,
     /// The log (as checked) ends before `target`: nothing more to fetch until the client
     /// declares more.
     exhausted: bool,
@@ -100,6 +103,7 @@ pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_c
         cursor: start,
         epoch: 0,
         fetching: false,
+        asked: start,
         exhausted: false,
         next_seq: 0,
         done: 0,
@@ -190,6 +194,7 @@ impl Sequencer<'_> {
             return;
         }
         self.fetching = true;
+        self.asked = self.target;
         self.ctx.pipeline.fetch(FetchReq {
             flow: self.flow.clone(),
             epoch: self.epoch,
@@ -206,7 +211,7 @@ impl Sequencer<'_> {
                 self.next_seq = next_seq;
                 if epoch == self.epoch {
                     self.cursor = end;
-                    if end < self.target {
+                    if end < self.asked {
                         self.exhausted = true;
                     }
                 }
