@@ -100,6 +100,8 @@ pub struct BenchArgs {
     pub bytes: Option<u64>,
     /// offload: the client counts (default: 1, 2, 4).
     pub clients: Vec<usize>,
+    /// offload: each log file's size (default: 32 MiB, as `linefs up`'s 1 GiB node).
+    pub log_size: Option<u64>,
 }
 
 /// The systems measured, in report order.

@@ -168,6 +168,9 @@ enum Verb {
         /// offload: client counts to measure, comma-separated (default 1,2,4).
         #[arg(long, value_name = "N,...", value_delimiter = ',')]
         clients: Vec<usize>,
+        /// offload: size of every node's log files (default 32M, as a 1G node's).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        log_size: Option<u64>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -270,6 +273,7 @@ fn run(verb: Verb) -> CliResult<String> {
             runs,
             bytes,
             clients,
+            log_size,
             dir,
         } => {
             interrupt::install();
@@ -294,6 +298,7 @@ fn run(verb: Verb) -> CliResult<String> {
                 runs,
                 bytes,
                 clients,
+                log_size,
             };
             bench::run(&d, &args)
         }

@@ -19,7 +19,8 @@
 //!   clients run at once — each publishing its own log on the host CPUs, as LineFS's
 //!   host-only baseline (Assise) does.
 //!
-//! Every node has the same format in both modes: log files of [`LOG_SIZE`], at least 4 slots,
+//! Every node has the same format in both modes: log files of `--log-size` (default
+//! [`DEFAULT_LOG_SIZE`]), at least 4 slots,
 //! room for twice the data it receives. The clients, kworker and the co-runner are pinned to
 //! the other CPUs (the host's); the last CPU runs only nicfs, so host-only never uses it — on
 //! a real machine the SmartNIC's cores are not the host's to use.
@@ -62,8 +63,9 @@ use crate::util::{fail, human_size, CliResult, Context};
 
 /// Size of each write.
 pub(super) const IO: u64 = 16 << 10;
-/// Each log file (client slot) of every node, both modes (`linefs up`'s 1 GiB node has these).
-pub(super) const LOG_SIZE: u64 = 32 << 20;
+/// Each log file (client slot) of every node, both modes, unless `--log-size` (`linefs up`'s
+/// 1 GiB node has these).
+pub(super) const DEFAULT_LOG_SIZE: u64 = 32 << 20;
 /// Per client, unless `--bytes`.
 pub(super) const DEFAULT_BYTES: u64 = 1 << 30;
 pub(super) const DEFAULT_CLIENTS: [usize; 3] = [1, 2, 4];
@@ -337,6 +339,7 @@ pub(super) struct Plan {
     pub bytes: u64,
     pub clients: Vec<usize>,
     pub runs: u64,
+    pub log_size: u64,
     pub cpus: Cpus,
     pub pm_parent: PathBuf,
     exe: PathBuf,
@@ -348,11 +351,12 @@ impl Plan {
     }
 }
 
-/// A node's format: `clients` clients of `bytes` each write into it; `slots` log slots.
-fn node_params(bytes: u64, clients: usize, slots: usize) -> FormatParams {
+/// A node's format: `clients` clients of `bytes` each write into it; `slots` log slots of
+/// `log_size`.
+fn node_params(bytes: u64, clients: usize, slots: usize, log_size: u64) -> FormatParams {
     let data = bytes.saturating_mul(clients as u64);
-    let size = data.saturating_mul(2).saturating_add(slots as u64 * LOG_SIZE).saturating_add(128 << 20);
-    FormatParams { size: size.div_ceil(4096) * 4096, log_size: LOG_SIZE, log_slots: slots as u32, inodes: INODES }
+    let size = data.saturating_mul(2).saturating_add(slots as u64 * log_size).saturating_add(128 << 20);
+    FormatParams { size: size.div_ceil(4096) * 4096, log_size, log_slots: slots as u32, inodes: INODES }
 }
 
 /// Runs one case on a temporary cluster of its own (number `seq` in this bench).
@@ -371,7 +375,7 @@ fn run_case(dir: &ClusterDir, plan: &Plan, case: Case, seq: usize) -> CliResult<
         Mode::Offload => (1, case.clients),
         Mode::HostOnly => (case.clients, 1),
     };
-    let params = node_params(plan.bytes, per_node, case.clients.max(4));
+    let params = node_params(plan.bytes, per_node, case.clients.max(4), plan.log_size);
     let pm_files: Vec<PathBuf> = (0..nodes).map(|i| pm_dir.join(format!("node{i}"))).collect();
     step(|| -> CliResult<()> {
         std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
@@ -513,7 +517,19 @@ pub(super) fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     }
     let exe = procs::sibling_exe(LOADGEN)?;
     daemons::check_executables()?;
-    let plan = Plan { bytes, clients, runs: args.runs, cpus: Cpus::detect()?, pm_parent: pm_parent(dir, args)?, exe };
+    let log_size = args.log_size.unwrap_or(DEFAULT_LOG_SIZE);
+    if !log_size.is_multiple_of(4096) || log_size < 256 << 10 {
+        return Err(fail("--log-size must be a multiple of 4K and at least 256K"));
+    }
+    let plan = Plan {
+        bytes,
+        clients,
+        runs: args.runs,
+        log_size,
+        cpus: Cpus::detect()?,
+        pm_parent: pm_parent(dir, args)?,
+        exe,
+    };
     let say = |m: String| {
         if !args.json {
             eprintln!("linefs: bench offload: {m}");

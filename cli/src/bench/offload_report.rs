@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::offload::{cpu_list, Case, Mode, Plan, Sample, IO, LOG_SIZE};
+use super::offload::{cpu_list, Case, Mode, Plan, Sample, IO};
 use crate::util::{command_line, human_size, unix_now, utc_date};
 
 /// Client CPU per GiB with offload at most this times host-only's.
@@ -95,6 +95,7 @@ pub(super) struct Report {
     command: String,
     bytes: u64,
     runs: u64,
+    log_size: u64,
     host_cpus: Vec<usize>,
     nic_cpu: usize,
     corunner_threads: usize,
@@ -149,6 +150,7 @@ impl Report {
             command: command_line(),
             bytes: plan.bytes,
             runs: plan.runs,
+            log_size: plan.log_size,
             host_cpus: plan.cpus.host.clone(),
             nic_cpu: plan.cpus.nic,
             corunner_threads: plan.corunner_threads(),
@@ -191,7 +193,7 @@ impl Report {
                     self.pm_parent,
                     self.backing,
                     self.persist,
-                    human_size(LOG_SIZE)
+                    human_size(self.log_size)
                 ),
             ),
             (
@@ -376,7 +378,7 @@ impl Report {
             "bytes_per_client": self.bytes,
             "io": IO,
             "runs": self.runs,
-            "log_size": LOG_SIZE,
+            "log_size": self.log_size,
             "load_average": { "before": self.load[0], "after": self.load[1] },
             "cpus": { "host": self.host_cpus, "nic": self.nic_cpu, "corunner_threads": self.corunner_threads },
             "pm": { "dir": self.pm_parent, "backing": self.backing, "persist_method": self.persist },
