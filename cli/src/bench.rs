@@ -12,7 +12,8 @@
 //!
 //! Rows for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
 //! does) and "linefs + nicfs offload" are printed as pending until those modes exist; add
-//! them in [`Target`] and [`run`].
+//! them in [`Target`] and [`run`]. `linefs bench offload` ([`offload`]) compares libfs
+//! clients (no FUSE) with and without nicfs on clusters of its own.
 //!
 //! Everything is torn down afterwards, on error too ([`TempCluster`]).
 
@@ -20,6 +21,8 @@ mod bindfs;
 mod datapath;
 mod filebench;
 mod leveldb;
+mod offload;
+mod offload_report;
 
 pub use filebench::Personality;
 
@@ -53,6 +56,9 @@ pub enum BenchName {
     /// Data path against both passthroughs: sequential/random 16 KiB, hot 4 KiB reads,
     /// write+fsync latency; medians of interleaved runs.
     Datapath,
+    /// 1, 2, 4 libfs clients writing 16 KiB sequentially, offload vs host-only, alone and
+    /// beside a CPU-bound co-runner: MB/s and CPU s/GiB of clients, kworker, nicfs.
+    Offload,
 }
 
 impl BenchName {
@@ -63,6 +69,7 @@ impl BenchName {
             BenchName::Leveldb => "leveldb",
             BenchName::Filebench => "filebench",
             BenchName::Datapath => "datapath",
+            BenchName::Offload => "offload",
         }
     }
 }
@@ -87,8 +94,14 @@ pub struct BenchArgs {
     pub threads: Option<usize>,
     /// datapath: write+fsync pairs (and a quarter of the hot 4 KiB reads).
     pub ops: u64,
-    /// datapath: interleaved runs (the report gives medians).
+    /// datapath, offload: interleaved runs (the report gives medians).
     pub runs: u64,
+    /// offload: bytes each client writes (default: 1 GiB).
+    pub bytes: Option<u64>,
+    /// offload: the client counts (default: 1, 2, 4).
+    pub clients: Vec<usize>,
+    /// offload: each log file's size (default: 32 MiB, as `linefs up`'s 1 GiB node).
+    pub log_size: Option<u64>,
 }
 
 /// The systems measured, in report order.
@@ -122,7 +135,7 @@ impl Target {
 /// Rows that exist in DESIGN section 8 but not yet in the code.
 const PENDING: [(&str, &str); 2] = [
     ("linefs host-only, 3 nodes", "not built yet (replication arrives with the cluster)"),
-    ("linefs + nicfs offload", "not built yet (needs nicfs)"),
+    ("linefs + nicfs offload", "not in this bench yet (linefs bench offload measures libfs clients)"),
 ];
 
 #[derive(Debug, Clone)]
@@ -352,6 +365,7 @@ pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
         BenchName::Leveldb => return leveldb::run(dir, args),
         BenchName::Filebench => return filebench::run(dir, args),
         BenchName::Datapath => return datapath::run(dir, args),
+        BenchName::Offload => return offload::run(dir, args),
         BenchName::Seqwrite | BenchName::Fsync => {}
     }
     if args.size == 0 || args.count == 0 {

@@ -159,9 +159,18 @@ enum Verb {
         /// datapath: write+fsync pairs timed (the hot 4 KiB reads do 4 times as many).
         #[arg(long, default_value_t = 20_000, value_name = "N")]
         ops: u64,
-        /// datapath: interleaved runs over the targets; the report gives medians.
+        /// datapath, offload: interleaved runs over the targets (cases); the report gives medians.
         #[arg(long, default_value_t = 3, value_name = "R")]
         runs: u64,
+        /// offload: bytes each client writes (with an optional K/M/G unit; default 1G).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        bytes: Option<u64>,
+        /// offload: client counts to measure, comma-separated (default 1,2,4).
+        #[arg(long, value_name = "N,...", value_delimiter = ',')]
+        clients: Vec<usize>,
+        /// offload: size of every node's log files (default 32M, as a 1G node's).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        log_size: Option<u64>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -262,6 +271,9 @@ fn run(verb: Verb) -> CliResult<String> {
             threads,
             ops,
             runs,
+            bytes,
+            clients,
+            log_size,
             dir,
         } => {
             interrupt::install();
@@ -284,6 +296,9 @@ fn run(verb: Verb) -> CliResult<String> {
                 threads,
                 ops,
                 runs,
+                bytes,
+                clients,
+                log_size,
             };
             bench::run(&d, &args)
         }

@@ -1,0 +1,170 @@
+//! `linefs-loadgen`: the processes `linefs bench offload` measures. One `write` process is
+//! one libfs client: it attaches to its node's nicfs (`--nicfs SOCKET`, offload) or opens the
+//! node's PM itself (host-only: it publishes its own log), writes files sequentially in
+//! `--io`-sized writes into a directory of its own, shuts the client down (which publishes
+//! everything) and prints one JSON line of what it did and what it cost. `spin` is the
+//! CPU-bound co-runner: busy threads until its standard input closes.
+//!
+//! Why a crate of its own: the client must be libfs used directly (no FUSE in the way), and
+//! the dependency direction allows it nowhere else — libfs may not depend on the cli, the cli
+//! drives processes and does not link libfs, and fuse-mount is the FUSE adapter (a load
+//! generator there would be a second, unrelated binary linking fuser for nothing). Here it
+//! is `linefs-loadgen → libfs → pm`, with a small build. The cli finds the binary beside
+//! `linefs`, where `cargo build --bins` puts it (as it finds nicfs and kworker).
+//!
+//! Output contract of `write` (stdout, one JSON object per line): with `--wait-go`, first
+//! `{"ready": true, ...}` once the client is mounted and its directory exists; then it waits
+//! for one byte on stdin (EOF instead: it exits without writing, status 3) and finally
+//! prints the result object (see [`write::run`]). Errors go to stderr as one line, exit 1.
+//! `--cpus LIST` pins the process before any thread starts, so every thread (libfs's
+//! publisher, reader threads) inherits it.
+
+mod write;
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use rustix::thread::{sched_setaffinity, CpuSet};
+
+#[derive(Parser)]
+#[command(
+    name = "linefs-loadgen",
+    version,
+    about = "One libfs client writing files sequentially, or a CPU-bound co-runner"
+)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Mount (or attach), write `--bytes` into `--files` files of a new directory in `--io`
+    /// writes, shut down (publishes everything), print one JSON line.
+    Write(write::WriteArgs),
+    /// Busy-loop `--threads` threads until standard input closes (or a signal).
+    Spin {
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// CPUs to run on, e.g. `0` or `0-2`.
+        #[arg(long, value_parser = parse_cpus)]
+        cpus: Option<CpuList>,
+        /// Start a session of its own first (`setsid`): the scheduler's autogroup then
+        /// treats it as an application of its own, as a co-tenant would be.
+        #[arg(long)]
+        session: bool,
+    },
+}
+
+/// CPU numbers, sorted, without duplicates (a newtype: clap reads `Option<Vec<_>>` as a
+/// repeated argument).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+/// Parses a CPU list: comma-separated numbers and inclusive ranges (`0`, `0-2,5`).
+pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let num = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad CPU number {t:?} in {s:?}"));
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if lo > hi || hi >= CpuSet::MAX_CPU {
+            return Err(format!("bad CPU range {part:?}"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(CpuList(cpus))
+}
+
+/// Pins the calling thread (call it before starting any other: they inherit it).
+pub fn pin(cpus: &CpuList) -> Result<(), String> {
+    let mut set = CpuSet::new();
+    for &c in &cpus.0 {
+        set.set(c);
+    }
+    sched_setaffinity(None, &set).map_err(|e| format!("pin to CPUs {:?}: {e}", cpus.0))
+}
+
+/// The co-runner: `threads` threads spinning on arithmetic until stdin reaches EOF (the
+/// bench closes it; if the bench dies, the kernel does), so it never outlives its driver.
+fn spin(threads: usize, cpus: Option<&CpuList>, session: bool) -> Result<(), String> {
+    if session {
+        rustix::process::setsid().map_err(|e| format!("setsid: {e}"))?;
+    }
+    if let Some(c) = cpus {
+        pin(c)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let spins = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..threads.max(1))
+        .map(|_| {
+            let (stop, spins) = (stop.clone(), spins.clone());
+            std::thread::spawn(move || {
+                let mut x: u64 = 1;
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..4096 {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+                    }
+                    n += 1;
+                }
+                spins.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    tracing::debug!(rounds = spins.load(Ordering::Relaxed), "co-runner stopped");
+    Ok(())
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let res = match cli.verb {
+        Verb::Write(args) => write::main(&args),
+        Verb::Spin { threads, cpus, session } => spin(threads, cpus.as_ref(), session).map(|()| ExitCode::SUCCESS),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("linefs-loadgen: {}", e.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        assert_eq!(parse_cpus("1,0-1").unwrap(), CpuList(vec![0, 1]));
+        assert!(parse_cpus("2-1").is_err());
+        assert!(parse_cpus("x").is_err());
+    }
+}
