@@ -397,3 +397,53 @@ fn two_mounts_of_one_node_share_files() {
     ok(&dir, &["umount", m2.to_str().unwrap()]);
     ok(&dir, &["down"]);
 }
+
+/// Host failure under load (issue 12 item 9): a process using the libfs API directly (a
+/// client that is not a mount, so `kill-host` leaves it running) writes and fsyncs while the
+/// host side is killed; nicfs goes isolated within a second and goes on publishing by itself
+/// (it copies the data then), returns to normal on `restart-host`, and the client ends with
+/// everything it wrote published.
+#[test]
+fn kill_host_under_a_write_load_from_a_second_client() {
+    need_daemons();
+    let loadgen = Path::new(LINEFS).with_file_name("linefs-loadgen");
+    assert!(loadgen.is_file(), "{} is missing: cargo build --bins", loadgen.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "512M"]);
+    let node = dir.join("pm").join("node0");
+    let socket = dir.join("run").join("nicfs-0.sock");
+    let writer = Command::new(&loadgen)
+        .args(["write", "--dir", "load", "--bytes", "192M", "--fsync-every", "64", "--node"])
+        .arg(&node)
+        .arg("--nicfs")
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let counters = |dir: &Path| process(&status(dir), "nicfs", 0)["status"]["counters"].clone();
+    wait_for("the writer to be published from", Duration::from_secs(20), || {
+        counters(&dir)["bytes_published"].as_u64().unwrap_or(0) > (4 << 20)
+    });
+    ok(&dir, &["kill-host", "0"]);
+    let killed = Instant::now();
+    wait_for("nicfs to go isolated", Duration::from_secs(3), || mode(&dir) == "isolated");
+    assert!(killed.elapsed() < Duration::from_secs(2), "isolated only after {:?}", killed.elapsed());
+    let before = counters(&dir);
+    wait_for("nicfs to publish by itself", Duration::from_secs(20), || {
+        let now = counters(&dir);
+        now["bytes_published"].as_u64() > before["bytes_published"].as_u64()
+            && now["bytes_copied_by_nicfs"].as_u64() > before["bytes_copied_by_nicfs"].as_u64()
+    });
+    ok(&dir, &["restart-host", "0"]);
+    assert_eq!(mode(&dir), "normal");
+    let out = writer.wait_with_output().unwrap();
+    assert!(out.status.success(), "the writer failed: {}", String::from_utf8_lossy(&out.stdout));
+    let line = String::from_utf8_lossy(&out.stdout);
+    let result: Value = serde_json::from_str(line.lines().last().unwrap_or("")).expect("the writer's JSON line");
+    assert_eq!(result["published_all"], true, "{result}");
+    assert_eq!(result["bytes"].as_u64(), Some(192 << 20), "{result}");
+    ok(&dir, &["down"]);
+}
