@@ -44,19 +44,12 @@ pub struct UpArgs {
     pub cpus: Option<String>,
 }
 
-/// Checks a CPU list as nicfs reads it (`2,3`, `0-1,4`), so that a typo is refused before
-/// anything starts rather than by the first nicfs.
+/// Checks a CPU list with nicfs's own parser (`2,3`, `0-1,4`), so that a typo is refused
+/// before anything starts rather than by the first nicfs.
 fn check_cpus(list: &str) -> CliResult<()> {
-    let bad = || fail(format!("--cpus {list:?}: expected CPU numbers and ranges, e.g. 2,3 or 0-1,4"));
-    for part in list.split(',').map(str::trim) {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let lo: usize = lo.trim().parse().map_err(|_| bad())?;
-        let hi: usize = hi.trim().parse().map_err(|_| bad())?;
-        if lo > hi {
-            return Err(bad());
-        }
-    }
-    Ok(())
+    linefs_pm::cpus::parse(list)
+        .map(|_| ())
+        .map_err(|e| fail(format!("--cpus {list:?}: {e} (expected CPU numbers and ranges, e.g. 2,3 or 0-1,4)")))
 }
 
 /// `linefs up`: formats the PM once, writes the description, starts every node's nicfs and

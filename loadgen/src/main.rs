@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use rustix::thread::{sched_setaffinity, CpuSet};
+use linefs_pm::cpus::{self, CpuList};
 
 #[derive(Parser)]
 #[command(
@@ -50,7 +50,7 @@ enum Verb {
         #[arg(long, default_value_t = 1)]
         threads: usize,
         /// CPUs to run on, e.g. `0` or `0-2`.
-        #[arg(long, value_parser = parse_cpus)]
+        #[arg(long, value_parser = cpus::parse)]
         cpus: Option<CpuList>,
         /// Start a session of its own first (`setsid`): the scheduler's autogroup then
         /// treats it as an application of its own, as a co-tenant would be.
@@ -59,37 +59,9 @@ enum Verb {
     },
 }
 
-/// CPU numbers, sorted, without duplicates (a newtype: clap reads `Option<Vec<_>>` as a
-/// repeated argument).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
-
-/// Parses a CPU list: comma-separated numbers and inclusive ranges (`0`, `0-2,5`).
-pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
-    let mut cpus = Vec::new();
-    for part in s.split(',').map(str::trim) {
-        let num = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad CPU number {t:?} in {s:?}"));
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(part)?, num(part)?),
-        };
-        if lo > hi || hi >= CpuSet::MAX_CPU {
-            return Err(format!("bad CPU range {part:?}"));
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(CpuList(cpus))
-}
-
 /// Pins the calling thread (call it before starting any other: they inherit it).
 pub fn pin(cpus: &CpuList) -> Result<(), String> {
-    let mut set = CpuSet::new();
-    for &c in &cpus.0 {
-        set.set(c);
-    }
-    sched_setaffinity(None, &set).map_err(|e| format!("pin to CPUs {:?}: {e}", cpus.0))
+    cpus.pin().map_err(|e| format!("pin to CPUs {:?}: {e}", cpus.0))
 }
 
 /// The co-runner: `threads` threads spinning on arithmetic until stdin reaches EOF (the
@@ -163,8 +135,9 @@ mod tests {
     fn command_line() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
-        assert_eq!(parse_cpus("1,0-1").unwrap(), CpuList(vec![0, 1]));
-        assert!(parse_cpus("2-1").is_err());
-        assert!(parse_cpus("x").is_err());
+        let spin = |cpus: &str| Cli::try_parse_from(["linefs-loadgen", "spin", "--cpus", cpus]).map(|c| c.verb);
+        assert!(matches!(spin("1,0-1"), Ok(Verb::Spin { cpus: Some(c), .. }) if c == CpuList(vec![0, 1])));
+        assert!(spin("2-1").is_err());
+        assert!(spin("x").is_err());
     }
 }

@@ -16,7 +16,8 @@ use std::time::Instant;
 use libfs::{Cred, Fs, FsOptions, ROOT_INO};
 use serde_json::{json, Value};
 
-use crate::{parse_cpus, pin, CpuList};
+use crate::pin;
+use linefs_pm::cpus::{self, CpuList};
 
 /// Exit status when stdin closes before the go byte (the driver is gone): nothing written.
 const NO_GO: u8 = 3;
@@ -49,7 +50,7 @@ pub struct WriteArgs {
     #[arg(long, default_value_t = 1, value_name = "F")]
     files: u64,
     /// CPUs to run on (pinned before any thread starts).
-    #[arg(long, value_parser = parse_cpus, value_name = "LIST")]
+    #[arg(long, value_parser = cpus::parse, value_name = "LIST")]
     cpus: Option<CpuList>,
     /// Print a ready line once mounted and wait for one byte on stdin before writing.
     #[arg(long)]

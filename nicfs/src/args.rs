@@ -1,8 +1,8 @@
-//! The command line, and pinning the process to the CPUs it names (`--cpus`: the SmartNIC's
-//! own cores in the emulation).
+//! The command line (`--cpus` names the SmartNIC's own cores in the emulation; the list
+//! and the pinning are `linefs_pm::cpus`).
 
 use clap::Parser;
-use rustix::thread::{sched_setaffinity, CpuSet};
+use linefs_pm::cpus::{self, CpuList};
 use std::path::PathBuf;
 
 /// nicfs: owns a node's PM, attaches its clients and publishes their logs.
@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long)]
     pub socket: PathBuf,
     /// CPUs to run on, e.g. `2,3` or `0-1,4`.
-    #[arg(long, value_parser = parse_cpus)]
+    #[arg(long, value_parser = cpus::parse)]
     pub cpus: Option<CpuList>,
     /// A JSON status file, rewritten every second and at exit.
     #[arg(long)]
@@ -32,43 +32,6 @@ pub struct Args {
     /// Publish every record as logged: no coalescing stage.
     #[arg(long)]
     pub no_coalesce: bool,
-}
-
-/// CPU numbers, sorted, without duplicates. (A newtype: clap reads `Option<Vec<_>>` as a
-/// repeated argument.)
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
-
-/// Parses a CPU list: comma-separated numbers and inclusive ranges.
-pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
-    let mut cpus = Vec::new();
-    for part in s.split(',').map(str::trim) {
-        let num = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad CPU number {t:?} in {s:?}"));
-        let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(part)?, num(part)?),
-        };
-        if lo > hi {
-            return Err(format!("empty CPU range {part:?}"));
-        }
-        if hi >= CpuSet::MAX_CPU {
-            return Err(format!("CPU {hi} is beyond the {} this system call can name", CpuSet::MAX_CPU));
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(CpuList(cpus))
-}
-
-/// Pins the calling thread — call it before starting any other, which inherit it — to `cpus`.
-pub fn pin(cpus: &CpuList) -> std::io::Result<()> {
-    let mut set = CpuSet::new();
-    for &c in &cpus.0 {
-        set.set(c);
-    }
-    sched_setaffinity(None, &set)?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -87,15 +50,5 @@ mod tests {
             Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--kworker-heartbeat-ms", "301"]).is_err()
         );
         assert!(Args::try_parse_from(["nicfs", "--node", "n"]).is_err());
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpus("3").unwrap().0, vec![3]);
-        assert_eq!(parse_cpus("0-2,5, 1").unwrap().0, vec![0, 1, 2, 5]);
-        assert!(parse_cpus("2-1").is_err());
-        assert!(parse_cpus("x").is_err());
-        assert!(parse_cpus("").is_err());
-        assert!(parse_cpus("99999").is_err());
     }
 }

@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let signals =
         SignalSet::block(&[libc::SIGTERM, libc::SIGINT]).map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
     if let Some(cpus) = &args.cpus {
-        crate::args::pin(cpus).map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
+        cpus.pin().map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
         tracing::info!(cpus = ?cpus.0, "pinned");
     }
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);

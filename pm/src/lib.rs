@@ -18,6 +18,8 @@
 //!   region for tests.
 //! * [`mkfs`]: formatting a node.
 //! * [`bitmap`]: the DRAM bitmap allocator (data blocks, inode numbers).
+//! * [`signals`], [`cpus`]: what every linefs process shares besides PM: signals taken
+//!   synchronously, CPU lists and pinning.
 //!
 //! Publication, recovery and formatting live here, not in the client, so that any process
 //! holding a node's PM (libfs in the host-only mode, nicfs) runs the same code.
@@ -25,6 +27,7 @@
 
 pub mod bitmap;
 pub mod coalesce;
+pub mod cpus;
 pub mod layout;
 pub mod mkfs;
 pub mod mountinfo;
