@@ -6,9 +6,9 @@
 //!
 //! Needs `/dev/fuse` and `fusermount3`; without them it prints why it is skipped and passes.
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "../../fuse-mount/tests/support/fuse.rs"]
 mod support;
@@ -16,50 +16,18 @@ use support::fuse_available;
 
 use serde_json::Value;
 
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
+#[path = "common/bench.rs"]
+mod common;
+use common::positive;
+
 const RUN_LIMIT: Duration = Duration::from_secs(40);
 const TARGETS: [&str; 3] = ["local", "fuse-passthrough", "linefs"];
 
 /// Runs `linefs bench ARGS --json --dir DIR`, bounded by RUN_LIMIT; returns its JSON report.
 fn bench(dir: &Path, args: &[&str]) -> Value {
-    let start = Instant::now();
-    let mut child = Command::new(LINEFS)
-        .env("LINEFS_FUSE", "self")
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run linefs");
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect");
-            panic!("linefs bench {args:?} took over {RUN_LIMIT:?}; killed\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("collect");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!(
-        "linefs bench {args:?} -> {} in {:.1} s\n{stdout}{}",
-        out.status,
-        start.elapsed().as_secs_f64(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "linefs bench {args:?} failed");
-    serde_json::from_str(stdout.trim()).expect("one JSON report on stdout")
-}
-
-fn positive(v: &Value, key: &str, what: &str) {
-    let x = v[key].as_f64().unwrap_or(f64::NAN);
-    assert!(x > 0.0 && x.is_finite(), "{what}: {key} = {x} (should be positive)\n{v}");
+    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    all.extend([OsStr::new("--json"), OsStr::new("--dir"), dir.as_os_str()]);
+    common::run(all, RUN_LIMIT)
 }
 
 /// The report's row for each target, in order (bindfs, the second passthrough, is there

@@ -6,24 +6,20 @@
 //!
 //! Needs `/dev/fuse` and `fusermount3`; without them it prints why it is skipped and passes.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::ffi::OsStr;
+use std::time::Duration;
 
 #[path = "../../fuse-mount/tests/support/fuse.rs"]
 mod support;
 use support::fuse_available;
 
-use serde_json::Value;
+#[path = "common/bench.rs"]
+mod bench;
+use bench::positive;
 
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
 const RUN_LIMIT: Duration = Duration::from_secs(150);
 const WORKLOADS: [&str; 6] = ["seqwrite", "seqread", "randread", "randwrite", "hotread", "fsync"];
 const REQUIRED: [&str; 3] = ["local", "fuse-passthrough", "linefs"];
-
-fn positive(v: &Value, key: &str, what: &str) {
-    let x = v[key].as_f64().unwrap_or(f64::NAN);
-    assert!(x > 0.0 && x.is_finite(), "{what}: {key} = {x} (should be positive)\n{v}");
-}
 
 #[test]
 fn datapath_reports_every_workload_and_target() {
@@ -34,34 +30,10 @@ fn datapath_reports_every_workload_and_target() {
     let dir = tmp.path().join("cluster");
     let pm = tmp.path().join("pm");
     let args = ["--size", "8M", "--ops", "2000", "--runs", "1", "--json"];
-    let start = Instant::now();
-    let mut child = Command::new(LINEFS)
-        .env("LINEFS_FUSE", "self")
-        .args(["bench", "datapath"])
-        .args(args)
-        .arg("--pm-dir")
-        .arg(&pm)
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run linefs");
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect");
-            panic!("bench datapath took over {RUN_LIMIT:?}; killed\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("collect");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("bench datapath -> {} in {:.1} s\n{stdout}{}", out.status, start.elapsed().as_secs_f64(), {
-        String::from_utf8_lossy(&out.stderr)
-    });
-    assert!(out.status.success(), "linefs bench datapath failed");
-    let report: Value = serde_json::from_str(stdout.trim()).expect("one JSON report on stdout");
+    let mut all: Vec<&OsStr> = vec![OsStr::new("datapath")];
+    all.extend(args.iter().map(OsStr::new));
+    all.extend([OsStr::new("--pm-dir"), pm.as_os_str(), OsStr::new("--dir"), dir.as_os_str()]);
+    let report = bench::run(all, RUN_LIMIT);
     assert_eq!(report["bench"], "datapath");
     assert_eq!(report["size_bytes"], 8 << 20);
     assert_eq!(report["ops"], 2000);

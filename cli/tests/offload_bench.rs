@@ -10,21 +10,18 @@
 //! Needs `nicfs`, `kworker` and `linefs-loadgen` built beside `linefs` (`cargo build --bins`;
 //! `cargo test` builds only this package's binary) and at least 2 CPUs.
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
+#[path = "common/bench.rs"]
+mod bench;
+use bench::{positive, LINEFS};
+
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 const BYTES: u64 = 4 << 20;
-
-fn positive(v: &Value, key: &str, what: &str) -> f64 {
-    let x = v[key].as_f64().unwrap_or(f64::NAN);
-    assert!(x > 0.0 && x.is_finite(), "{what}: {key} = {x} (should be positive)\n{v}");
-    x
-}
 
 fn non_negative(v: &Value, key: &str, what: &str) {
     let x = v[key].as_f64().unwrap_or(f64::NAN);
@@ -48,35 +45,10 @@ fn offload_bench_reports_every_case_with_real_writes() {
     // Memory speed where there is /dev/shm, as the bench's default; removed with the guard.
     let shm = Path::new("/dev/shm");
     let pm = if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() };
-    let start = Instant::now();
-    let mut child = Command::new(LINEFS)
-        .args(["bench", "offload", "--bytes", "4M", "--clients", "1,2", "--runs", "1", "--json"])
-        .arg("--pm-dir")
-        .arg(pm.path())
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run linefs");
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect");
-            panic!("bench offload took over {RUN_LIMIT:?}; killed\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("collect");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!(
-        "bench offload -> {} in {:.1} s\n{stdout}{}",
-        out.status,
-        start.elapsed().as_secs_f64(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "linefs bench offload failed");
-    let report: Value = serde_json::from_str(stdout.trim()).expect("one JSON report on stdout");
+    let mut args: Vec<&OsStr> =
+        ["offload", "--bytes", "4M", "--clients", "1,2", "--runs", "1", "--json"].map(OsStr::new).to_vec();
+    args.extend([OsStr::new("--pm-dir"), pm.path().as_os_str(), OsStr::new("--dir"), dir.as_os_str()]);
+    let report = bench::run(args, RUN_LIMIT);
     assert_eq!(report["bench"], "offload");
     assert_eq!(report["bytes_per_client"], BYTES);
     assert_eq!(report["io"], 16384);
