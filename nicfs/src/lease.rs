@@ -195,6 +195,10 @@ struct SessionInfo {
     waiting: usize,
     /// The highest LSN it is known to have published.
     published: Lsn,
+    /// The end of the entries the publisher was last allowed to publish
+    /// ([`LeaseTable::admit`]): a write lease handed back meanwhile awaits at least this far,
+    /// so that an inode never moves while a change of it is being published.
+    publishing: Lsn,
 }
 
 impl SessionInfo {
@@ -341,6 +345,7 @@ impl LeaseTable {
     /// `s` handed back a write lease of `ino` covering its log up to `covered`.
     fn await_publication(&mut self, ino: Ino, s: SessionId, covered: Lsn, out: &mut Vec<Output>) {
         let info = self.sessions.entry(s).or_default();
+        let covered = covered.max(info.publishing);
         if covered <= info.published {
             return;
         }
@@ -524,6 +529,46 @@ impl LeaseTable {
         }
     }
 
+    /// Whether session `s` may publish a change of `ino` logged at `lsn`: it is the
+    /// inode's writer (being revoked or not; its answer will cover what it logged), or the
+    /// number is in one of its implicit ranges, or it handed its write lease back covering
+    /// `lsn` and that publication is still awaited (nobody else holds the inode until then).
+    /// Anything else — no lease, a read lease, an entry logged after the lease was handed
+    /// back, another session's inode — is a change the session had no right to make.
+    pub fn may_change(&self, s: SessionId, ino: Ino, lsn: Lsn) -> bool {
+        match self.inodes.get(&ino) {
+            Some(st) => st.writer.is_some_and(|(w, _)| w == s) || st.awaiting.get(&s).is_some_and(|&c| lsn < c),
+            None => self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s),
+        }
+    }
+
+    /// Admits `s`'s entries for publication, in order, each given as its LSN, the LSN just
+    /// past it, and the inodes it changes: stops at the first entry changing an inode `s`
+    /// may not change ([`LeaseTable::may_change`]). Records that `s` is publishing up to the
+    /// end of the admitted ones, so that a lease handed back before that publication is
+    /// done waits for it. Returns how many entries are admitted and why the next is not.
+    pub fn admit<'a>(
+        &mut self,
+        s: SessionId,
+        entries: impl IntoIterator<Item = (Lsn, Lsn, &'a [Ino])>,
+    ) -> (usize, Option<(Lsn, String)>) {
+        let mut n = 0;
+        let mut end = None;
+        let mut refused = None;
+        for (lsn, next, inos) in entries {
+            if let Some(&ino) = inos.iter().find(|&&ino| !self.may_change(s, ino, lsn)) {
+                refused = Some((lsn, format!("changes inode {ino}, for which the session holds no write lease")));
+                break;
+            }
+            n += 1;
+            end = Some(next);
+        }
+        if let (Some(end), Some(info)) = (end, self.sessions.get_mut(&s)) {
+            info.publishing = info.publishing.max(end);
+        }
+        (n, refused)
+    }
+
     /// Sizes and counters now.
     pub fn counts(&self) -> Counts {
         let mut c = Counts {
@@ -602,6 +647,13 @@ impl LeaseTable {
             }
             if let Some((first, end, s)) = self.implicit_owner(ino) {
                 return e(&format!("also in the implicit range {first}..{end} of session {s}"));
+            }
+            // At most one session may change the inode: the writer, or the last writer
+            // until its log is published — never both of two sessions.
+            let mut changers: BTreeSet<SessionId> = st.awaiting.keys().copied().collect();
+            changers.extend(st.writer.map(|w| w.0));
+            if changers.len() > 1 {
+                return e("two sessions may change it");
             }
         }
         for (&s, info) in &self.sessions {

@@ -16,12 +16,18 @@
 //!   failed is turned into `SessionEnded` (a failed session's grant is answered EIO), so a
 //!   session that cannot answer does not hold others up.
 //!
+//! * Admission ([`Leases::admit`]): the publish stage asks, under this mutex, which of a
+//!   chunk's entries the session had the right to log (a write lease on every inode they
+//!   change); a chunk is published only up to the first entry that is not.
+//!
 //! Lock order: this mutex, then the allocator's ([`Leases::grant_inodes`]); nothing is
 //! taken under it otherwise, and no output is carried out under it.
 
 use crate::lease::{Counts, Input, LeaseTable, Lsn, Output, SessionId};
 use crate::publisher::Job;
 use crate::session::{Session, Sessions};
+use linefs_pm::publish::Batch;
+use linefs_pm::record::Record;
 use linefs_proto::{Control, ErrorReply, Frame, LeaseGranted, LeaseMode, Revoke};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -105,6 +111,25 @@ impl Leases {
 
     pub fn counts(&self) -> Counts {
         self.table.lock().counts()
+    }
+
+    /// Admission of `batch`, about to be published for `session`: how many of its entries,
+    /// from the first, change only inodes the session may change
+    /// ([`LeaseTable::admit`](crate::lease::LeaseTable::admit)), and the LSN of the next
+    /// one and why it is refused.
+    pub fn admit(&self, session: SessionId, batch: &Batch) -> (usize, Option<(Lsn, String)>) {
+        let changed: Vec<Vec<u64>> = batch
+            .entries
+            .iter()
+            .map(|(_, records)| {
+                let mut inos: Vec<u64> = records.iter().map(Record::target).collect();
+                inos.sort_unstable();
+                inos.dedup();
+                inos
+            })
+            .collect();
+        let entries = batch.entries.iter().zip(&changed).map(|((loc, _), inos)| (loc.lsn, loc.end, &inos[..]));
+        self.table.lock().admit(session, entries)
     }
 
     /// Carries out `outs`, and the inputs they lead to, with the mutex released.

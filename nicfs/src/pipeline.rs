@@ -19,7 +19,9 @@
 //!   assumes every entry is valid; if publication refuses one, pm plans the valid prefix
 //!   again.
 //! * **publish**: restores each session's chunk order (a chunk waits until the one before
-//!   it is published), then publishes the chunk as one batch
+//!   it is published), admits its entries by the session's leases
+//!   ([`Leases::admit`]: an entry changing an inode the session holds no write lease on is
+//!   refused, and everything after it), then publishes the chunk as one batch
 //!   ([`Node::publish_batch`](crate::node::Node::publish_batch)): validation against the
 //!   public state, metadata applied by nicfs, file data as one ordered copy list executed
 //!   through the host link, the pointers to the new blocks, the fence and the durable
@@ -36,6 +38,7 @@
 //! checkpoint when the client next asks.
 
 use crate::hostlink::{Copied, HostLink};
+use crate::leases::Leases;
 use crate::node::Node;
 use crate::session::Session;
 use crate::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
@@ -117,6 +120,9 @@ struct Order {
 pub struct Pipeline {
     node: Arc<Node>,
     host: Arc<HostLink>,
+    /// Admission of entries by the leases their session holds (None: every structurally
+    /// valid entry is published — the pipeline's unit tests, which have no lease table).
+    leases: Option<Arc<Leases>>,
     fetch: Stage<FetchReq>,
     validate: Stage<Fetched>,
     coalesce: Option<Stage<Checked>>,
@@ -127,7 +133,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts the stages' threads and the tuner that grows them; without `coalesce`, chunks
     /// go from validation straight to publication.
-    pub fn start(node: Arc<Node>, host: Arc<HostLink>, coalesce: bool) -> Arc<Pipeline> {
+    pub fn start(node: Arc<Node>, host: Arc<HostLink>, leases: Option<Arc<Leases>>, coalesce: bool) -> Arc<Pipeline> {
         let budget = Budget::new(EXTRA_THREADS);
         let p = Arc::new_cyclic(|me: &Weak<Pipeline>| {
             let (fmin, fmax) = FETCH_THREADS;
@@ -137,6 +143,7 @@ impl Pipeline {
             Pipeline {
                 node,
                 host,
+                leases,
                 fetch: Stage::new("fetch", fmin, fmax, budget.clone(), on(me, Pipeline::do_fetch)),
                 validate: Stage::new("validate", vmin, vmax, budget.clone(), on(me, Pipeline::do_validate)),
                 coalesce: coalesce
@@ -263,7 +270,16 @@ impl Pipeline {
             flow.tell(Event::Published { seq: c.seq, end: c.end, result: Ok(nothing), copied: Copied::default() });
             return;
         }
-        match self.node.publish_batch(&c.batch, c.plan.as_ref(), &self.host) {
+        // Entries the session had no right to log are refused, with everything after them.
+        let admitted;
+        let batch = match self.leases.as_ref().map(|l| l.admit(flow.session.id, &c.batch)) {
+            Some((n, Some((lsn, why)))) => {
+                admitted = c.batch.refused_from(n, lsn, why);
+                &admitted
+            }
+            _ => &c.batch,
+        };
+        match self.node.publish_batch(batch, c.plan.as_ref(), &self.host) {
             (Err(SlotError::Stale { from, checkpoint, .. }), _) => {
                 tracing::debug!(seq = c.seq, from, checkpoint, "stale chunk dropped");
                 flow.tell(Event::Dropped { seq: c.seq });
@@ -315,7 +331,7 @@ mod tests {
         }
         node.set_chunk_bytes(64);
         let host = Arc::new(HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100)));
-        let p = Pipeline::start(node.clone(), host, true);
+        let p = Pipeline::start(node.clone(), host, None, true);
         let (control, _peer) = UnixStream::pair().unwrap();
         let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
         let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default())));

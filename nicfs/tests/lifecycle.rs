@@ -101,8 +101,11 @@ fn sigterm_publishes_every_attached_client_and_exits_cleanly() {
     let mut d = Daemon::start(2);
     let mut a = Client::attach(&d.socket);
     let mut b = Client::attach(&d.socket);
-    a.append(&create_file(2, b"from-a", b"aaaa"));
-    b.append(&create_file(3, b"from-b", b"bbbb"));
+    // Each creates a file with a number of its own, in the root directory A hands on to B.
+    let (ia, ib) = (a.attached.inodes.first, b.attached.inodes.first);
+    a.append(&create_file(ia, b"from-a", b"aaaa"));
+    a.release(1);
+    b.append(&create_file(ib, b"from-b", b"bbbb"));
     let (a_end, b_end) = (a.tail, b.tail);
 
     let (status, stderr) = d.stop(libc::SIGTERM);
@@ -120,8 +123,8 @@ fn sigterm_publishes_every_attached_client_and_exits_cleanly() {
     assert_eq!(slot(a.attached.slot), a_end);
     assert_eq!(slot(b.attached.slot), b_end);
     let public = PublicReader::new(node.public.clone(), geo);
-    assert_eq!(lookup(&public, b"from-a"), Some(2));
-    assert_eq!(read_file(&public, 3, 4), b"bbbb");
+    assert_eq!(lookup(&public, b"from-a"), Some(ia));
+    assert_eq!(read_file(&public, ib, 4), b"bbbb");
     // The clients see their connections end.
     assert!(read_frame::<Control>(&a.control, Party::Nicfs, Some(WAIT)).is_err());
 }

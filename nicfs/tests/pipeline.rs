@@ -134,10 +134,15 @@ fn a_session_s_chunks_are_published_in_log_order() {
 /// Appends `n` files of a block and a half each (inodes from `first`): two copy-list
 /// entries per file (the data, then the zero fill of the second block).
 fn many_files(c: &mut Client, first: u64, n: u64) -> Vec<Vec<u8>> {
+    many_files_in(c, 1, first, n)
+}
+
+/// [`many_files`] in directory `dir`.
+fn many_files_in(c: &mut Client, dir: u64, first: u64, n: u64) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
             let data = pattern(6000, (first + i) as u32);
-            c.append(&create_file(first + i, format!("f{}", first + i).as_bytes(), &data));
+            c.append(&create_file_in(dir, first + i, format!("f{}", first + i).as_bytes(), &data));
             data
         })
         .collect()
@@ -182,21 +187,27 @@ fn a_client_is_fetched_and_checked_while_another_s_chunk_is_published() {
     wait_mode(&d, "normal");
     let mut a = Client::attach(&d.socket);
     let mut b = Client::attach(&d.socket);
-    let fa = many_files(&mut a, 2, 12);
-    let fb = many_files(&mut b, 100, 12);
+    // B writes in a directory of its own, which A made and handed over beforehand.
+    let (ia, ib) = (a.attached.inodes.first, b.attached.inodes.first);
+    a.append(&mkdir(1, ia, b"b"));
+    a.chunk_ready();
+    expect_published(&a);
+    a.release(ia);
+    let fa = many_files(&mut a, ia + 1, 12);
+    let fb = many_files_in(&mut b, ia, ib, 12);
     a.chunk_ready();
     // A's copy list is at the (slow) kworker, under the public area's lock.
     d.wait_status("A's list at the kworker", |s| s["host"]["lists_in_flight"] == 1);
     b.chunk_ready();
     // B's chunk is fetched and checked meanwhile, and waits for the public area.
-    let st = d.wait_status("B checked while A publishes", |s| stage(s, "validate")["handled"] == 2);
-    assert_eq!(stage(&st, "publish")["handled"], 0, "A is still being published: {st}");
-    assert_eq!(stage(&st, "fetch")["handled"], 2, "{st}");
+    let st = d.wait_status("B checked while A publishes", |s| stage(s, "validate")["handled"] == 3);
+    assert_eq!(stage(&st, "publish")["handled"], 1, "A is still being published: {st}");
+    assert_eq!(stage(&st, "fetch")["handled"], 3, "{st}");
     assert_eq!(expect_published(&a).published_lsn, a.tail);
     assert_eq!(expect_published(&b).published_lsn, b.tail);
-    check_files(&a, 2, &fa);
-    check_files(&b, 100, &fb);
-    let st = d.wait_status("both published", |s| stage(s, "publish")["handled"] == 2);
+    check_files(&a, ia + 1, &fa);
+    check_files(&b, ib, &fb);
+    let st = d.wait_status("both published", |s| stage(s, "publish")["handled"] == 3);
     assert_eq!(st["counters"]["copy_lists_by_kworker"], 2, "{st}");
     let _ = k.kill();
     let _ = k.wait();

@@ -180,6 +180,17 @@ impl Batch {
         (batch, scan.stop)
     }
 
+    /// The batch of this one's first `n` entries, the next one (at `lsn`) refused for `why`
+    /// like a malformed entry: publication stops there.
+    pub fn refused_from(&self, n: usize, lsn: u64, why: String) -> Batch {
+        Batch {
+            slot: self.slot,
+            from: self.from,
+            entries: self.entries[..n.min(self.entries.len())].to_vec(),
+            malformed: Some((lsn, why)),
+        }
+    }
+
     /// The LSN just past the batch's last entry (`from` if it has none).
     pub fn end(&self) -> u64 {
         self.entries.last().map_or(self.from, |(loc, _)| loc.end)

@@ -14,6 +14,12 @@
 //! a live session has been answered, nothing is in flight, and once every session ends the
 //! table is empty.
 //!
+//!
+//! Publication goes through admission ([`LeaseTable::admit`]): every entry a client logged
+//! under a write lease it believed it held is admitted whenever its publisher gets to it
+//! (background chunks, publications the table asks for, a dead client's log), and an entry
+//! changing [`FOREIGN`] — an inode nobody is ever granted — is refused, failing the session.
+//!
 //! `LEASE_SIM_SEED=N cargo test -p nicfs lease::sim` replays one seed (a failure prints its
 //! seed); `LEASE_SIM_SEEDS=N` runs N seeds.
 
@@ -35,6 +41,8 @@ enum Life {
 const BOGUS: LeaseId = 1 << 40;
 /// First number handed out for creation (the shared inodes are below).
 const NEW_INODES: Ino = 1000;
+/// An inode no session ever asks for: an entry changing it is forged.
+const FOREIGN: Ino = 900;
 
 struct Client {
     life: Life,
@@ -55,6 +63,8 @@ struct Client {
     revokes: Vec<(Ino, LeaseId, bool)>,
     /// Its publisher's queue of publications asked by the table.
     jobs: VecDeque<Lsn>,
+    /// Its unpublished entries: LSN, end, the inode changed.
+    log: VecDeque<(Lsn, Lsn, Ino)>,
 }
 
 impl Client {
@@ -71,6 +81,7 @@ impl Client {
             to_client: VecDeque::new(),
             revokes: Vec::new(),
             jobs: VecDeque::new(),
+            log: VecDeque::new(),
         }
     }
 
@@ -98,6 +109,42 @@ fn sid(i: usize) -> SessionId {
 }
 
 impl Sim {
+    /// Client `i`'s publisher publishes its log up to `lsn` through admission: every entry
+    /// up to the first forged one must be admitted, that one refused — and then the
+    /// session fails.
+    fn publish(&mut self, i: usize, lsn: Lsn) -> Result<(), String> {
+        let session = sid(i);
+        let c = &mut self.clients[i];
+        let upto = c.log.iter().take_while(|e| e.1 <= lsn).count();
+        let entries: Vec<(Lsn, Lsn, [Ino; 1])> = c.log.iter().take(upto).map(|&(a, b, ino)| (a, b, [ino])).collect();
+        let forged = entries.iter().position(|e| e.2[0] == FOREIGN);
+        let (n, refused) = self.table.admit(session, entries.iter().map(|(a, b, ino)| (*a, *b, &ino[..])));
+        self.table.check().map_err(|e| format!("after admitting {entries:?} of session {session}: {e}"))?;
+        if n != forged.unwrap_or(entries.len()) || refused.is_some() != forged.is_some() {
+            return Err(format!(
+                "session {session}: {n} of {entries:?} admitted ({refused:?}); the first forged is {forged:?}\n{:#?}",
+                self.table
+            ));
+        }
+        let c = &mut self.clients[i];
+        c.log.drain(..n);
+        match forged {
+            None => {
+                c.published = c.published.max(lsn);
+                Ok(())
+            }
+            Some(k) => {
+                c.published = c.published.max(entries[k].0);
+                c.life = Failed;
+                c.forget();
+                c.jobs.clear();
+                c.to_client.clear();
+                c.log.clear();
+                self.feed(Input::SessionEnded { session })
+            }
+        }
+    }
+
     fn feed(&mut self, input: Input) -> Result<(), String> {
         let out = self.table.step(input);
         self.table.check().map_err(|e| format!("after {input:?}: {e}"))?;
@@ -275,18 +322,22 @@ impl Sim {
             }
             3 => {
                 let lsn = self.clients[i].jobs.pop_front().unwrap();
-                let c = &mut self.clients[i];
-                c.published = c.published.max(lsn);
-                let lsn = c.published;
-                self.feed(Input::Published { session, lsn })?;
+                self.publish(i, lsn)?;
+                if self.clients[i].life != Failed {
+                    let lsn = self.clients[i].published;
+                    self.feed(Input::Published { session, lsn })?;
+                }
             }
             4 => {
                 // The publisher settles the dead client's log, then the session ends.
+                let tail = self.clients[i].tail;
+                self.publish(i, tail)?;
                 let c = &mut self.clients[i];
-                c.life = Ended;
-                c.published = c.tail;
-                c.jobs.clear();
-                self.feed(Input::SessionEnded { session })?;
+                if c.life != Failed {
+                    c.life = Ended;
+                    c.jobs.clear();
+                    self.feed(Input::SessionEnded { session })?;
+                }
             }
             10 => {
                 let ino = self.pick_ino();
@@ -298,10 +349,21 @@ impl Sim {
                 c.to_table.push_back(Input::Request { session, req_id, ino, mode });
             }
             11 => {
-                // Write the log under a write lease.
+                // Log a change of an inode held for writing; rarely, a forged one.
                 let c = &mut self.clients[i];
-                if c.holds.values().any(|h| h.0 == LeaseMode::Write) {
-                    c.tail += self.rng.random_range(1..100);
+                let writes: Vec<Ino> =
+                    c.holds.iter().filter(|(_, h)| h.0 == LeaseMode::Write).map(|(&ino, _)| ino).collect();
+                let ino = if self.rng.random_ratio(1, 40) {
+                    Some(FOREIGN)
+                } else if writes.is_empty() {
+                    None
+                } else {
+                    Some(writes[self.rng.random_range(0..writes.len())])
+                };
+                if let Some(ino) = ino {
+                    let len = self.rng.random_range(1..100);
+                    c.log.push_back((c.tail, c.tail + len, ino));
+                    c.tail += len;
                 }
             }
             12 => {
@@ -314,10 +376,9 @@ impl Sim {
             }
             13 => {
                 // Background publication (a chunk), told to the table or not.
-                let c = &mut self.clients[i];
-                c.published = c.tail;
-                let lsn = c.tail;
-                if self.rng.random_bool(0.5) {
+                let lsn = self.clients[i].tail;
+                self.publish(i, lsn)?;
+                if self.clients[i].life != Failed && self.rng.random_bool(0.5) {
                     self.feed(Input::Published { session, lsn })?;
                 }
             }
@@ -352,6 +413,7 @@ impl Sim {
                     c.forget();
                     c.jobs.clear();
                     c.to_client.clear();
+                    c.log.clear();
                     self.feed(Input::SessionEnded { session })?;
                 }
             }

@@ -322,3 +322,68 @@ fn numbers_handed_out_are_held_implicitly_until_someone_asks() {
     assert!(matches!(out[..], [Output::Grant { session: C, ino: 106, mode: Write, .. }]), "{out:?}");
     assert_eq!(t.0.holders(107).1.len(), 1);
 }
+
+/// Admits one entry `lsn..lsn + 10` of `s` changing `inos`; whether it was.
+fn admits(t: &mut T, s: SessionId, lsn: Lsn, inos: &[Ino]) -> bool {
+    let (n, refused) = t.0.admit(s, [(lsn, lsn + 10, inos)]);
+    if let Err(e) = t.0.check() {
+        panic!("after admitting: {e}");
+    }
+    assert_eq!(n == 1, refused.is_none());
+    n == 1
+}
+
+#[test]
+fn only_the_writer_may_change_an_inode_and_its_handed_back_log_only_up_to_covered() {
+    let mut t = T::new();
+    assert!(!admits(&mut t, A, 0, &[X]), "no lease at all");
+    let r = t.granted(B, 1, X, Read);
+    assert!(!admits(&mut t, B, 0, &[X]), "a read lease");
+    t.release(B, X, r, 0);
+    let w = t.granted(A, 2, X, Write);
+    assert!(admits(&mut t, A, 0, &[X]));
+    assert!(!admits(&mut t, B, 0, &[X]), "another session's inode");
+    // A hands it back covering 100: entries before 100 may still be published, later ones
+    // not (logged after the lease was given up).
+    t.release(A, X, w, 100);
+    assert!(admits(&mut t, A, 50, &[X]));
+    assert!(!admits(&mut t, A, 100, &[X]));
+    t.published(A, 100);
+    assert!(!admits(&mut t, A, 50, &[X]), "published already: a replayed entry");
+}
+
+#[test]
+fn numbers_handed_out_may_be_changed_by_their_session_only() {
+    let mut t = T::new();
+    t.step(Input::GrantNew { session: A, first: 100, count: 10 });
+    assert!(admits(&mut t, A, 0, &[100, 109]));
+    assert!(!admits(&mut t, A, 0, &[110]));
+    assert!(!admits(&mut t, B, 0, &[105]));
+}
+
+#[test]
+fn admission_stops_at_the_first_refused_entry() {
+    let mut t = T::new();
+    t.granted(A, 1, X, Write);
+    let (e1, e2, e3): (&[Ino], &[Ino], &[Ino]) = (&[X], &[X, 11], &[X]);
+    let (n, refused) = t.0.admit(A, [(0, 10, e1), (10, 20, e2), (20, 30, e3)]);
+    assert_eq!(n, 1);
+    let (lsn, why) = refused.unwrap();
+    assert_eq!(lsn, 10);
+    assert!(why.contains("inode 11"), "{why}");
+}
+
+#[test]
+fn a_lease_handed_back_while_its_changes_are_being_published_waits_for_them() {
+    // The publisher admits A's entries up to 500 while A holds X; A then hands X back
+    // claiming its log covers only 100. X must not move before A is published to 500.
+    let mut t = T::new();
+    let w = t.granted(A, 1, X, Write);
+    assert!(admits(&mut t, A, 490, &[X]));
+    t.req(B, 2, X, Write);
+    let out = t.done(A, X, w, 100);
+    assert!(out.contains(&Output::Publish { session: A, lsn: 500 }), "{out:?}");
+    assert!(!out.iter().any(|o| matches!(o, Output::Grant { .. })), "{out:?}");
+    let out = t.published(A, 500);
+    assert!(matches!(out[..], [Output::Grant { session: B, ino: X, .. }]), "{out:?}");
+}

@@ -201,6 +201,8 @@ pub struct Client {
     /// Where the next entry goes.
     pub tail: u64,
     next_id: u64,
+    /// Write leases held: inode → lease id.
+    pub leases: std::collections::BTreeMap<u64, u64>,
 }
 
 /// Sends a control Hello and reads the answer.
@@ -237,7 +239,18 @@ impl Client {
         let ok: Frame<Bulk> = read_frame(&bulk, Party::Nicfs, Some(WAIT)).unwrap();
         assert_eq!(ok.msg, Bulk::Ok);
         let tail = attached.log.start_lsn;
-        Ok(Client { control, bulk, attached, log_fd, public_fd, log, geometry, tail, next_id: 2 })
+        Ok(Client {
+            control,
+            bulk,
+            attached,
+            log_fd,
+            public_fd,
+            log,
+            geometry,
+            tail,
+            next_id: 2,
+            leases: Default::default(),
+        })
     }
 
     fn id(&mut self) -> u64 {
@@ -245,8 +258,51 @@ impl Client {
         self.next_id
     }
 
-    /// Appends an entry (persisted and fenced: committed); returns its LSN.
+    /// Asks for a write lease on `ino` and waits for it (nothing else may arrive meanwhile:
+    /// another client holding the inode must have released it).
+    pub fn write_lease(&mut self, ino: u64) -> u64 {
+        let creds = Creds { uid: euid(), gid: egid(), groups: Vec::new() };
+        let r = LeaseRequest { inode: ino, mode: LeaseMode::Write, log_tail: self.tail, creds };
+        match self.request(Control::LeaseRequest(r)) {
+            Control::LeaseGranted(g) if g.inode == ino && g.mode == LeaseMode::Write => {
+                self.leases.insert(ino, g.lease);
+                g.lease
+            }
+            other => panic!("expected a write lease on {ino}, got {other:?}"),
+        }
+    }
+
+    /// Hands every write lease taken by [`Client::append`] back, covering the log up to its tail.
+    pub fn release_all(&mut self) {
+        for ino in self.leases.keys().copied().collect::<Vec<_>>() {
+            self.release(ino);
+        }
+    }
+
+    /// Hands the write lease on `ino` taken by [`Client::append`] back, covering the log up
+    /// to its tail.
+    pub fn release(&mut self, inode: u64) {
+        let lease = self.leases.remove(&inode).expect("a write lease taken by append");
+        let h = LeaseHandback { inode, lease, covered_lsn: self.tail };
+        assert_eq!(self.request(Control::LeaseRelease(h)), Control::Ok);
+    }
+
+    /// Appends an entry as a client following the protocol does: first takes a write lease
+    /// on every inode it changes (see [`Client::write_lease`]); returns its LSN.
     pub fn append(&mut self, b: &EntryBuilder) -> u64 {
+        let records = linefs_pm::record::decode_records(b.payload(), 0).unwrap();
+        for r in records {
+            let ino = r.target();
+            if !self.leases.contains_key(&ino) {
+                self.write_lease(ino);
+            }
+        }
+        self.append_unleased(b)
+    }
+
+    /// Appends an entry (persisted and fenced: committed) without taking any lease;
+    /// returns its LSN.
+    pub fn append_unleased(&mut self, b: &EntryBuilder) -> u64 {
         let published = self.log.published_lsn().unwrap();
         let loc = self.log.append(self.tail, published, b.payload()).unwrap();
         self.tail = loc.end;
@@ -302,6 +358,14 @@ impl Client {
     }
 }
 
+fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+fn egid() -> u32 {
+    rustix::process::getegid().as_raw()
+}
+
 /// The public file's bytes, read through `fd`, as an in-memory region.
 pub fn read_public(fd: &OwnedFd) -> PmRegion {
     let file = File::from(fd.try_clone().unwrap());
@@ -313,11 +377,32 @@ pub fn read_public(fd: &OwnedFd) -> PmRegion {
 
 /// An entry creating file `name` (inode `ino`) in the root directory holding `data`.
 pub fn create_file(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
+    create_file_in(1, ino, name, data)
+}
+
+/// An entry creating file `name` (inode `ino`) in directory `dir` holding `data`.
+pub fn create_file_in(dir: u64, ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
     let mut b = EntryBuilder::new();
-    let img = InodeImage { ino, size: data.len() as u64, mode: libc::S_IFREG | 0o644, nlink: 1, ..Default::default() };
+    let img = InodeImage {
+        ino,
+        size: data.len() as u64,
+        parent: dir,
+        mode: libc::S_IFREG | 0o644,
+        nlink: 1,
+        ..Default::default()
+    };
     b.inode(&img, true);
-    b.dirent(1, name, ino, dtype::REG);
+    b.dirent(dir, name, ino, dtype::REG);
     b.write(ino, 0, data);
+    b
+}
+
+/// An entry creating directory `name` (inode `ino`, mode 0755) in directory `dir`.
+pub fn mkdir(dir: u64, ino: u64, name: &[u8]) -> EntryBuilder {
+    let mut b = EntryBuilder::new();
+    let img = InodeImage { ino, parent: dir, mode: libc::S_IFDIR | 0o755, nlink: 2, ..Default::default() };
+    b.inode(&img, true);
+    b.dirent(dir, name, ino, dtype::DIR);
     b
 }
 
