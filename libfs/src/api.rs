@@ -33,6 +33,11 @@ impl Cred {
         Cred { uid: 0, gid: 0, groups: Vec::new() }
     }
 
+    /// The caller as an entry states it (its CALLER record).
+    pub fn caller(&self) -> linefs_pm::record::Caller {
+        linefs_pm::record::Caller { uid: self.uid, gid: self.gid, groups: self.groups.clone() }
+    }
+
     /// Whether the caller is in group `gid` (primary or supplementary).
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)

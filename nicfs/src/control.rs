@@ -7,8 +7,8 @@
 //! [`crate::alloc`]), `Detach`, and the leases ([`crate::leases`]): `LeaseRequest` is fed
 //! to the lease table and answered `LeaseGranted` later, from the session's outbox, when
 //! the table grants it (the reader never waits for a grant); `LeaseRelease` is fed and
-//! answered `Ok`; `RevokeDone`, the answer to nicfs's `Revoke`, is fed. Open checks are not
-//! built yet and are answered with ENOSYS.
+//! answered `Ok`; `RevokeDone`, the answer to nicfs's `Revoke`, is fed. `OpenCheck` is
+//! answered `Ok` or with the errno that refuses the open ([`crate::perms::open_check`]).
 //!
 //! A lease request must name an inode number of the node (EINVAL) and, from a direct API
 //! user, state the uid and gid SO_PEERCRED gave (EPERM); a failed session gets EIO.
@@ -124,9 +124,19 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
             Control::Pong | Control::Ok => {
                 tracing::debug!(%peer, id, "unexpected reply ignored");
             }
+            Control::OpenCheck(o) => match crate::perms::open_check(ctx, &session, &o) {
+                Ok(()) => {
+                    let _ = session.send_control(&Frame { id, msg: Control::Ok });
+                }
+                Err((errno, why)) => {
+                    tracing::debug!(%peer, id, inode = o.inode, errno, "open refused: {why}");
+                    let _ = session.control_error(id, errno, &why);
+                }
+            },
             other => {
-                tracing::debug!(%peer, id, kind = ?other.kind(), "request not served yet");
-                let _ = session.control_error(id, libc::ENOSYS, "not served by this nicfs yet");
+                // Hello again, or what only nicfs sends (grants, revokes, replies).
+                tracing::debug!(%peer, id, kind = ?other.kind(), "not a request a client sends");
+                let _ = session.control_error(id, libc::EINVAL, "not a request a client sends");
             }
         }
     }

@@ -113,6 +113,12 @@ impl Leases {
         self.table.lock().counts()
     }
 
+    /// Whether `session` holds `ino`'s write lease (or its changes of it are not all
+    /// published yet).
+    pub fn may_change(&self, session: SessionId, ino: u64) -> bool {
+        self.table.lock().may_change(session, ino, 0)
+    }
+
     /// Admission of `batch`, about to be published for `session`: how many of its entries,
     /// from the first, change only inodes the session may change
     /// ([`LeaseTable::admit`](crate::lease::LeaseTable::admit)), and the LSN of the next

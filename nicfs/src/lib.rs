@@ -57,8 +57,12 @@
 //!   switch and at exit: sessions, the mode, the publication counters (one struct) and each
 //!   stage's queue and threads.
 //!
-//! Not built yet: permission checks (`OpenCheck` is answered ENOSYS), validation of
-//! entries against leases, lease expiry and the recording (persistence, replication) of
+//! * **admission** ([`leases`], [`perms`]): an entry is published only if its session
+//!   holds the write lease of every inode it changes and its caller may make the change
+//!   (pm's permission rules; the caller as [`perms`] resolves it); otherwise it and what
+//!   follows are refused and the session fails. `OpenCheck` is answered by the modes.
+//!
+//! Not built yet: lease expiry and the recording (persistence, replication) of
 //! granted leases, replication, the MINOS engine. See
 //! docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -75,6 +79,7 @@ pub mod hostlink;
 pub mod lease;
 pub mod leases;
 pub mod node;
+pub mod perms;
 pub mod pipeline;
 pub mod publisher;
 pub mod session;

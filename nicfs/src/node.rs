@@ -25,8 +25,9 @@ use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
 use linefs_pm::oplog::{LogCopy, LogSlot};
-use linefs_pm::public::{PublicArea, PublicReader};
-use linefs_pm::publish::{publish_batch, Batch, Published, SlotError};
+use linefs_pm::public::{Permissions, PublicArea, PublicReader};
+use linefs_pm::publish::{publish_batch_checked, Batch, Published, SlotError};
+use linefs_pm::record::InodeImage;
 use linefs_pm::recovery::{recover, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{flock, FlockOperation};
@@ -202,13 +203,14 @@ impl Node {
         batch: &Batch,
         plan: Option<&Plan>,
         host: &HostLink,
+        perms: Option<&mut dyn Permissions>,
     ) -> (Result<Published, SlotError>, Copied) {
         let log = &self.logs[batch.slot as usize];
         let mut copied = Copied::default();
         let r = {
             let mut area = self.area.lock();
             let mut mover = copylist::mover(host, batch.slot, log.region().len(), &mut copied);
-            publish_batch(&mut area, log, batch, plan, &mut mover)
+            publish_batch_checked(&mut area, log, batch, plan, &mut mover, perms)
         };
         match &r {
             Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.counters.published(p),
@@ -216,6 +218,12 @@ impl Node {
         }
         self.counters.copied(&copied);
         (r, copied)
+    }
+
+    /// Inode `ino` as published (None: not allocated).
+    pub fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
+        let img = self.area.lock().read_inode(ino)?.img;
+        Ok((img.mode != 0).then_some(img))
     }
 
     /// Drops the unpublished suffix of `slot` — entries that were refused and those after
@@ -283,7 +291,7 @@ mod tests {
         // The client rewrites the entry after the fetch: another inode, another name, a
         // valid checksum. The copy is what gets published.
         log.append(0, 0, create(3, b"sneaky", b"data").payload()).unwrap();
-        let (r, copied) = node.publish_batch(&batch, None, &host);
+        let (r, copied) = node.publish_batch(&batch, None, &host, None);
         let p = r.unwrap();
         assert_eq!((p.upto, p.entries), (first.end, 1));
         assert_eq!(copied.by_nicfs, 1, "isolated: nicfs copied the data itself");

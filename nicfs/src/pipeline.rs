@@ -21,7 +21,8 @@
 //! * **publish**: restores each session's chunk order (a chunk waits until the one before
 //!   it is published), admits its entries by the session's leases
 //!   ([`Leases::admit`]: an entry changing an inode the session holds no write lease on is
-//!   refused, and everything after it), then publishes the chunk as one batch
+//!   refused, and everything after it), then publishes — each entry also checked against
+//!   the caller's permissions ([`crate::perms`]) under the area's mutex — the chunk as one batch
 //!   ([`Node::publish_batch`](crate::node::Node::publish_batch)): validation against the
 //!   public state, metadata applied by nicfs, file data as one ordered copy list executed
 //!   through the host link, the pointers to the new blocks, the fence and the durable
@@ -40,10 +41,12 @@
 use crate::hostlink::{Copied, HostLink};
 use crate::leases::Leases;
 use crate::node::Node;
+use crate::perms::SessionPerms;
 use crate::session::Session;
 use crate::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
 use linefs_pm::coalesce::{self, Plan};
 use linefs_pm::oplog::LogCopy;
+use linefs_pm::public::Permissions;
 use linefs_pm::publish::{Batch, Published, SlotError};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -279,7 +282,9 @@ impl Pipeline {
             }
             _ => &c.batch,
         };
-        match self.node.publish_batch(batch, c.plan.as_ref(), &self.host) {
+        let mut perms = SessionPerms(&flow.session);
+        let perms = self.leases.is_some().then_some(&mut perms as &mut dyn Permissions);
+        match self.node.publish_batch(batch, c.plan.as_ref(), &self.host, perms) {
             (Err(SlotError::Stale { from, checkpoint, .. }), _) => {
                 tracing::debug!(seq = c.seq, from, checkpoint, "stale chunk dropped");
                 flow.tell(Event::Dropped { seq: c.seq });

@@ -70,7 +70,9 @@ pub const BLOCK_SIZE: u64 = 4096;
 /// 4: a node is a public file plus one file per log slot (the logs left the PM file, so that
 /// a client can be given its own log and nothing else to write); superblock bytes 32..40
 /// (log_start) are reserved; WRITE records name offsets in the writer's log file.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: CALLER records (record kind 9: who an entry was logged for, checked by nicfs) may
+/// open a log entry; a version 4 reader would refuse them as corrupt.
+pub const FORMAT_VERSION: u32 = 5;
 /// Magic at offset 0 of a linefs PM file.
 pub const MAGIC: &[u8; 8] = b"LINEFSPM";
 /// Size of one on-PM inode.

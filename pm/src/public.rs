@@ -37,8 +37,10 @@ mod apply;
 mod area;
 pub mod format;
 pub mod mover;
+mod policy;
 pub mod reader;
 mod validate;
+pub use policy::{allows, Permissions};
 
 pub use crate::record::dtype::of_mode as dtype_of_mode;
 pub use area::PublicArea;

@@ -24,8 +24,9 @@
 use crate::coalesce::{self, Plan, Saved};
 use crate::layout::FormatError;
 use crate::oplog::{EntryLoc, LogCopy, LogSlot, ScanStop};
+use crate::public::Permissions;
 use crate::public::{DataMover, PublicArea, PublishError};
-use crate::record::{decode_records, Record};
+use crate::record::{decode_entry, decode_records, Caller, Record};
 
 /// How much of a slot one call may publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +150,8 @@ pub struct Batch {
     pub from: u64,
     /// The entries in log order, each with its records.
     pub entries: Vec<(EntryLoc, Vec<Record>)>,
+    /// Who each entry was logged for, if it states it (its CALLER), in the same order.
+    pub callers: Vec<Option<Caller>>,
     /// The entry that ended the batch because it does not decode (its LSN and why): it and
     /// everything after it are refused.
     pub malformed: Option<(u64, String)>,
@@ -166,8 +169,11 @@ impl Batch {
         if self.malformed.is_some() {
             return;
         }
-        match decode_records(payload, loc.payload_off) {
-            Ok(records) => self.entries.push((*loc, records)),
+        match decode_entry(payload, loc.payload_off) {
+            Ok((caller, records)) => {
+                self.entries.push((*loc, records));
+                self.callers.push(caller);
+            }
             Err(e) => self.malformed = Some((loc.lsn, format!("malformed entry: {e}"))),
         }
     }
@@ -187,6 +193,7 @@ impl Batch {
             slot: self.slot,
             from: self.from,
             entries: self.entries[..n.min(self.entries.len())].to_vec(),
+            callers: self.callers[..n.min(self.callers.len())].to_vec(),
             malformed: Some((lsn, why)),
         }
     }
@@ -233,17 +240,39 @@ pub fn publish_batch(
     plan: Option<&Plan>,
     mover: &mut dyn DataMover,
 ) -> Result<Published, SlotError> {
+    publish_batch_checked(area, log, batch, plan, mover, None)
+}
+
+/// [`publish_batch`] for a publisher that does not trust the writer: each structurally
+/// valid entry must also pass the permission checks ([`PublicArea::check_permissions`])
+/// for its caller as `perms` resolves it; the first that does not is refused like an
+/// invalid one, with everything after it.
+pub fn publish_batch_checked(
+    area: &mut PublicArea,
+    log: &LogSlot,
+    batch: &Batch,
+    plan: Option<&Plan>,
+    mover: &mut dyn DataMover,
+    perms: Option<&mut dyn Permissions>,
+) -> Result<Published, SlotError> {
     let slot = log.slot();
     let log_err = |source| SlotError::Log { slot, source };
     let checkpoint = log.published_lsn().map_err(log_err)?;
     if checkpoint != batch.from {
         return Err(SlotError::Stale { slot, from: batch.from, checkpoint });
     }
-    let (valid, invalid) = area.validate_batch(batch.entries.iter().map(|(_, r)| &r[..]), mover.log_len());
-    let rejected = match invalid {
+    let (mut valid, invalid) = area.validate_batch(batch.entries.iter().map(|(_, r)| &r[..]), mover.log_len());
+    let mut rejected = match invalid {
         Some(e) => Some((batch.entries[valid].0.lsn, e.to_string())),
         None => batch.malformed.clone(),
     };
+    if let Some(perms) = perms {
+        let (allowed, why) = area.check_permissions(batch, valid, perms);
+        if let Some(why) = why {
+            rejected = Some((batch.entries[allowed].0.lsn, why));
+            valid = allowed;
+        }
+    }
     let mut done = Published { from: batch.from, upto: batch.from, ..Published::default() };
     let accepted = &batch.entries[..valid];
     let Some((last, _)) = accepted.last() else {

@@ -35,7 +35,15 @@
 //!                     name_len u8 | reserved [3] | value_len u32 | name | value
 //!                     (the same entry encoding as the public area's xattr stream)
 //! FREE_INODE          0 ino u64
+//! CALLER              0 uid u32 | 4 gid u32 | 8 ngroups u32 | 12 reserved u32
+//!                     16 groups: ngroups × u32 (at most CALLER_MAX_GROUPS)
 //! ```
+//!
+//! CALLER (format version 5) is not a change but the entry's metadata: who the entry was
+//! logged for (a mount daemon serves many users and states each operation's caller, as a
+//! FUSE server is told it). At most one per entry, and first; an entry without one was
+//! logged for the client process itself. [`decode_entry`] returns it apart from the
+//! records; [`decode_records`] skips it.
 //!
 //! The offsets are the constants of [`rec_off`] (framing and each kind's fixed fields),
 //! [`inode_off`] and [`time_off`] (the INODE payload, [`InodeImage`], which the public area's
@@ -115,6 +123,37 @@ pub mod rec_off {
         pub const INO: usize = 0;
         /// Payload length.
         pub const END: usize = 8;
+    }
+    /// CALLER.
+    pub mod caller {
+        pub const UID: usize = 0;
+        pub const GID: usize = 4;
+        pub const NGROUPS: usize = 8;
+        pub const RESERVED: usize = 12;
+        pub const GROUPS: usize = 16;
+    }
+}
+
+/// Most supplementary groups a CALLER record carries.
+pub const CALLER_MAX_GROUPS: usize = 256;
+
+/// Who an entry was logged for (a CALLER record).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, at most [`CALLER_MAX_GROUPS`].
+    pub groups: Vec<u32>,
+}
+
+impl Caller {
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+
+    /// Whether the caller is in group `gid` (primary or supplementary).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
     }
 }
 
@@ -331,13 +370,14 @@ pub enum RecordKind {
     Alloc = 6,
     Xattrs = 7,
     FreeInode = 8,
+    Caller = 9,
 }
 
 impl RecordKind {
     /// The kind stored as `k`, if any.
     pub fn from_u8(k: u8) -> Option<RecordKind> {
         use RecordKind::*;
-        [Inode, Dirent, Write, Truncate, Punch, Alloc, Xattrs, FreeInode].into_iter().find(|&r| r as u8 == k)
+        [Inode, Dirent, Write, Truncate, Punch, Alloc, Xattrs, FreeInode, Caller].into_iter().find(|&r| r as u8 == k)
     }
 }
 
@@ -505,6 +545,26 @@ impl EntryBuilder {
         let b = self.record(RecordKind::FreeInode, 0, o::END);
         put_le64(b, o::INO, ino);
     }
+
+    /// A builder of an entry logged for `caller` (its CALLER record first). A caller with
+    /// more than [`CALLER_MAX_GROUPS`] groups is not stated: the entry is then taken as the
+    /// client process's own.
+    pub fn by(caller: &Caller) -> EntryBuilder {
+        let mut e = EntryBuilder::new();
+        if caller.groups.len() <= CALLER_MAX_GROUPS {
+            use rec_off::caller as o;
+            let b = e.record(RecordKind::Caller, 0, o::GROUPS + 4 * caller.groups.len());
+            put_le32(b, o::UID, caller.uid);
+            put_le32(b, o::GID, caller.gid);
+            put_le32(b, o::NGROUPS, caller.groups.len() as u32);
+            for (i, g) in caller.groups.iter().enumerate() {
+                put_le32(b, o::GROUPS + 4 * i, *g);
+            }
+            // Metadata, not a change: an entry with nothing but its caller is empty.
+            e.count -= 1;
+        }
+        e
+    }
 }
 
 fn corrupt(detail: String) -> FormatError {
@@ -515,6 +575,12 @@ fn corrupt(detail: String) -> FormatError {
 /// Structural validation only (lengths, names, kinds); semantic checks (inode ranges,
 /// types) are the publisher's.
 pub fn decode_records(payload: &[u8], payload_off: u64) -> Result<Vec<Record>, FormatError> {
+    decode_entry(payload, payload_off).map(|(_, records)| records)
+}
+
+/// [`decode_records`], and the entry's CALLER, if it states one.
+pub fn decode_entry(payload: &[u8], payload_off: u64) -> Result<(Option<Caller>, Vec<Record>), FormatError> {
+    let mut caller = None;
     let mut out = Vec::new();
     let mut p = 0usize;
     while p < payload.len() {
@@ -609,11 +675,25 @@ pub fn decode_records(payload: &[u8], payload_off: u64) -> Result<Vec<Record>, F
                 need(o::END)?;
                 Record::FreeInode { ino: le64(b, o::INO) }
             }
+            RecordKind::Caller => {
+                use rec_off::caller as o;
+                if p != 0 || b.len() < o::GROUPS {
+                    return Err(corrupt(format!("caller at {p}: not first in the entry, or too short")));
+                }
+                let n = le32(b, o::NGROUPS) as usize;
+                if n > CALLER_MAX_GROUPS || b.len() != o::GROUPS + 4 * n {
+                    return Err(corrupt(format!("caller at {p}: bad group count {n}")));
+                }
+                let groups = (0..n).map(|i| le32(b, o::GROUPS + 4 * i)).collect();
+                caller = Some(Caller { uid: le32(b, o::UID), gid: le32(b, o::GID), groups });
+                p = e.next_multiple_of(rec_off::ALIGN);
+                continue;
+            }
         };
         out.push(rec);
         p = e.next_multiple_of(rec_off::ALIGN);
     }
-    Ok(out)
+    Ok((caller, out))
 }
 
 /// Largest file size linefs supports (the block map reaches 512 GiB; keep well inside).

@@ -1,4 +1,4 @@
-//! Pins the bytes of every persisted structure of format version 3.
+//! Pins the bytes of every persisted structure of format version 5.
 //!
 //! Each expected image below was written by hand from the byte tables in the module docs
 //! (`pm/src/layout.rs`, `oplog.rs`, `record.rs`, `public/format.rs`), one line per field,
@@ -17,7 +17,7 @@
 use linefs_pm::layout::{FormatError, FormatParams, Geometry, Superblock, BLOCK_SIZE, FORMAT_VERSION};
 use linefs_pm::oplog::{EntryLoc, LogSlot, ScanStop};
 use linefs_pm::public::format::{decode_dirent, encode_dirent, PmInode, XattrBlock};
-use linefs_pm::record::{decode_records, dtype, EntryBuilder, InodeImage, Record, Timespec};
+use linefs_pm::record::{decode_entry, decode_records, dtype, Caller, EntryBuilder, InodeImage, Record, Timespec};
 use linefs_pm::PmRegion;
 use std::sync::Arc;
 
@@ -48,15 +48,15 @@ fn le32_at(b: &[u8], off: usize) -> u32 {
 
 /// The test changes if the version does: a new version needs new literals.
 #[test]
-fn format_version_is_4() {
-    assert_eq!(FORMAT_VERSION, 4);
+fn format_version_is_5() {
+    assert_eq!(FORMAT_VERSION, 5);
 }
 
 // ---------------------------------------------------------------- superblock
 
 const SUPERBLOCK: &str = "
     4c494e454653504d                  #   0 magic b\"LINEFSPM\"
-    04000000                          #   8 version 4
+    05000000                          #   8 version 5
     00100000                          #  12 block_size 4096
     4200000000000000                  #  16 total_blocks 66 (of the public file)
     01000000                          #  24 log_slots 1
@@ -70,7 +70,7 @@ const SUPERBLOCK: &str = "
     000102030405060708090a0b0c0d0e0f  #  80 uuid
     0102030405060708                  #  96 format_time 0x0807060504030201
     00*148                            # 104 reserved
-    6c6e1ed2                          # 252 crc32c over 0..252
+    0d188d1c                          # 252 crc32c over 0..252
 ";
 
 /// The smallest geometry `Geometry::compute` allows: one log file of 64 blocks; a public
@@ -95,7 +95,7 @@ fn superblock_bytes() {
     old[8] = 2;
     let crc = crc32c::crc32c(&old[..252]);
     old[252..].copy_from_slice(&crc.to_le_bytes());
-    assert!(matches!(Superblock::decode(&old, 66 * BLOCK_SIZE), Err(FormatError::Version { found: 2, expected: 4 })));
+    assert!(matches!(Superblock::decode(&old, 66 * BLOCK_SIZE), Err(FormatError::Version { found: 2, expected: 5 })));
 }
 
 // ---------------------------------------------------------------- log slot header
@@ -385,6 +385,30 @@ fn record_bytes() {
             Record::FreeInode { ino: 9 },
         ]
     );
+    // CALLER: entry metadata, first; not counted as a record and not decoded as one.
+    let caller = Caller { uid: 1000, gid: 100, groups: vec![10, 27] };
+    let expect_caller = hex("
+        09 00 0000 18000000               # CALLER, len 24
+        e8030000                          #   0 uid 1000
+        64000000                          #   4 gid 100
+        02000000                          #   8 ngroups 2
+        00000000                          #  12 reserved
+        0a000000 1b000000                 #  16 groups 10, 27
+    ");
+    let mut b = EntryBuilder::by(&caller);
+    assert_eq!(b.payload(), &expect_caller[..]);
+    assert!(b.is_empty());
+    b.free_inode(9);
+    assert_eq!(b.count(), 1);
+    let (stated, recs) = decode_entry(b.payload(), 0).unwrap();
+    assert_eq!((stated, recs), (Some(caller), vec![Record::FreeInode { ino: 9 }]));
+    assert_eq!(decode_records(b.payload(), 0).unwrap(), vec![Record::FreeInode { ino: 9 }]);
+    // Anywhere but first, it is corrupt.
+    let mut late = EntryBuilder::new();
+    late.free_inode(9);
+    let mut bytes = late.payload().to_vec();
+    bytes.extend_from_slice(&expect_caller);
+    assert!(decode_records(&bytes, 0).is_err());
     // A non-fresh INODE record differs only in its flags byte.
     let mut b = EntryBuilder::new();
     b.inode(&inode_image(), false);

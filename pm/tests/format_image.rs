@@ -1,18 +1,23 @@
-//! A stored PM image of format version 4, opened by the current code, and the stored image
-//! of version 3, refused.
+//! A stored PM image of format version 5, opened by the current code, and the stored images
+//! of versions 4 and 3, refused.
 //!
-//! `tests/data/format-v4.img.hex` is a whole node of the smallest geometry
+//! `tests/data/format-v5.img.hex` is a whole node of the smallest geometry
 //! `Geometry::compute` allows (one log file of 64 blocks; a public file of 66 blocks: the
 //! superblock, 16 inodes, 64 data blocks; 520 KiB in all), packed in one image (the public
 //! file, then the log file), made by [`make_format_image`] through pm's own API the way a
 //! node is formatted and run: log file, public area with the root, superblock last; then five
 //! entries appended, published and checkpointed (a directory, a file whose data spans two
 //! blocks and a block behind a single-indirect pointer, an xattr, a symlink), and three
-//! more entries committed to the log but not published. [`check_image`] states what the image
-//! holds, field by field.
+//! more entries committed to the log but not published, one of them stating its caller (a
+//! CALLER record, new in version 5). [`check_image`] states what the image holds, field by
+//! field.
 //!
+//! `tests/data/format-v4.img.hex` is the same tree in version 4 (no CALLER record; a
+//! version 4 reader refuses one), refused by version 5 ([`stored_v4_image_is_refused`]):
+//! its logs would be read by this build, but a node this build wrote must not be opened by
+//! a version 4 build, which cannot read CALLER records; the superblock says which.
 //! `tests/data/format-v3.img.hex` is the same tree in version 3's single PM file (logs
-//! inside it); version 4 refuses it ([`stored_v3_image_is_refused`]).
+//! inside it), refused as well ([`stored_v3_image_is_refused`]).
 //!
 //! # File format of the stored image
 //!
@@ -22,12 +27,12 @@
 //!
 //! # At the next format version bump
 //!
-//! * Keep `format-v4.img.hex` and this file's v4 expectations: the new code must either
-//!   refuse the v4 image with a clear error (change [`stored_v4_image_opens`] into a test of
-//!   that refusal, as [`stored_v3_image_is_refused`] does for version 3) or upgrade it on
+//! * Keep `format-v5.img.hex` and this file's v5 expectations: the new code must either
+//!   refuse the v5 image with a clear error (change [`stored_v5_image_opens`] into a test of
+//!   that refusal, as [`stored_v4_image_is_refused`] does for version 4) or upgrade it on
 //!   purpose (then test that the upgraded image holds exactly the tree [`check_image`]
 //!   describes). Never regenerate an old image with the new code.
-//! * Make `format-v5.img.hex` with the generator for the new version (point [`IMAGE`] at the
+//! * Make `format-v6.img.hex` with the generator for the new version (point [`IMAGE`] at the
 //!   new name, run `cargo test -p linefs-pm --test format_image -- --ignored
 //!   make_format_image`), and open it in a test like this one.
 //! * Update the byte pins in `format_bytes.rs`.
@@ -36,16 +41,18 @@ use linefs_pm::layout::{FormatError, FormatParams, Geometry, Superblock, BLOCK_S
 use linefs_pm::node::NodePm;
 use linefs_pm::oplog::{LogSlot, ScanStop};
 use linefs_pm::public::{LoadedDirent, PublicArea, PublicReader};
-use linefs_pm::record::{decode_records, dtype, EntryBuilder, InodeImage, Record, Timespec};
+use linefs_pm::record::{decode_entry, decode_records, dtype, Caller, EntryBuilder, InodeImage, Record, Timespec};
 use linefs_pm::PmRegion;
 use std::sync::Arc;
 
 /// The stored image of the current format version, relative to the crate.
-const IMAGE: &str = "tests/data/format-v4.img.hex";
+const IMAGE: &str = "tests/data/format-v5.img.hex";
+/// The version 4 image, refused.
+const V4_IMAGE: &str = "tests/data/format-v4.img.hex";
 /// The image of version 3 (one PM file holding the logs), kept to show it is refused.
 const V3_IMAGE: &str = "tests/data/format-v3.img.hex";
 
-const UUID: [u8; 16] = *b"linefs v4 image!";
+const UUID: [u8; 16] = *b"linefs v5 image!";
 const FORMAT_TIME_NS: u64 = 1_700_000_000_000_000_000;
 
 fn geometry() -> Geometry {
@@ -170,6 +177,11 @@ fn published_entries() -> Vec<EntryBuilder> {
     vec![mkdir, create, write, setxattr, symlink]
 }
 
+/// The caller the second unpublished entry states.
+fn caller() -> Caller {
+    Caller { uid: 1000, gid: 100, groups: vec![10, 27] }
+}
+
 /// The entries committed after the published LSN, in log order.
 fn unpublished_entries() -> Vec<EntryBuilder> {
     let mut create = EntryBuilder::new();
@@ -178,7 +190,7 @@ fn unpublished_entries() -> Vec<EntryBuilder> {
     create.dirent(1, b"late", 5, dtype::REG);
     create.inode(&root(160, 3, 6), false);
 
-    let mut setxattr = EntryBuilder::new();
+    let mut setxattr = EntryBuilder::by(&caller());
     setxattr.xattrs(2, [(&b"user.topic"[..], &b"formats"[..]), (&b"user.empty"[..], &b""[..])]);
     setxattr.inode(&InodeImage { ctime: t(7), ..docs(96, 2) }, false);
 
@@ -294,6 +306,9 @@ fn check_image(image: Vec<u8>) {
     assert_eq!(scan.entries.len(), 3);
     assert_eq!(scan.entries[0].lsn, published);
     assert_eq!(scan.end, scan.entries[2].end);
+    let callers: Vec<Option<Caller>> =
+        scan.entries.iter().map(|l| decode_entry(&slot.read_payload(l).unwrap(), l.payload_off).unwrap().0).collect();
+    assert_eq!(callers, vec![None, Some(caller()), None]);
     let decoded: Vec<Vec<Record>> =
         scan.entries.iter().map(|l| decode_records(&slot.read_payload(l).unwrap(), l.payload_off).unwrap()).collect();
     let late_data = match &decoded[0][1] {
@@ -367,11 +382,19 @@ fn read_image_at(rel: &str) -> Vec<u8> {
     image.expect("no size line")
 }
 
-/// The v4 image as stored, opened by the current code.
+/// The v5 image as stored, opened by the current code.
 #[test]
-fn stored_v4_image_opens() {
-    assert_eq!(FORMAT_VERSION, 4, "a new format version: see the module doc of this file");
+fn stored_v5_image_opens() {
+    assert_eq!(FORMAT_VERSION, 5, "a new format version: see the module doc of this file");
     check_image(read_image());
+}
+
+/// The v4 image is refused with a message naming both versions.
+#[test]
+fn stored_v4_image_is_refused() {
+    let image = read_image_at(V4_IMAGE);
+    let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
+    assert_eq!(err.to_string(), "PM file has format version 4, this build reads version 5");
 }
 
 /// The v3 image (one PM file with the logs inside) is refused with a message naming both
@@ -380,15 +403,15 @@ fn stored_v4_image_opens() {
 fn stored_v3_image_is_refused() {
     let image = read_image_at(V3_IMAGE);
     let err = Superblock::read(&PmRegion::traced_from_image(image.clone())).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 3, expected: 4 }), "{err:?}");
+    assert!(matches!(err, FormatError::Version { found: 3, expected: 5 }), "{err:?}");
     let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
-    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 4");
+    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 5");
 }
 
 /// Recovery of the stored image replays its three unpublished entries: `late` appears with
 /// its data, `docs` gets its two attributes, `link` and its inode are gone.
 #[test]
-fn stored_v4_image_recovers() {
+fn stored_v5_image_recovers() {
     let node = NodePm::packed(Arc::new(PmRegion::traced_from_image(read_image()))).unwrap();
     let rec = linefs_pm::recovery::recover(&node).expect("recovery");
     assert_eq!(rec.replayed(), 3);
@@ -425,13 +448,13 @@ fn version_2_is_refused() {
     image[252..256].copy_from_slice(&crc.to_le_bytes());
     let region = PmRegion::traced_from_image(image);
     let err = Superblock::read(&region).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 2, expected: 4 }), "{err:?}");
-    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 4");
+    assert!(matches!(err, FormatError::Version { found: 2, expected: 5 }), "{err:?}");
+    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 5");
 }
 
 /// Write the image of the current format version (run on purpose, see the module doc).
 #[test]
-#[ignore = "generator: writes tests/data/format-v4.img.hex"]
+#[ignore = "generator: writes tests/data/format-v5.img.hex"]
 fn make_format_image() {
     let image = build_image();
     check_image(image.clone());

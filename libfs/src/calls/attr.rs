@@ -77,7 +77,7 @@ impl Fs {
         let mut img = n.img;
         let is_owner = perm::owner_or_root(cred, &img);
         let t = now();
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         let mut est = 0;
         if let Some(mode) = set.mode {
             if !is_owner && !(drops_only_privs(img.mode, mode) && (set.via_handle || perm::may(cred, &img, W_OK))) {

@@ -117,7 +117,7 @@ impl Front {
         pimg.mtime = t;
         pimg.ctime = t;
         pimg.size += 32;
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         let mut est = 1;
         if let Some(target) = symlink {
             img.size = target.len() as u64;
@@ -395,7 +395,7 @@ impl Fs {
         pimg.mtime = t;
         pimg.ctime = t;
         pimg.size += 32;
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         b.dirent(newparent, newname, ino, dtype_of_mode(img.mode));
         b.inode(&img, false);
         b.inode(&pimg, false);
@@ -429,7 +429,7 @@ impl Fs {
             (true, true) if victim.dir.as_ref().expect("dir").len() > 0 => return Err(FsError::NotEmpty),
             _ => {}
         }
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         front.remove_entry(&mut b, &mut pimg, name, &victim, now());
         b.inode(&pimg, false);
         front.commit(&b, 0)?;

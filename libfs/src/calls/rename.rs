@@ -125,7 +125,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         let t = now();
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         let mut simg = s.img;
         simg.ctime = t;
         let same = parent == newparent;

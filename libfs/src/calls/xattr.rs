@@ -82,7 +82,7 @@ impl Fs {
         }
         let mut img = n.img;
         img.ctime = now();
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         b.xattrs(ino, attrs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
         b.inode(&img, false);
         // Publication writes the whole chain; blocks it reuses are counted too (an upper bound,
@@ -127,7 +127,7 @@ impl Fs {
         attrs.remove(name);
         let mut img = n.img;
         img.ctime = now();
-        let mut b = EntryBuilder::new();
+        let mut b = EntryBuilder::by(&cred.caller());
         b.xattrs(ino, attrs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
         b.inode(&img, false);
         front.commit(&b, 0)?;

@@ -117,7 +117,7 @@ impl PublicArea {
         self.write_inode(&inode)
     }
 
-    fn dir_slot_off(&self, dir: &PmInode, slot: u64) -> Result<u64> {
+    pub(super) fn dir_slot_off(&self, dir: &PmInode, slot: u64) -> Result<u64> {
         let block = self
             .lookup(dir, slot / DIRENTS_PER_BLOCK)?
             .ok_or_else(|| invalid(dir.img.ino, format!("directory slot {slot} not mapped")))?;

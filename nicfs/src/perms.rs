@@ -1,0 +1,108 @@
+//! Who a session's entries and open checks are checked for, and what it may write whatever
+//! the modes say now (pm's [`Permissions`], whose rules are in `linefs_pm::public::policy`).
+//!
+//! * **The caller.** A client running as root — a mount daemon serving many users, or a
+//!   process using the libfs API as root — states the caller of each operation (an
+//!   entry's CALLER record, an OpenCheck's credentials) and is believed: root could do
+//!   anything anyway. An entry without a CALLER record is root's. Any other client is held
+//!   to what the kernel says it is: its uid and gid from SO_PEERCRED, its supplementary
+//!   groups read from `/proc/<pid>/status` when it attached; an entry or request stating
+//!   another uid is refused.
+//! * **Opens for writing.** POSIX lets a file opened for writing be written through that
+//!   open after its mode changes. A client that opens another user's file for writing
+//!   asks nicfs first (OpenCheck): nicfs checks the open against the public inode and
+//!   records the grant for the session, and the publication rules let the session write
+//!   that file's data from then on. Files the session created are granted the same way.
+
+use crate::daemon::Ctx;
+use crate::session::Session;
+use linefs_pm::public::{allows, Permissions};
+use linefs_pm::record::Caller;
+use linefs_proto::{Creds, OpenCheck};
+
+/// Most inodes a session keeps write grants for; beyond, the oldest half is dropped (their
+/// writes are then checked by mode alone).
+pub const MAX_GRANTS: usize = 1 << 20;
+
+/// A session's side of the permission checks of its batches.
+pub struct SessionPerms<'a>(pub &'a Session);
+
+impl Permissions for SessionPerms<'_> {
+    fn caller(&self, stated: Option<&Caller>) -> Result<Caller, String> {
+        resolve(self.0, stated.map(|c| (c.uid, c.gid, &c.groups[..])))
+    }
+
+    fn may_write(&self, ino: u64) -> bool {
+        self.0.write_grants.lock().contains(&ino)
+    }
+
+    fn created(&mut self, ino: u64) {
+        grant(self.0, ino);
+    }
+}
+
+/// The caller to check for, given what the client states (uid, gid, groups).
+fn resolve(session: &Session, stated: Option<(u32, u32, &[u32])>) -> Result<Caller, String> {
+    let peer = &session.cred;
+    if peer.uid == 0 {
+        return Ok(match stated {
+            Some((uid, gid, groups)) => Caller { uid, gid, groups: groups.to_vec() },
+            None => Caller::default(),
+        });
+    }
+    if let Some((uid, _, _)) = stated {
+        if uid != peer.uid {
+            return Err(format!("states uid {uid}, but the client process runs as uid {}", peer.uid));
+        }
+    }
+    Ok(Caller { uid: peer.uid, gid: peer.gid, groups: session.groups.clone() })
+}
+
+fn grant(session: &Session, ino: u64) {
+    let mut g = session.write_grants.lock();
+    if g.len() >= MAX_GRANTS {
+        tracing::warn!(session = session.id, "too many write grants; dropping them");
+        g.clear();
+    }
+    g.insert(ino);
+}
+
+/// The supplementary groups of process `pid` (the `Groups:` line of its status file);
+/// empty if it cannot be read.
+pub fn groups_of(pid: i32) -> Vec<u32> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// An OpenCheck: the open `req.flags` of `req.inode` by `req.creds` is allowed by the public
+/// inode's mode (an errno and why if not). An open for writing allowed is recorded as a
+/// write grant. If the session holds the inode's write lease, its own log may hold
+/// changes not published yet, which the public inode does not show: the open is answered
+/// allowed without a grant (its writes are checked by mode when published).
+pub fn open_check(ctx: &Ctx, session: &Session, req: &OpenCheck) -> Result<(), (i32, String)> {
+    let Creds { uid, gid, groups } = &req.creds;
+    let caller = resolve(session, Some((*uid, *gid, groups))).map_err(|why| (libc::EPERM, why))?;
+    if req.inode == 0 || req.inode >= ctx.node.geometry.inode_count {
+        return Err((libc::EINVAL, "no such inode number".into()));
+    }
+    let flags = req.flags as i32;
+    let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    let read = flags & libc::O_ACCMODE != libc::O_WRONLY;
+    if ctx.leases.may_change(session.id, req.inode) {
+        return Ok(());
+    }
+    let img = ctx.node.inode(req.inode).map_err(|e| (libc::EIO, e.to_string()))?;
+    let Some(img) = img else { return Err((libc::ENOENT, "no such inode".into())) };
+    let want = if read { 4 } else { 0 } | if write { 2 } else { 0 };
+    if !allows(&caller, &img, want) {
+        return Err((libc::EACCES, format!("uid {} may not open inode {} so", caller.uid, req.inode)));
+    }
+    if write {
+        grant(session, req.inode);
+    }
+    Ok(())
+}
