@@ -231,7 +231,9 @@ impl Client {
         let mut fds = r.fds.into_iter();
         let (log_fd, public_fd) = (fds.next().unwrap(), fds.next().unwrap());
         let geometry = Superblock::read(&read_public(&public_fd)).unwrap().geometry;
-        let region = PmRegion::open(&PathBuf::from(format!("/proc/self/fd/{}", log_fd.as_raw_fd()))).unwrap();
+        // Mapped from the descriptor itself: the file need not be openable by this process.
+        let name = PathBuf::from(format!("/proc/self/fd/{}", log_fd.as_raw_fd()));
+        let region = PmRegion::from_file(File::from(log_fd.try_clone().unwrap()), &name, true).unwrap();
         let log = LogSlot::new(Arc::new(region), &geometry, attached.slot);
         let bulk = UnixStream::connect(socket).unwrap();
         let hello = Hello { channel: Channel::Bulk, role: Role::DirectApi, session: attached.session };
@@ -303,10 +305,15 @@ impl Client {
     /// Appends an entry (persisted and fenced: committed) without taking any lease;
     /// returns its LSN.
     pub fn append_unleased(&mut self, b: &EntryBuilder) -> u64 {
+        self.append_at(b).lsn
+    }
+
+    /// [`Client::append_unleased`], returning where the entry is.
+    pub fn append_at(&mut self, b: &EntryBuilder) -> linefs_pm::oplog::EntryLoc {
         let published = self.log.published_lsn().unwrap();
         let loc = self.log.append(self.tail, published, b.payload()).unwrap();
         self.tail = loc.end;
-        loc.lsn
+        loc
     }
 
     pub fn chunk_ready(&mut self) {
