@@ -78,9 +78,12 @@ fn file_as(b: &mut EntryBuilder, dir: u64, ino: u64, name: &[u8], uid: u32, data
     b.write(ino, 0, data);
 }
 
+/// One inode as the public area shows it: attributes, names (a directory's), bytes (a file's).
+type Seen = (InodeImage, Vec<(Vec<u8>, u64)>, Vec<u8>);
+
 /// Everything the public area shows: every inode's attributes, every directory's names and
 /// every file's bytes.
-fn snapshot(p: &PublicReader) -> BTreeMap<u64, (InodeImage, Vec<(Vec<u8>, u64)>, Vec<u8>)> {
+fn snapshot(p: &PublicReader) -> BTreeMap<u64, Seen> {
     let loaded = p.load().unwrap();
     loaded
         .inodes
