@@ -124,15 +124,9 @@ impl Front {
         }
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
-        if self.publication.remote().is_some() {
-            // Offload: a number this client frees stays this client's to reuse (nicfs counts
-            // it as the freeing client's once the entry is published).
-            for r in &records {
-                if let Record::FreeInode { ino } = r {
-                    self.ino_pool.push(*ino);
-                }
-            }
-        }
+        // Offload: a number this client frees is not reused by it: another client may hold
+        // the inode open, and then nicfs keeps it (nicfs's `opens`); nicfs hands the number
+        // out again once it is free.
         self.reserved += est_blocks;
         self.publication.pending.lock().push_back(Pending { end: loc.end, est_blocks });
         Ok(records)

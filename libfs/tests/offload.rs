@@ -212,3 +212,44 @@ fn fsync_during_background_publication_of_a_long_write() {
     let s = fs.status();
     assert_eq!(s.published_lsn, s.tail_lsn);
 }
+
+/// POSIX across clients: a file unlinked by one client while another holds it open stays
+/// readable there, whole, until that client closes it; then nicfs frees it. A file open
+/// nowhere is freed by its unlink's publication.
+#[test]
+fn a_file_unlinked_by_one_client_stays_readable_where_it_is_open() {
+    let n = Nicfs::start();
+    let a = n.attach(FsOptions::default());
+    let b = n.attach(FsOptions::default());
+    let data: Vec<u8> = (0..300_000).map(|i| (i % 253) as u8).collect();
+    let ino = create(&a, "shared").unwrap();
+    a.write(&root(), ino, 0, &data).unwrap();
+    let scratch = create(&a, "scratch").unwrap();
+    a.sync_all().unwrap();
+
+    let found = b.lookup(&root(), ROOT_INO, b"shared").unwrap();
+    assert_eq!(found.ino, ino);
+    let fh = b.open(&root(), ino, libc::O_RDONLY).unwrap();
+    let free_inodes = || a.statfs().ffree;
+    let before = free_inodes();
+
+    // Open nowhere: freed once published.
+    a.unlink(&root(), ROOT_INO, b"scratch").unwrap();
+    a.sync_all().unwrap();
+    wait_until("the scratch file's number to come back", || free_inodes() == before + 1);
+    let _ = scratch;
+
+    // Open in B: A's unlink (and free) leave it in place for B.
+    a.unlink(&root(), ROOT_INO, b"shared").unwrap();
+    a.sync_all().unwrap();
+    assert_eq!(a.lookup(&root(), ROOT_INO, b"shared").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(b.read(ino, 0, data.len() as u32).unwrap(), data, "B reads the unlinked file whole");
+    assert_eq!(b.getattr(ino).unwrap().nlink, 0);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(free_inodes(), before + 1, "kept while B holds it open");
+
+    // B closes it (and the kernel forgets it): nicfs frees it.
+    b.release(ino, fh);
+    b.forget(ino, 1);
+    wait_until("the orphan to be freed", || free_inodes() == before + 2);
+}

@@ -9,7 +9,9 @@
 //!   area does not use go back. Numbers that clients free by publishing `FreeInode` are not
 //!   tracked as they are published: when no untaken number is left, the inode table is
 //!   read again and every number free there and granted to nobody comes back
-//!   ([`Alloc::grant_inodes`] does it once before saying ENOSPC).
+//!   ([`Alloc::grant_inodes`] does it once before saying ENOSPC). In the offload mode a
+//!   client never reuses a number it freed: once its free is published (or nicfs frees the
+//!   orphan it kept, [`crate::opens`]), the number is nobody's and free ([`Alloc::freed`]).
 //! * **Data blocks** are *reserved* by sessions for entries they have not yet had
 //!   published ([`Alloc::reserve`]): a reservation succeeds only if the public area's free
 //!   blocks, less every session's reservations and a margin for publication's own metadata,
@@ -120,6 +122,26 @@ impl Alloc {
     /// Whether `ino` is granted to `slot` and not yet given back.
     pub fn is_granted(&self, slot: u32, ino: u64) -> bool {
         self.inner.lock().slots.get(&slot).is_some_and(|s| s.granted.contains(&ino))
+    }
+
+    /// A client's FreeInode of `ino` is published, or nicfs freed a kept orphan: the number
+    /// is granted to nobody any more, and free again unless the public area still uses it
+    /// (a kept orphan: [`crate::opens`]).
+    pub fn freed(&self, ino: u64) {
+        let mut inner = self.inner.lock();
+        for s in inner.slots.values_mut() {
+            s.granted.retain(|&g| g != ino);
+        }
+        if ino > linefs_pm::record::ROOT_INO && ino < self.geo.inode_count && self.unused(ino) {
+            inner.taken.clear(ino);
+        }
+    }
+
+    /// `ino` is a kept orphan: no session's grant any more (it stays taken until freed).
+    pub fn forget_grant(&self, ino: u64) {
+        for s in self.inner.lock().slots.values_mut() {
+            s.granted.retain(|&g| g != ino);
+        }
     }
 
     /// Gives back every number not in use in the public area and granted to no session.

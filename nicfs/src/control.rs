@@ -124,6 +124,16 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
             Control::Pong | Control::Ok => {
                 tracing::debug!(%peer, id, "unexpected reply ignored");
             }
+            Control::Opened(r) => {
+                if valid_inode(ctx, r.inode) {
+                    ctx.node.opens.opened(session.id, r.inode);
+                }
+            }
+            Control::Closed(r) => {
+                if let Some(ino) = ctx.node.opens.closed(session.id, r.inode) {
+                    ctx.node.free_orphan(ino);
+                }
+            }
             Control::OpenCheck(o) => match crate::perms::open_check(ctx, &session, &o) {
                 Ok(()) => {
                     let _ = session.send_control(&Frame { id, msg: Control::Ok });
@@ -222,9 +232,14 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     std::thread::Builder::new()
         .name(format!("publish-{sid}"))
         .spawn(move || {
+            let node = c.node.clone();
             publisher::run(c, sess, claim, rx);
-            // The log is settled and the publisher gone: whatever the session held is free.
+            // The log is settled and the publisher gone: whatever the session held is free,
+            // and orphans kept only for it go.
             leases.session_ended(sid);
+            for ino in node.opens.session_ended(sid) {
+                node.free_orphan(ino);
+            }
         })
         .map_err(|e| tracing::error!(error = %e, "cannot start a publisher thread"))
         .ok()?;

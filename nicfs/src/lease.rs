@@ -45,6 +45,8 @@
 //! * `SessionEnded{S}`: S's log is settled (published to its end, or its refused suffix
 //!   dropped), so everything of S goes: holdings, waiting requests, revokes in flight,
 //!   awaited publications and implicit ranges.
+//! * `Forget{S, ino}`: S freed `ino` and its free is published: S's lease on it (held,
+//!   being revoked, or implicit) ends without a hand-back; publications awaited stay.
 //! * `GrantNew{S, first, count}`: nicfs handed those inode numbers to S to create inodes
 //!   with. S holds the write lease of each *implicitly*: the table keeps the range, not an
 //!   entry per number, and turns a number into a real writer entry (with a fresh lease id,
@@ -91,6 +93,9 @@ pub enum Input {
     SessionEnded { session: SessionId },
     /// Inode numbers `first .. first + count` were handed to the session for creation.
     GrantNew { session: SessionId, first: Ino, count: u64 },
+    /// The session freed `ino` (its FreeInode is published): its lease on it, explicit or
+    /// implicit, ends without a hand-back, so that the number can be handed out again.
+    Forget { session: SessionId, ino: Ino },
 }
 
 /// What the table asks its caller to do.
@@ -260,6 +265,7 @@ impl LeaseTable {
             Input::Published { session, lsn } => self.published(session, lsn, &mut out),
             Input::SessionEnded { session } => self.session_ended(session, &mut out),
             Input::GrantNew { session, first, count } => self.grant_new(session, first, count),
+            Input::Forget { session, ino } => self.forget(session, ino, &mut out),
         }
         out
     }
@@ -437,6 +443,20 @@ impl LeaseTable {
         if info.is_empty() {
             self.sessions.remove(&s);
         }
+    }
+
+    fn forget(&mut self, s: SessionId, ino: Ino, out: &mut Vec<Output>) {
+        if self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s) {
+            self.materialize(ino);
+        }
+        let Some(st) = self.inodes.get_mut(&ino) else { return };
+        if st.writer.is_some_and(|(w, _)| w == s) {
+            st.writer = None;
+        }
+        st.readers.remove(&s);
+        st.revoking.remove(&s);
+        self.pump(ino, out);
+        self.tidy(ino, s);
     }
 
     /// Turns `ino`, if it lies in an implicit range and has no entry, into an entry whose

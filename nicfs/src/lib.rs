@@ -79,6 +79,7 @@ pub mod hostlink;
 pub mod lease;
 pub mod leases;
 pub mod node;
+pub mod opens;
 pub mod perms;
 pub mod pipeline;
 pub mod publisher;

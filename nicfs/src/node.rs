@@ -72,6 +72,8 @@ pub struct Node {
     pub counters: Counters,
     /// Inode numbers and block reservations of the node's sessions.
     pub alloc: Alloc,
+    /// Inodes the sessions hold open, and orphans kept for them.
+    pub opens: crate::opens::Opens,
     /// Keeps the PM mapped (the area and slots hold their own references too).
     _pm: NodePm,
     /// The exclusive flock of public.pm, held for the process's life.
@@ -115,6 +117,7 @@ impl Node {
             chunk_bytes: AtomicU64::new(CHUNK_BYTES),
             counters: Counters::default(),
             alloc,
+            opens: Default::default(),
             _pm: pm,
             _lock: lock,
         })
@@ -224,6 +227,33 @@ impl Node {
     pub fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
         let img = self.area.lock().read_inode(ino)?.img;
         Ok((img.mode != 0).then_some(img))
+    }
+
+    /// Frees orphan `ino` (no link left; its last opener closed it): as recovery frees
+    /// orphans, under the area's mutex, then its number is free again. An inode that is
+    /// free already, or linked, is left alone.
+    pub fn free_orphan(&self, ino: u64) {
+        let freed = {
+            let mut area = self.area.lock();
+            match area.read_inode(ino) {
+                Ok(i) if i.img.mode != 0 && i.img.nlink == 0 => {
+                    let region = area.region().clone();
+                    let r = area.apply(&linefs_pm::record::Record::FreeInode { ino }, &region);
+                    area.fence();
+                    area.checkpoint_done();
+                    r.map_err(|e| tracing::error!(ino, error = %e, "cannot free a kept orphan; recovery will")).is_ok()
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    tracing::error!(ino, error = %e, "cannot read a kept orphan; recovery will free it");
+                    false
+                }
+            }
+        };
+        if freed {
+            tracing::debug!(ino, "kept orphan freed");
+            self.alloc.freed(ino);
+        }
     }
 
     /// Drops the unpublished suffix of `slot` — entries that were refused and those after

@@ -48,6 +48,7 @@ use linefs_pm::coalesce::{self, Plan};
 use linefs_pm::oplog::LogCopy;
 use linefs_pm::public::Permissions;
 use linefs_pm::publish::{Batch, Published, SlotError};
+use linefs_pm::record::{InodeImage, Record};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
@@ -275,23 +276,102 @@ impl Pipeline {
         }
         // Entries the session had no right to log are refused, with everything after them.
         let admitted;
-        let batch = match self.leases.as_ref().map(|l| l.admit(flow.session.id, &c.batch)) {
+        let mut batch = match self.leases.as_ref().map(|l| l.admit(flow.session.id, &c.batch)) {
             Some((n, Some((lsn, why)))) => {
                 admitted = c.batch.refused_from(n, lsn, why);
                 &admitted
             }
             _ => &c.batch,
         };
+        // Frees of inodes another session holds open are not published: nicfs keeps those
+        // orphans ([`crate::opens`]). The coalescing plan was made with the frees.
+        let kept = kept_orphans(&self.node.opens, flow.session.id, batch);
+        let without;
+        let mut plan = c.plan.as_ref();
+        if !kept.is_empty() {
+            tracing::debug!(session = flow.session.id, ?kept, "frees of inodes open elsewhere kept back");
+            without = without_frees(batch, &kept, |ino| self.node.inode(ino).ok().flatten());
+            batch = &without;
+            plan = None;
+        }
         let mut perms = SessionPerms(&flow.session);
         let perms = self.leases.is_some().then_some(&mut perms as &mut dyn Permissions);
-        match self.node.publish_batch(batch, c.plan.as_ref(), &self.host, perms) {
+        match self.node.publish_batch(batch, plan, &self.host, perms) {
             (Err(SlotError::Stale { from, checkpoint, .. }), _) => {
                 tracing::debug!(seq = c.seq, from, checkpoint, "stale chunk dropped");
                 flow.tell(Event::Dropped { seq: c.seq });
             }
-            (result, copied) => flow.tell(Event::Published { seq: c.seq, end: c.end, result, copied }),
+            (result, copied) => {
+                if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &result {
+                    self.freed(flow.session.id, &c.batch, p.entries as usize, &kept);
+                }
+                flow.tell(Event::Published { seq: c.seq, end: c.end, result, copied })
+            }
         }
     }
+
+    /// After the first `n` entries of `batch` are published: the session's leases on the
+    /// inodes they free end, and the numbers freed (not kept) are free again.
+    fn freed(&self, session: u64, batch: &Batch, n: usize, kept: &[u64]) {
+        for (_, records) in batch.entries.iter().take(n) {
+            for r in records {
+                if let Record::FreeInode { ino } = *r {
+                    if let Some(l) = &self.leases {
+                        l.feed(crate::lease::Input::Forget { session, ino });
+                    }
+                    if kept.contains(&ino) {
+                        self.node.alloc.forget_grant(ino);
+                    } else {
+                        self.node.alloc.freed(ino);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The inodes `batch` frees that another session holds open (now kept by `opens`).
+fn kept_orphans(opens: &crate::opens::Opens, session: u64, batch: &Batch) -> Vec<u64> {
+    let mut kept = Vec::new();
+    for (_, records) in &batch.entries {
+        for r in records {
+            if let Record::FreeInode { ino } = *r {
+                if opens.keep(session, ino) {
+                    kept.push(ino);
+                }
+            }
+        }
+    }
+    kept
+}
+
+/// `batch` with its frees of `kept` replaced by the inode's attributes with no link left
+/// (a client frees an unlinked inode without writing its last link count first): the
+/// orphan stays, unreachable, until nicfs frees it — or recovery does, after a crash.
+/// `published` is an inode's image in the public area.
+fn without_frees(batch: &Batch, kept: &[u64], published: impl Fn(u64) -> Option<InodeImage>) -> Batch {
+    let mut b = batch.clone();
+    let mut latest: std::collections::HashMap<u64, InodeImage> = std::collections::HashMap::new();
+    for (_, records) in &mut b.entries {
+        for r in records.iter_mut() {
+            match r {
+                Record::Inode { img, .. } => {
+                    latest.insert(img.ino, *img);
+                }
+                Record::FreeInode { ino } if kept.contains(ino) => {
+                    let ino = *ino;
+                    if let Some(mut img) = latest.get(&ino).copied().or_else(|| published(ino)) {
+                        img.nlink = 0;
+                        latest.insert(ino, img);
+                        *r = Record::Inode { fresh: false, img };
+                    }
+                }
+                _ => {}
+            }
+        }
+        records.retain(|r| !matches!(r, Record::FreeInode { ino } if kept.contains(ino)));
+    }
+    b
 }
 
 /// A stage handler calling `f` on the pipeline, if it still exists.

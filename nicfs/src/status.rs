@@ -28,6 +28,10 @@ pub struct Status {
     /// The lease table: inodes leased, readers, writers, waiting requests, revokes in
     /// flight, publications awaited, implicit ranges, sessions, and counters since start.
     pub leases: crate::lease::Counts,
+    /// Orphans kept because a client holds them open ([`crate::opens`]).
+    pub orphans_kept: u64,
+    /// Inodes some client holds open.
+    pub inodes_open: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -74,6 +78,8 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         counters: ctx.node.counters.snapshot(),
         stages: ctx.pipeline.stages(),
         leases: ctx.leases.counts(),
+        orphans_kept: ctx.node.opens.counts().0,
+        inodes_open: ctx.node.opens.counts().1,
     }
 }
 

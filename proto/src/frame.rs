@@ -5,7 +5,7 @@
 //! ```text
 //! off len field
 //!   0   4 magic        b"LFSP" (linefs socket protocol)
-//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 2)
+//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 3)
 //!   6   2 kind         the message kind (crate::kind::Kind)
 //!   8   4 payload_len  bytes that follow the header; HEADER_LEN + payload_len <= MAX_FRAME
 //!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
@@ -38,7 +38,7 @@ use crate::kind::Kind;
 /// `b"LFSP"`: the first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"LFSP";
 /// The protocol version this build speaks (and the only one it accepts).
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 24;
 /// Hard maximum of a whole frame, header included (1 MiB). A header declaring more is

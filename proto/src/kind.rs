@@ -129,6 +129,11 @@ kinds! {
     /// The node's free space and inodes, for statfs (version 2).
     StatFs = 0x0112 => info("StatFs", C, CLIENT, Class::Request),
     Space = 0x0113 => info("Space", C, NICFS, Class::Reply),
+    /// The client opened an inode it did not hold open (version 3): nicfs does not free
+    /// it as an orphan while it is open.
+    Opened = 0x0114 => info("Opened", C, CLIENT, Class::Notice),
+    /// The client's last open of an inode is closed (version 3).
+    Closed = 0x0115 => info("Closed", C, CLIENT, Class::Notice),
     ChunkReady = 0x0201 => info("ChunkReady", B, CLIENT, Class::Notice),
     Published = 0x0202 => info("Published", B, NICFS, Class::Notice),
     Heartbeat = 0x0301 => info("Heartbeat", K, KWORKER, Class::Notice),
@@ -191,6 +196,6 @@ mod tests {
             assert!(k.senders().next().is_some(), "{k} has no sender");
         }
         assert_eq!(Kind::from_u16(0), None);
-        assert_eq!(Kind::from_u16(0x0114), None);
+        assert_eq!(Kind::from_u16(0x0116), None);
     }
 }

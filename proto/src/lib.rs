@@ -17,7 +17,9 @@
 //!   Client requests: `LeaseRequest` → `LeaseGranted` | Error; `LeaseRelease` → Ok;
 //!   `OpenCheck` → Ok | Error; `Fsync` → `FsyncDone`; `AllocInodes` → `InodeRange`;
 //!   `ReserveBlocks` → Ok | Error(ENOSPC); `ReleaseBlocks` → Ok; `StatFs` → `Space`
-//!   (version 2); `Detach` → Ok; `Ping` → `Pong`. nicfs requests: `Revoke` → `RevokeDone`; `Ping` → `Pong`. nicfs
+//!   (version 2); `Detach` → Ok; `Ping` → `Pong`. Client notices (version 3): `Opened` /
+//!   `Closed` (the client's first open of an inode, its last close: nicfs keeps an orphan
+//!   while any client holds it open). nicfs requests: `Revoke` → `RevokeDone`; `Ping` → `Pong`. nicfs
 //!   notice: `Rejected` (an entry of the client's log was refused; the client's calls fail
 //!   until it attaches again).
 //! * **Bulk** (client ↔ nicfs, throughput). `Hello{channel: bulk, session}` → Ok. Client

@@ -165,6 +165,12 @@ pub struct AllocInodes {
 /// Most inode numbers one AllocInodes may ask for.
 pub const MAX_INODE_BATCH: u32 = 1 << 20;
 
+/// Opened and Closed: an inode the client holds open, or no longer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeRef {
+    pub inode: u64,
+}
+
 /// ReserveBlocks and ReleaseBlocks: data blocks of the public area.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Blocks {
@@ -285,6 +291,8 @@ pub enum Control {
     Pong,
     StatFs,
     Space(Space),
+    Opened(InodeRef),
+    Closed(InodeRef),
     Ok,
     Error(ErrorReply),
 }
@@ -340,6 +348,8 @@ impl LinkMessage for Control {
             Control::Ping => Kind::Ping,
             Control::Pong => Kind::Pong,
             Control::StatFs => Kind::StatFs,
+            Control::Opened(_) => Kind::Opened,
+            Control::Closed(_) => Kind::Closed,
             Control::Space(_) => Kind::Space,
             Control::Ok => Kind::Ok,
             Control::Error(_) => Kind::Error,

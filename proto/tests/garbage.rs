@@ -173,10 +173,10 @@ fn header_errors_are_precise() {
     b[0] = b'X';
     assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::BadMagic { found: *b"XFSP" }));
     let mut b = good.clone();
-    b[4] = 3;
+    b[4] = PROTOCOL_VERSION as u8 + 1;
     assert_eq!(
         decode::<Control>(&b, Party::Client),
-        Err(DecodeError::UnsupportedVersion { version: 3, supported: PROTOCOL_VERSION })
+        Err(DecodeError::UnsupportedVersion { version: PROTOCOL_VERSION + 1, supported: PROTOCOL_VERSION })
     );
     let mut b = good.clone();
     b[6..8].copy_from_slice(&0x0999u16.to_le_bytes());

@@ -69,6 +69,8 @@ fn samples() -> (Vec<Control>, Vec<Bulk>, Vec<Kworker>) {
         Control::Pong,
         Control::StatFs,
         Control::Space(Space { free_blocks: 1 << 20, free_inodes: 4000 }),
+        Control::Opened(InodeRef { inode: 77 }),
+        Control::Closed(InodeRef { inode: 77 }),
         Control::Ok,
         Control::Error(error.clone()),
     ];

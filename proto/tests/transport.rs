@@ -244,9 +244,9 @@ fn another_version_is_refused_in_our_version_and_a_refusal_is_understood() {
     let err = read_frame::<Control>(&nicfs, Party::Client, WAIT).unwrap_err();
     assert!(matches!(
         err,
-        ReadError::Decode { error: DecodeError::UnsupportedVersion { version: 1, supported: 2 }, .. }
+        ReadError::Decode { error: DecodeError::UnsupportedVersion { version: 1, supported: PROTOCOL_VERSION }, .. }
     ));
-    // We answer in version 2, naming both versions, and the connection must close.
+    // We answer in our version, naming both versions, and the connection must close.
     assert!(!answer_bad_frame(&nicfs, "test peer", &err));
     let mut reply = vec![0u8; HEADER_LEN];
     client.read_exact(&mut reply).unwrap();

@@ -132,18 +132,14 @@ impl Fs {
             b.inode(&img, false);
             front.commit(&b, 0)?;
         }
-        if let Some(n) = front.view.node_mut(ino) {
-            n.opens += 1;
-        }
+        front.opened(ino);
         Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
     }
 
     pub fn release(&self, ino: Ino, _fh: u64) {
         let _l = self.orphan_lease(ino);
         let mut front = self.wlock();
-        if let Some(n) = front.view.node_mut(ino) {
-            n.opens = n.opens.saturating_sub(1);
-        }
+        front.closed(ino);
         if let Err(e) = front.maybe_free(ino) {
             tracing::warn!(ino, error = %e, "could not free orphan inode now; it is freed at next mount");
         }

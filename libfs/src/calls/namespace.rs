@@ -182,6 +182,33 @@ impl Front {
         }
     }
 
+    /// One more open of `ino`. Offload: the first is told to nicfs, which then keeps the
+    /// inode if another client frees it while it is open here (sent while the caller's
+    /// lease is pinned, so before this client can answer a revoke of it).
+    pub(crate) fn opened(&mut self, ino: Ino) {
+        let Some(n) = self.view.node_mut(ino) else { return };
+        n.opens += 1;
+        if n.opens == 1 {
+            if let Some(remote) = self.publication.remote() {
+                remote.send(linefs_proto::Control::Opened(linefs_proto::InodeRef { inode: ino }));
+            }
+        }
+    }
+
+    /// One open of `ino` fewer; the last is told to nicfs (offload).
+    pub(crate) fn closed(&mut self, ino: Ino) {
+        let Some(n) = self.view.node_mut(ino) else { return };
+        if n.opens == 0 {
+            return;
+        }
+        n.opens -= 1;
+        if n.opens == 0 {
+            if let Some(remote) = self.publication.remote() {
+                remote.send(linefs_proto::Control::Closed(linefs_proto::InodeRef { inode: ino }));
+            }
+        }
+    }
+
     /// Log freeing an inode once nothing refers to it (no name, no kernel reference, no open).
     pub(crate) fn maybe_free(&mut self, ino: Ino) -> FsResult<()> {
         let Some(n) = self.view.node(ino) else { return Ok(()) };
@@ -347,9 +374,7 @@ impl Fs {
             }
             None => front.create_node(cred, parent, name, libc::S_IFREG | (mode & 0o7777 & !umask), 0, None)?,
         };
-        if let Some(n) = front.view.node_mut(ino) {
-            n.opens += 1;
-        }
+        front.opened(ino);
         let a = self.finish_create(&mut front, ino)?;
         Ok((a, self.next_fh.fetch_add(1, Ordering::Relaxed)))
     }

@@ -20,6 +20,8 @@
 //! (background chunks, publications the table asks for, a dead client's log), and an entry
 //! changing [`FOREIGN`] — an inode nobody is ever granted — is refused, failing the session.
 //!
+//! Clients also free inodes they write (the table forgets their lease).
+//!
 //! `LEASE_SIM_SEED=N cargo test -p nicfs lease::sim` replays one seed (a failure prints its
 //! seed); `LEASE_SIM_SEEDS=N` runs N seeds.
 
@@ -65,6 +67,9 @@ struct Client {
     jobs: VecDeque<Lsn>,
     /// Its unpublished entries: LSN, end, the inode changed.
     log: VecDeque<(Lsn, Lsn, Ino)>,
+    /// Inodes it freed: it never asks for them again and ignores grants of them still on
+    /// the way.
+    freed: BTreeSet<Ino>,
 }
 
 impl Client {
@@ -82,6 +87,7 @@ impl Client {
             revokes: Vec::new(),
             jobs: VecDeque::new(),
             log: VecDeque::new(),
+            freed: BTreeSet::new(),
         }
     }
 
@@ -248,7 +254,7 @@ impl Sim {
         match o {
             Output::Grant { req_id, ino, mode, lease, .. } => {
                 c.pending.remove(&req_id);
-                if !c.handed_back.contains(&lease) {
+                if !c.handed_back.contains(&lease) && !c.freed.contains(&ino) {
                     c.holds.insert(ino, (mode, Some(lease)));
                 }
             }
@@ -294,6 +300,7 @@ impl Sim {
                     (15, i),
                     (16, i),
                     (17, i),
+                    (18, i),
                 ]);
             }
         }
@@ -341,6 +348,9 @@ impl Sim {
             }
             10 => {
                 let ino = self.pick_ino();
+                if self.clients[i].freed.contains(&ino) {
+                    return Ok(true);
+                }
                 let mode = if self.rng.random_bool(0.5) { LeaseMode::Read } else { LeaseMode::Write };
                 let c = &mut self.clients[i];
                 let req_id = c.next_req;
@@ -423,6 +433,27 @@ impl Sim {
                     c.life = Dying;
                     c.forget();
                     c.to_client.clear();
+                }
+            }
+            18 => {
+                // It frees an inode it writes, once every entry of it is published: the
+                // table forgets its lease.
+                let c = &mut self.clients[i];
+                let free: Vec<Ino> = c
+                    .holds
+                    .iter()
+                    .filter(|(&ino, h)| {
+                        h.0 == LeaseMode::Write
+                            && !c.log.iter().any(|e| e.2 == ino)
+                            && !c.pending.values().any(|p| p.0 == ino)
+                    })
+                    .map(|(&ino, _)| ino)
+                    .collect();
+                if !free.is_empty() && self.rng.random_ratio(1, 4) {
+                    let ino = free[self.rng.random_range(0..free.len())];
+                    c.holds.remove(&ino);
+                    c.freed.insert(ino);
+                    self.feed(Input::Forget { session, ino })?;
                 }
             }
             _ => unreachable!(),

@@ -387,3 +387,21 @@ fn a_lease_handed_back_while_its_changes_are_being_published_waits_for_them() {
     let out = t.published(A, 500);
     assert!(matches!(out[..], [Output::Grant { session: B, ino: X, .. }]), "{out:?}");
 }
+
+#[test]
+fn a_freed_inode_is_forgotten_and_the_next_in_line_is_served() {
+    let mut t = T::new();
+    t.step(Input::GrantNew { session: A, first: 100, count: 3 });
+    // An implicit number: the range is split around it, the rest stays A's.
+    t.step(Input::Forget { session: A, ino: 101 });
+    assert!(!t.0.busy(101));
+    assert!(t.0.busy(100) && t.0.busy(102));
+    // An explicit writer with a reader waiting: the reader is granted at once.
+    let _w = t.granted(A, 1, X, Write);
+    assert!(matches!(t.req(B, 2, X, Read)[..], [Output::Revoke { session: A, .. }]));
+    let out = t.step(Input::Forget { session: A, ino: X });
+    assert!(matches!(out[..], [Output::Grant { session: B, ino: X, .. }]), "{out:?}");
+    // Another session's number is not forgotten.
+    t.step(Input::Forget { session: B, ino: 100 });
+    assert!(t.0.busy(100));
+}

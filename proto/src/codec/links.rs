@@ -30,6 +30,7 @@ impl Codec for Control {
             Control::ReserveBlocks(m) | Control::ReleaseBlocks(m) => put_word(out, m.count),
             Control::Rejected(m) => m.put(out),
             Control::Space(m) => m.put(out),
+            Control::Opened(m) | Control::Closed(m) => put_word(out, m.inode),
             Control::Detach | Control::Ping | Control::Pong | Control::StatFs | Control::Ok => Ok(()),
             Control::Error(m) => m.put(out),
         }
@@ -58,6 +59,8 @@ impl Codec for Control {
             Kind::Pong => Control::Pong,
             Kind::StatFs => Control::StatFs,
             Kind::Space => Control::Space(Space::get(r)?),
+            Kind::Opened => Control::Opened(InodeRef { inode: get_word(r, "Opened")? }),
+            Kind::Closed => Control::Closed(InodeRef { inode: get_word(r, "Closed")? }),
             Kind::Ok => Control::Ok,
             Kind::Error => Control::Error(ErrorReply::get(r)?),
             Kind::ChunkReady

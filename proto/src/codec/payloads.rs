@@ -43,7 +43,7 @@
 //!  0 4 count    1..=2^20                   InodeRange
 //!  4 4 reserved                             0 8 first
 //!                                           8 8 count     first + count fits in u64
-//! ReserveBlocks, ReleaseBlocks
+//! ReserveBlocks, ReleaseBlocks, Opened, Closed (version 3: inode)
 //!  0 8 count                               Rejected
 //!                                           0 8 lsn
 //! Published                                 8 4 errno     1..=4095
@@ -152,7 +152,7 @@ pub mod open_check_off {
     pub const END: usize = 16;
 }
 
-/// Fsync, FsyncDone, ChunkReady, ReserveBlocks, ReleaseBlocks, CopyDone: one u64.
+/// Fsync, FsyncDone, ChunkReady, ReserveBlocks, ReleaseBlocks, Opened, Closed, CopyDone: one u64.
 pub mod word_off {
     pub const VALUE: usize = 0;
     pub const END: usize = 8;

@@ -113,6 +113,8 @@ pub fn control() -> impl Strategy<Value = Control> {
         Just(Control::Ping),
         Just(Control::Pong),
         Just(Control::StatFs),
+        any::<u64>().prop_map(|inode| Control::Opened(InodeRef { inode })),
+        any::<u64>().prop_map(|inode| Control::Closed(InodeRef { inode })),
         (any::<u64>(), any::<u64>())
             .prop_map(|(free_blocks, free_inodes)| Control::Space(Space { free_blocks, free_inodes })),
         Just(Control::Ok),
