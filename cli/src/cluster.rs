@@ -42,6 +42,43 @@ pub struct UpArgs {
     pub offload: Option<Offload>,
     /// `--cpus` for every nicfs; none: as recorded.
     pub cpus: Option<String>,
+    /// `--metrics-port`; none: as recorded.
+    pub metrics_port: Option<MetricsPort>,
+}
+
+/// `up --metrics-port`: a base port (node i's nicfs serves `/metrics` on
+/// 127.0.0.1:BASE+i; 0 lets each nicfs pick a free port, told by `status`), or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsPort {
+    Off,
+    Base(u16),
+}
+
+impl MetricsPort {
+    /// What the description records.
+    pub fn recorded(self) -> Option<u16> {
+        match self {
+            MetricsPort::Off => None,
+            MetricsPort::Base(p) => Some(p),
+        }
+    }
+}
+
+/// Parses `--metrics-port`: a port number or `off`.
+pub fn parse_metrics_port(s: &str) -> Result<MetricsPort, String> {
+    if s == "off" {
+        return Ok(MetricsPort::Off);
+    }
+    s.parse::<u16>().map(MetricsPort::Base).map_err(|_| format!("{s:?} is not a port number (0-65535) or off"))
+}
+
+/// Refuses a base port whose last node's port would not exist.
+fn check_metrics_port(base: u16, nodes: usize) -> CliResult<()> {
+    let last = usize::from(base) + nodes.saturating_sub(1);
+    if base != 0 && last > usize::from(u16::MAX) {
+        return Err(fail(format!("--metrics-port {base}: node {} would need port {last}, past 65535", nodes - 1)));
+    }
+    Ok(())
 }
 
 /// Checks a CPU list with nicfs's own parser (`2,3`, `0-1,4`), so that a typo is refused
@@ -61,6 +98,9 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     }
     if let Some(cpus) = &args.cpus {
         check_cpus(cpus)?;
+    }
+    if let Some(MetricsPort::Base(base)) = args.metrics_port {
+        check_metrics_port(base, args.nodes)?;
     }
     if let Some(zk) = &args.zk {
         let bad = |hp: &str| match hp.rsplit_once(':') {
@@ -109,6 +149,13 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     };
     let offload = args.offload.or(existing.as_ref().and_then(|d| d.offload)).unwrap_or(Offload::On);
     let cpus = args.cpus.clone().or_else(|| existing.as_ref().and_then(|d| d.nic_cpus.clone()));
+    let metrics_port = match args.metrics_port {
+        Some(m) => m.recorded(),
+        None => existing.as_ref().and_then(|d| d.metrics_port),
+    };
+    if let Some(base) = metrics_port {
+        check_metrics_port(base, args.nodes)?;
+    }
     if offload == Offload::On {
         for node in 0..args.nodes {
             for role in [Role::Nicfs, Role::Kworker] {
@@ -123,7 +170,7 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     }
     let size = args.pm_size.unwrap_or(DEFAULT_PM_SIZE);
     let pm_files: Vec<PathBuf> = (0..args.nodes).map(|i| pm_dir.join(format!("node{i}"))).collect();
-    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus };
+    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port };
     let desc = describe(dir, &pm_dir, &pm_files, size, settings, existing.as_ref())?;
     let mut started = Vec::new();
     if offload == Offload::On {
@@ -154,6 +201,9 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
                 "; nicfs pid {nicfs} serves on {}, kworker pid {kworker} attached",
                 daemons::socket(dir, n.index).display()
             ));
+            if let Some(addr) = daemons::metrics_addr_served(dir, n.index, *nicfs) {
+                msg.push_str(&format!("; metrics at http://{addr}/metrics"));
+            }
         }
     }
     match (offload, &desc.nic_cpus) {
@@ -199,6 +249,7 @@ pub struct Settings {
     pub zk: Option<String>,
     pub offload: Offload,
     pub nic_cpus: Option<String>,
+    pub metrics_port: Option<u16>,
 }
 
 /// Creates (or re-ups) a host-only cluster in `dir` with the given PM files and marks it up:
@@ -211,7 +262,7 @@ pub fn create(
     zk: Option<String>,
     existing: Option<&ClusterDesc>,
 ) -> CliResult<ClusterDesc> {
-    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None };
+    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None, metrics_port: None };
     let desc = describe(dir, pm_dir, pm_files, size, settings, existing)?;
     mark_up(dir)?;
     Ok(desc)
@@ -222,7 +273,7 @@ pub fn create(
 pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], size: u64) -> CliResult<ClusterDesc> {
     daemons::check_executables()?;
     daemons::check_socket_paths(dir, pm_files.len())?;
-    let settings = Settings { zk: None, offload: Offload::On, nic_cpus: None };
+    let settings = Settings { zk: None, offload: Offload::On, nic_cpus: None, metrics_port: None };
     let desc = describe(dir, pm_dir, pm_files, size, settings, None)?;
     mark_up(dir)?;
     for node in 0..desc.nodes.len() {
@@ -263,6 +314,7 @@ fn describe(
         nodes,
         offload: Some(settings.offload),
         nic_cpus: settings.nic_cpus,
+        metrics_port: settings.metrics_port,
     };
     write_desc(dir, &desc)?;
     Ok(desc)
@@ -349,4 +401,51 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
         msg.push_str(&format!("\n  {n}"));
     }
     Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clusterdir::NodeDesc;
+
+    #[test]
+    fn metrics_ports_are_a_base_or_off() {
+        assert_eq!(parse_metrics_port("9100"), Ok(MetricsPort::Base(9100)));
+        assert_eq!(parse_metrics_port("0"), Ok(MetricsPort::Base(0)));
+        assert_eq!(parse_metrics_port("off"), Ok(MetricsPort::Off));
+        for bad in ["65536", "-1", "", "on", "9100x"] {
+            assert!(parse_metrics_port(bad).is_err(), "{bad}");
+        }
+        assert!(check_metrics_port(65535, 1).is_ok());
+        assert!(check_metrics_port(0, 3).is_ok(), "port 0: every node picks one");
+        let e = check_metrics_port(65534, 3).unwrap_err().to_string();
+        assert!(e.contains("node 2 would need port 65536"), "{e}");
+    }
+
+    #[test]
+    fn node_i_serves_metrics_on_base_plus_i() {
+        let node = |index| NodeDesc { index, pm_path: PathBuf::from("/pm"), pm_size: 1 };
+        let mut desc = ClusterDesc {
+            version: 1,
+            created: String::new(),
+            created_unix: 0,
+            pm_dir: PathBuf::from("/pm"),
+            zk: None,
+            nodes: vec![node(0), node(1)],
+            offload: Some(Offload::On),
+            nic_cpus: None,
+            metrics_port: None,
+        };
+        assert_eq!(daemons::metrics_addr(&desc, 1).unwrap(), None);
+        desc.metrics_port = Some(9100);
+        assert_eq!(daemons::metrics_addr(&desc, 0).unwrap().as_deref(), Some("127.0.0.1:9100"));
+        assert_eq!(daemons::metrics_addr(&desc, 1).unwrap().as_deref(), Some("127.0.0.1:9101"));
+        desc.metrics_port = Some(0);
+        assert_eq!(daemons::metrics_addr(&desc, 1).unwrap().as_deref(), Some("127.0.0.1:0"));
+        desc.metrics_port = Some(u16::MAX);
+        assert!(daemons::metrics_addr(&desc, 1).is_err());
+        // Descriptions written before the option read as "no metrics port".
+        let old = r#"{"version":1,"created":"","created_unix":0,"pm_dir":"/pm","zk":null,"nodes":[]}"#;
+        assert_eq!(serde_json::from_str::<ClusterDesc>(old).unwrap().metrics_port, None);
+    }
 }

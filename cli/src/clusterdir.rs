@@ -7,7 +7,8 @@
 //!
 //! Layout of DIR:
 //! - `cluster.json` — the description written by `up`: nodes, their PM directories and sizes,
-//!   whether nicfs and kworker run (`offload`) and nicfs's `--cpus`.
+//!   whether nicfs and kworker run (`offload`), nicfs's `--cpus` and the base port of nicfs's
+//!   metrics (`metrics_port`: node i serves on 127.0.0.1:BASE+i).
 //! - `pm/` — the PM files, unless `--pm-dir` put them elsewhere (recorded in the description).
 //! - `logs/` — one log per daemon: `nicfs-<node>.log`, `kworker-<node>.log`,
 //!   `mount-<node>-<id>.log`.
@@ -43,6 +44,10 @@ pub struct ClusterDesc {
     /// The CPUs every nicfs is pinned to (`up --cpus`), as given.
     #[serde(default)]
     pub nic_cpus: Option<String>,
+    /// `up --metrics-port BASE`: node i's nicfs serves Prometheus metrics on
+    /// 127.0.0.1:BASE+i (BASE 0: each picks a free port); none: no metrics port.
+    #[serde(default)]
+    pub metrics_port: Option<u16>,
 }
 
 impl ClusterDesc {

@@ -2,8 +2,9 @@
 //! owns the node's PM, recovers it and serves the node's clients on a Unix socket) and
 //! `kworker` (the host's copy worker, attached to nicfs). This module owns their files —
 //! `DIR/run/nicfs-<i>.sock`, `DIR/run/nicfs-<i>.status.json`, `DIR/run/{nicfs,kworker}-<i>.pid`
-//! and `DIR/logs/{nicfs,kworker}-<i>.log` — and their life: start (detached, each in a session
-//! of its own, like the mount daemons), readiness, stop and kill. The verbs that call it are in
+//! and `DIR/logs/{nicfs,kworker}-<i>.log` — nicfs's metrics address (127.0.0.1:BASE+i with
+//! `up --metrics-port BASE`), and their life: start (detached, each in a session of its own,
+//! like the mount daemons), readiness, stop and kill. The verbs that call it are in
 //! [`crate::cluster`] (`up`, `down`) and [`crate::nodes`] (`kill-host` and the like).
 //!
 //! Readiness. nicfs binds its socket only once it has locked and recovered the node, so it
@@ -72,6 +73,28 @@ pub fn pid_file(dir: &ClusterDir, role: Role, node: usize) -> PathBuf {
 
 pub fn log_file(dir: &ClusterDir, role: Role, node: usize) -> PathBuf {
     dir.logs().join(format!("{}-{node}.log", role.name()))
+}
+
+/// The address node `node`'s nicfs is told to serve metrics on (`--metrics-addr`), if the
+/// cluster has a metrics port: 127.0.0.1:BASE+node, or port 0 (any) for BASE 0.
+pub fn metrics_addr(desc: &ClusterDesc, node: usize) -> CliResult<Option<String>> {
+    let Some(base) = desc.metrics_port else { return Ok(None) };
+    let port = match base {
+        0 => 0,
+        _ => u16::try_from(usize::from(base) + node)
+            .map_err(|_| fail(format!("metrics port {base}+{node} is past 65535 (linefs up --metrics-port)")))?,
+    };
+    Ok(Some(format!("127.0.0.1:{port}")))
+}
+
+/// The metrics address the status file of nicfs `nicfs_pid` on `node` reports (the port it
+/// bound), if any.
+pub fn metrics_addr_served(dir: &ClusterDir, node: usize, nicfs_pid: i32) -> Option<String> {
+    let (v, _) = nicfs_status(dir, node)?;
+    if v["pid"].as_i64() != Some(nicfs_pid.into()) {
+        return None;
+    }
+    v["metrics_addr"].as_str().map(str::to_string)
 }
 
 /// Refuses a cluster directory so deep that a node's socket path cannot be bound.
@@ -161,6 +184,9 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
     ];
     if let Some(cpus) = &desc.nic_cpus {
         args.extend(["--cpus".to_string(), cpus.clone()]);
+    }
+    if let Some(addr) = metrics_addr(desc, node)? {
+        args.extend(["--metrics-addr".to_string(), addr]);
     }
     let log = log_file(dir, Role::Nicfs, node);
     let from = procs::log_len(&log);

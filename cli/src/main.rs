@@ -64,6 +64,10 @@ enum Verb {
         /// CPUs every nicfs is pinned to (the SmartNIC's cores), e.g. 2,3 or 0-1 (recorded).
         #[arg(long, value_name = "LIST")]
         cpus: Option<String>,
+        /// Node I's nicfs serves Prometheus metrics at http://127.0.0.1:(BASE+I)/metrics; 0:
+        /// each picks a free port (see status); off: none (recorded; default: none).
+        #[arg(long, value_name = "BASE|off", value_parser = cluster::parse_metrics_port)]
+        metrics_port: Option<cluster::MetricsPort>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -240,9 +244,9 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus })
+            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port })
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)

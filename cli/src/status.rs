@@ -3,7 +3,10 @@
 //! status as it last wrote it to `run/nicfs-<i>.status.json` (every second and at each mode
 //! switch), and each mount's libfs status as the mount daemon last wrote it (every second) to
 //! `run/mount-<id>.status.json`. What a status file holds is shown whole, whatever fields it
-//! has.
+//! has; in the human form, nicfs's stages and latencies as a table (queue, threads, items,
+//! and the p50/p99/p99.9/max of each stage's queue wait and service time, and of the
+//! end-to-end chunk and fsync latencies), its metrics address as a URL, and the rest as
+//! `key value` lines.
 //!
 //! No PM is opened to answer: a node's PM backing and persist method are known only from a
 //! live mount's status; an unmounted node says "not mounted". The only probe is a connection
@@ -54,6 +57,8 @@ fn node_processes(dir: &ClusterDir, desc: &ClusterDesc) -> Vec<Value> {
                         (_, true, false) => "not serving",
                     });
                     p["socket"] = json!(socket);
+                    // The address nicfs bound, from its status (the port resolved).
+                    p["metrics_addr"] = Value::Null;
                     let status = if alive { daemons::nicfs_status(dir, node) } else { None };
                     // A file written by an earlier nicfs is not this one's.
                     let status = status.filter(|(v, _)| v["pid"].as_i64() == recorded.map(i64::from));
@@ -61,6 +66,9 @@ fn node_processes(dir: &ClusterDir, desc: &ClusterDesc) -> Vec<Value> {
                     p["status_age_ms"] = status.as_ref().map_or(Value::Null, |(_, age)| json!(age.as_millis() as u64));
                     p["status_stale"] =
                         json!(alive && status.as_ref().is_none_or(|(_, age)| age.as_secs() > STALE_SECS));
+                    if let Some((v, _)) = &status {
+                        p["metrics_addr"] = v["metrics_addr"].clone();
+                    }
                     p["status"] = status.map_or(Value::Null, |(v, _)| v);
                 }
                 Role::Kworker => {
@@ -171,6 +179,7 @@ pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
         "zk": desc.zk,
         "offload": desc.offload().name(),
         "nic_cpus": desc.nic_cpus,
+        "metrics_port": desc.metrics_port,
         "nodes": nodes,
         "processes": processes,
         "mounts": mounts,
@@ -209,6 +218,9 @@ fn process_detail(p: &Value) -> String {
             if let Some(r) = c["rejections"].as_u64() {
                 d.push(format!("{r} rejection{}", if r == 1 { "" } else { "s" }));
             }
+            if let Some(a) = p["metrics_addr"].as_str() {
+                d.push(format!("metrics http://{a}/metrics"));
+            }
             d.join(", ")
         }
         Some("kworker") if p["alive"] == json!(true) => {
@@ -219,6 +231,61 @@ fn process_detail(p: &Value) -> String {
         }
         _ => "-".to_string(),
     }
+}
+
+/// A latency in µs, in the unit that suits it: `850µs`, `12.3ms`, `1.20s`.
+fn duration_us(us: u64) -> String {
+    match us {
+        0..=999 => format!("{us}µs"),
+        1_000..=999_999 => format!("{:.1}ms", us as f64 / 1e3),
+        _ => format!("{:.2}s", us as f64 / 1e6),
+    }
+}
+
+/// `p50 p99 p99.9 max` of a latency summary (`{count, p50_us, …}`), each 8 wide; dashes when
+/// nothing was recorded.
+fn quantiles(q: &Value) -> String {
+    let keys = ["p50_us", "p99_us", "p999_us", "max_us"];
+    if q["count"].as_u64().unwrap_or(0) == 0 {
+        return keys.iter().map(|_| format!("{:>8}", "-")).collect::<Vec<_>>().join(" ");
+    }
+    keys.iter().map(|k| format!("{:>8}", duration_us(q[*k].as_u64().unwrap_or(0)))).collect::<Vec<_>>().join(" ")
+}
+
+/// nicfs's stages and end-to-end latencies (from its status file) as a compact table; empty
+/// if the status has neither (an older nicfs).
+fn latency_table(st: &Value) -> String {
+    let mut out = String::new();
+    let stages = st["stages"].as_array().cloned().unwrap_or_default();
+    let heading = "     p50      p99    p99.9      max";
+    if !stages.is_empty() {
+        out.push_str(&format!(
+            "  {:<9} {:>5} {:>7} {:>8}  WAIT{heading}  SERVICE{heading}\n",
+            "STAGE", "QUEUE", "THREADS", "ITEMS"
+        ));
+        for t in &stages {
+            let threads = format!("{}/{}", t["threads"].as_u64().unwrap_or(0), t["max_threads"].as_u64().unwrap_or(0));
+            // Aligned under the headings: "WAIT" and "SERVICE" stand before the first column.
+            out.push_str(&format!(
+                "  {:<9} {:>5} {:>7} {:>8}      {}         {}\n",
+                t["stage"].as_str().unwrap_or("?"),
+                t["queue"].as_u64().unwrap_or(0),
+                threads,
+                t["handled"].as_u64().unwrap_or(0),
+                quantiles(&t["wait"]),
+                quantiles(&t["service"]),
+            ));
+        }
+    }
+    let lat = &st["latency"];
+    if lat.is_object() {
+        out.push_str(&format!("  {:<33} {:>8}  {heading}\n", "END TO END", "COUNT"));
+        for (key, what) in [("chunk", "chunk (ChunkReady → Published)"), ("fsync", "fsync (Fsync → FsyncDone)")] {
+            let q = &lat[key];
+            out.push_str(&format!("  {what:<33} {:>8}  {}\n", q["count"].as_u64().unwrap_or(0), quantiles(q)));
+        }
+    }
+    out
 }
 
 /// Renders the status as a human-readable report.
@@ -274,8 +341,15 @@ pub fn render(v: &Value) -> String {
         let stale = if p["status_stale"] == json!(true) { " (stale)" } else { "" };
         let age = p["status_age_ms"].as_u64().map(|ms| format!(", written {:.1} s ago", ms as f64 / 1000.0));
         out.push_str(&format!("\nnicfs of node {}{}{stale}\n", s(&p["node"]), age.unwrap_or_default()));
+        out.push_str(&latency_table(&p["status"]));
+        let mut rest = p["status"].clone();
+        if let Some(m) = rest.as_object_mut() {
+            // Shown by the table above.
+            m.remove("stages");
+            m.remove("latency");
+        }
         let mut leaves = Vec::new();
-        flatten("", &p["status"], &mut leaves);
+        flatten("", &rest, &mut leaves);
         for (k, val) in leaves {
             out.push_str(&format!("  {k:<30} {}\n", s(&val)));
         }
@@ -307,4 +381,41 @@ pub fn render(v: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_the_unit_that_suits_them() {
+        assert_eq!(
+            [0, 850, 1_000, 12_345, 999_999, 1_000_000, 61_234_567].map(duration_us),
+            ["0µs", "850µs", "1.0ms", "12.3ms", "1000.0ms", "1.00s", "61.23s"]
+        );
+    }
+
+    #[test]
+    fn the_latency_table_has_a_row_per_stage_and_the_end_to_end_rows() {
+        let q = |n: u64| json!({"count": n, "p50_us": 40, "p99_us": 900, "p999_us": 2_500, "max_us": 3_000_000});
+        let st = json!({
+            "stages": [
+                {"stage": "fetch", "queue": 3, "threads": 2, "max_threads": 4, "handled": 17, "wait": q(17), "service": q(17)},
+                {"stage": "publish", "queue": 0, "threads": 1, "max_threads": 1, "handled": 0, "wait": q(0), "service": q(0)},
+            ],
+            "latency": {"chunk": q(5), "fsync": q(0)},
+        });
+        let t = latency_table(&st);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 6, "{t}");
+        assert!(lines[0].contains("STAGE") && lines[0].contains("WAIT") && lines[0].contains("SERVICE"), "{t}");
+        let fetch: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(fetch[..4], ["fetch", "3", "2/4", "17"], "{t}");
+        assert_eq!(fetch[4..], ["40µs", "900µs", "2.5ms", "3.00s", "40µs", "900µs", "2.5ms", "3.00s"], "{t}");
+        assert_eq!(lines[2].split_whitespace().filter(|w| *w == "-").count(), 8, "nothing recorded: {t}");
+        assert!(lines[4].contains("chunk") && lines[4].contains(" 5 ") && lines[4].contains("3.00s"), "{t}");
+        assert!(lines[5].contains("fsync") && lines[5].trim_end().ends_with('-'), "{t}");
+        // A status without them (an older nicfs) has no table.
+        assert_eq!(latency_table(&json!({"pid": 1})), "");
+    }
 }

@@ -2,7 +2,7 @@
 //! umount, remount, kill-host, restart-host (the fsynced file survives), down — host-only
 //! (`--offload off`) and with each node's nicfs and kworker (`linefs up`'s default): their
 //! processes, files and modes through up, a second up, kill-host/restart-host,
-//! kill-nic/restart-nic and down.
+//! kill-nic/restart-nic and down; nicfs's metrics port (`up --metrics-port`).
 //!
 //! The mount tests need `/dev/fuse` and `fusermount3`; without them they print why they are
 //! skipped and pass. The offload tests need `nicfs` and `kworker` built beside `linefs`
@@ -291,6 +291,39 @@ fn host_only_cluster_starts_no_daemons() {
     ok(&dir, &["up", "--nodes", "1"]);
     assert_eq!(status(&dir)["offload"], "off");
     assert!(!pid_file(&dir, "nicfs-0").exists());
+    ok(&dir, &["down"]);
+}
+
+#[test]
+fn nicfs_serves_metrics_on_the_port_up_was_given() {
+    need_daemons();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(&dir);
+    // Port 0: nicfs picks a free one and status tells which.
+    let out = ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M", "--metrics-port", "0"]);
+    assert!(out.contains("metrics at http://127.0.0.1:"), "{out}");
+    let st = status(&dir);
+    assert_eq!(st["metrics_port"], 0);
+    let addr = process(&st, "nicfs", 0)["metrics_addr"].as_str().unwrap_or_else(|| panic!("{st:#}")).to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with("# EOF\n"), "{answer}");
+    for name in ["linefs_nicfs_fetched_bytes_total 0", "linefs_nicfs_stage_wait_seconds_count{stage=\"publish\"}"] {
+        assert!(answer.contains(name), "{name} missing from {answer}");
+    }
+    let text = ok(&dir, &["status"]);
+    assert!(text.contains(&format!("metrics http://{addr}/metrics")), "{text}");
+    assert!(text.contains("STAGE") && text.contains("END TO END") && text.contains("publish"), "{text}");
+    // Recorded: a re-up serves metrics again; `off` stops that.
+    ok(&dir, &["down"]);
+    assert!(ok(&dir, &["up", "--nodes", "1"]).contains("metrics at"));
+    ok(&dir, &["down"]);
+    assert!(!ok(&dir, &["up", "--nodes", "1", "--metrics-port", "off"]).contains("metrics at"));
+    assert!(process(&status(&dir), "nicfs", 0)["metrics_addr"].is_null());
     ok(&dir, &["down"]);
 }
 

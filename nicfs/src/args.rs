@@ -1,8 +1,10 @@
 //! The command line (`--cpus` names the SmartNIC's own cores in the emulation; the list
-//! and the pinning are `linefs_pm::cpus`).
+//! and the pinning are `linefs_pm::cpus`; `--metrics-addr` is checked to be on the
+//! loopback here, before anything starts).
 
 use clap::Parser;
 use linefs_pm::cpus::{self, CpuList};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 /// nicfs: owns a node's PM, attaches its clients and publishes their logs.
@@ -32,6 +34,29 @@ pub struct Args {
     /// Publish every record as logged: no coalescing stage.
     #[arg(long)]
     pub no_coalesce: bool,
+    /// Serve Prometheus metrics (`GET /metrics`) on this loopback address, e.g.
+    /// `127.0.0.1:9100`; port 0 picks a free port (the status file tells which).
+    #[arg(long, value_name = "IP:PORT", value_parser = parse_metrics_addr)]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// `--metrics-addr`: `IP:PORT` with an IP of the loopback (127.0.0.0/8, `[::1]`), or
+/// `localhost:PORT` (127.0.0.1).
+pub fn parse_metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    let addr = match s.strip_prefix("localhost:") {
+        Some(port) => {
+            let port = port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number"))?;
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+        }
+        None => s.parse::<SocketAddr>().map_err(|_| format!("expected IP:PORT, e.g. 127.0.0.1:9100, not {s:?}"))?,
+    };
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{} is not a loopback address: metrics are served on 127.0.0.0/8 or [::1] only",
+            addr.ip()
+        ));
+    }
+    Ok(addr)
 }
 
 #[cfg(test)]
@@ -50,5 +75,32 @@ mod tests {
             Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--kworker-heartbeat-ms", "301"]).is_err()
         );
         assert!(Args::try_parse_from(["nicfs", "--node", "n"]).is_err());
+        assert_eq!(a.metrics_addr, None);
+    }
+
+    #[test]
+    fn the_metrics_address_must_be_on_the_loopback() {
+        let parse = |s: &str| Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--metrics-addr", s]);
+        for (given, want) in [
+            ("127.0.0.1:9100", "127.0.0.1:9100"),
+            ("127.0.0.2:0", "127.0.0.2:0"),
+            ("[::1]:9100", "[::1]:9100"),
+            ("localhost:9101", "127.0.0.1:9101"),
+        ] {
+            assert_eq!(parse(given).unwrap().metrics_addr, Some(want.parse().unwrap()), "{given}");
+        }
+        for (given, why) in [
+            ("0.0.0.0:9100", "not a loopback address"),
+            ("192.168.1.5:9100", "not a loopback address"),
+            ("[::]:9100", "not a loopback address"),
+            ("[::ffff:127.0.0.1]:9100", "not a loopback address"),
+            ("127.0.0.1", "expected IP:PORT"),
+            ("127.0.0.1:70000", "expected IP:PORT"),
+            ("example.com:80", "expected IP:PORT"),
+            ("localhost:http", "not a port number"),
+        ] {
+            let e = parse(given).unwrap_err().to_string();
+            assert!(e.contains(why), "{given}: {e}");
+        }
     }
 }

@@ -57,7 +57,8 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                     continue;
                 }
                 session.committed.fetch_max(c.committed_lsn, Ordering::AcqRel);
-                if session.jobs.send(Job::Chunk(c.committed_lsn)).is_err() {
+                let job = Job::Chunk { lsn: c.committed_lsn, at: std::time::Instant::now() };
+                if session.jobs.send(job).is_err() {
                     break; // the session has ended
                 }
             }

@@ -51,7 +51,8 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 let _ = session.send_control(&Frame { id, msg: Control::Pong });
             }
             Control::Fsync(f) => {
-                let _ = session.jobs.send(Job::Fsync { id, lsn: f.lsn });
+                let at = std::time::Instant::now();
+                let _ = session.jobs.send(Job::Fsync { id, lsn: f.lsn, at });
             }
             Control::LeaseRequest(r) => {
                 if let Err((errno, why)) = check_request(ctx, &session, &r) {

@@ -1,15 +1,18 @@
-//! The daemon's life: lock and recover the node, bind the socket, serve connections (a
-//! thread each), and on SIGTERM/SIGINT stop: publish what every attached client has
-//! committed, write the last status, remove the socket, exit 0.
+//! The daemon's life: lock and recover the node, bind the socket (and the metrics port,
+//! with `--metrics-addr`), serve connections (a thread each), and on SIGTERM/SIGINT stop:
+//! publish what every attached client has committed, write the last status, remove the
+//! socket, exit 0.
 
 use crate::args::Args;
 use crate::hostlink::HostLink;
+use crate::latency::EndToEnd;
 use crate::leases::Leases;
 use crate::node::Node;
 use crate::pipeline::Pipeline;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
 use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -26,7 +29,11 @@ pub struct Ctx {
     pub host: Arc<HostLink>,
     /// The publishing pipeline's stages.
     pub pipeline: Arc<Pipeline>,
+    /// The end-to-end chunk and fsync latencies.
+    pub latency: EndToEnd,
     pub socket: PathBuf,
+    /// Where `/metrics` is served (the bound address: a port 0 asked for is resolved).
+    pub metrics_addr: Option<SocketAddr>,
     stopping: AtomicBool,
 }
 
@@ -46,6 +53,11 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
+    let metrics = args.metrics_addr.map(crate::metrics::http::bind).transpose()?;
+    let metrics_addr = match &metrics {
+        Some(l) => Some(l.local_addr().map_err(|e| format!("cannot read the metrics listener's address: {e}"))?),
+        None => None,
+    };
     let listener = bind(&args.socket)?;
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let sessions = Arc::new(Sessions::default());
@@ -57,9 +69,17 @@ pub fn run(args: Args) -> Result<(), String> {
         leases,
         sessions,
         host,
+        latency: EndToEnd::default(),
         socket: args.socket.clone(),
+        metrics_addr,
         stopping: AtomicBool::new(false),
     });
+    if let Some(listener) = metrics {
+        let c = ctx.clone();
+        let render = move || crate::metrics::Sample::take(&c).encode().map_err(|e| e.to_string());
+        spawn("metrics", move || crate::metrics::http::serve(listener, render))?;
+        tracing::info!(addr = ?metrics_addr, "serving metrics at /metrics");
+    }
     if let Some(path) = args.status_file.clone() {
         let (kick, kicked) = crossbeam_channel::bounded(1);
         ctx.host.on_switch(kick);

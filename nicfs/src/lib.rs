@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH] [--kworker-heartbeat-ms N]
-//!       [--chunk-bytes N] [--no-coalesce]
+//!       [--chunk-bytes N] [--no-coalesce] [--metrics-addr IP:PORT]
 //! ```
 //!
 //! What exists now:
@@ -53,9 +53,14 @@
 //!   without a heartbeat (noticed within a second); `HostLink::copy` sends a copy list to
 //!   the kworker, or runs it in nicfs with kworker's executor, and redoes a list whose
 //!   kworker was lost — after killing that kworker, so that it cannot finish the list late.
-//! * **status** ([`status`], [`counters`]): a JSON file rewritten every second, at each mode
-//!   switch and at exit: sessions, the mode, the publication counters (one struct) and each
-//!   stage's queue and threads.
+//! * **status** ([`status`], [`counters`], [`latency`]): a JSON file rewritten every
+//!   second, at each mode switch and at exit: sessions, the mode, the publication counters
+//!   (one struct), each stage's queue, threads and wait/service latency quantiles, the
+//!   end-to-end chunk and fsync latencies, and the metrics address.
+//! * **metrics** ([`metrics`], [`metrics::http`]): with `--metrics-addr IP:PORT` (loopback
+//!   only; port 0 picks one), Prometheus text — the same numbers, the latencies as
+//!   histograms — served to `GET /metrics` by a small HTTP/1.1 responder on a thread of its
+//!   own.
 //!
 //! * **admission** ([`leases`], [`perms`]): an entry is published only if its session
 //!   holds the write lease of every inode it changes and its caller may make the change
@@ -76,8 +81,10 @@ pub mod copylist;
 pub mod counters;
 pub mod daemon;
 pub mod hostlink;
+pub mod latency;
 pub mod lease;
 pub mod leases;
+pub mod metrics;
 pub mod node;
 pub mod opens;
 pub mod perms;

@@ -39,6 +39,7 @@
 //! checkpoint when the client next asks.
 
 use crate::hostlink::{Copied, HostLink};
+use crate::latency::Latency;
 use crate::leases::Leases;
 use crate::node::Node;
 use crate::perms::SessionPerms;
@@ -187,6 +188,18 @@ impl Pipeline {
         let mut v = vec![self.fetch.status(), self.validate.status()];
         v.extend(self.coalesce.as_ref().map(Stage::status));
         v.push(self.publish.status());
+        v
+    }
+
+    /// Each stage's name and its wait and service histograms, in pipeline order.
+    pub fn stage_latencies(&self) -> Vec<(&'static str, Latency, Latency)> {
+        fn of<T: Send + 'static>(s: &Stage<T>) -> (&'static str, Latency, Latency) {
+            let (wait, service) = s.latencies();
+            (s.name(), wait, service)
+        }
+        let mut v = vec![of(&self.fetch), of(&self.validate)];
+        v.extend(self.coalesce.as_ref().map(of));
+        v.push(of(&self.publish));
         v
     }
 

@@ -22,6 +22,13 @@
 //! A refused entry sends `Rejected` on the control connection, marks the session failed
 //! (later requests get an Error, its chunks in flight are dropped) and logs it; nicfs and
 //! the other sessions carry on.
+//!
+//! **End-to-end timings** ([`crate::latency::EndToEnd`]): a `ChunkReady` is stamped when its
+//! frame is read and recorded when a publication reaches its LSN, just before the
+//! `Published` that covers it is written; an `Fsync` is stamped when read and recorded just
+//! before its `FsyncDone` is written (so a client that has the answer finds it counted). A
+//! `ChunkReady` for what is published already, one whose LSN is not beyond the last one
+//! waiting, those of a failed session and fsyncs answered with an error are not timed.
 
 use crate::daemon::Ctx;
 use crate::node::Claim;
@@ -30,20 +37,30 @@ use crate::session::Session;
 use linefs_pm::public::PublishError;
 use linefs_pm::publish::{Published, SlotError};
 use linefs_proto::{Bulk, Control, Frame, FsyncDone, InodeSet, Rejected, MAX_PUBLISHED_INODES};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long nicfs's shutdown waits for one session to settle.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most `ChunkReady` notices of one session timed at once (a client that announces LSNs it
+/// never commits cannot grow the list beyond this).
+pub const MAX_TIMED_CHUNKS: usize = 1024;
 
 /// What a session's sequencer does next.
 #[derive(Debug)]
 pub enum Job {
-    Chunk(u64),
+    /// A `ChunkReady` for `lsn`, read at `at`.
+    Chunk {
+        lsn: u64,
+        at: Instant,
+    },
+    /// The client's Fsync request `id` for `lsn`, read at `at`.
     Fsync {
         id: u64,
         lsn: u64,
+        at: Instant,
     },
     End,
     /// The client's Detach request `id`: [`Job::End`], then Ok.
@@ -80,8 +97,11 @@ struct Sequencer<'a> {
     /// Chunks numbered so far, and those whose outcome came back (in order).
     next_seq: u64,
     done: u64,
-    /// Fsyncs waiting: (request id, lsn).
-    waiters: Vec<(u64, u64)>,
+    /// Fsyncs waiting: (request id, lsn, when it was read).
+    waiters: Vec<(u64, u64, Instant)>,
+    /// ChunkReady notices waiting for their LSN to be published, LSNs increasing: (lsn,
+    /// when it was read).
+    chunks_timed: VecDeque<(u64, Instant)>,
     settles: Vec<crossbeam_channel::Sender<()>>,
     ending: bool,
     /// The id of the client's Detach, answered at the end.
@@ -108,6 +128,7 @@ pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_c
         next_seq: 0,
         done: 0,
         waiters: Vec::new(),
+        chunks_timed: VecDeque::new(),
         settles: Vec::new(),
         ending: false,
         detach: None,
@@ -149,19 +170,20 @@ impl Sequencer<'_> {
             s.exhausted = false;
         };
         match job {
-            Job::Chunk(lsn) => {
+            Job::Chunk { lsn, at } => {
                 if !self.session.failed() {
                     more(self, lsn);
+                    self.time_chunk(lsn, at);
                 }
             }
-            Job::Fsync { id, lsn } => {
+            Job::Fsync { id, lsn, at } => {
                 if let Some(why) = self.session.failure() {
                     let _ = self.session.control_error(id, libc::EIO, &format!("session failed: {why}"));
                     return;
                 }
                 self.session.committed.fetch_max(lsn, Ordering::AcqRel);
                 more(self, lsn);
-                self.waiters.push((id, lsn));
+                self.waiters.push((id, lsn, at));
             }
             Job::End => {
                 self.ending = true;
@@ -181,6 +203,30 @@ impl Sequencer<'_> {
                 more(self, u64::MAX);
             }
         }
+    }
+
+    /// Starts timing a ChunkReady for `lsn` (see the module's notes on what is not timed).
+    fn time_chunk(&mut self, lsn: u64, at: Instant) {
+        let published = self.session.published.load(Ordering::Acquire);
+        let beyond_last = self.chunks_timed.back().is_none_or(|&(last, _)| lsn > last);
+        if lsn > published && beyond_last && self.chunks_timed.len() < MAX_TIMED_CHUNKS {
+            self.chunks_timed.push_back((lsn, at));
+        }
+    }
+
+    /// `p` is published (and durable): moves the session's published LSN, records the
+    /// ChunkReady notices it covers, then tells the client — in that order, so that a
+    /// client that has its `Published` finds it counted.
+    fn published(&mut self, p: &Published) {
+        self.session.published.store(p.upto, Ordering::Release);
+        while let Some(&(lsn, at)) = self.chunks_timed.front() {
+            if lsn > p.upto {
+                break;
+            }
+            self.ctx.latency.chunk.since(at);
+            self.chunks_timed.pop_front();
+        }
+        notify_published(self.session, p);
     }
 
     /// Nothing fetched is unanswered and no fetch runs.
@@ -225,8 +271,7 @@ impl Sequencer<'_> {
                 match result {
                     Ok(p) => {
                         if p.entries > 0 {
-                            self.session.published.store(p.upto, Ordering::Release);
-                            notify_published(self.session, &p);
+                            self.published(&p);
                         }
                         if p.upto < end {
                             // The chunk held less than was fetched (an entry failed its
@@ -258,9 +303,10 @@ impl Sequencer<'_> {
         tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
         self.ctx.node.counters.rejection();
         if let Some(p) = published.as_ref().filter(|p| p.entries > 0) {
-            session.published.store(p.upto, Ordering::Release);
-            notify_published(session, p);
+            self.published(p);
         }
+        // What is not published now never will be: those notices are not timed.
+        self.chunks_timed.clear();
         session.fail(reason.clone());
         let frame = Frame { id: session.next_id(), msg: Control::Rejected(Rejected { lsn, errno, reason }) };
         if let Err(e) = session.send_control(&frame) {
@@ -273,10 +319,13 @@ impl Sequencer<'_> {
         let session = self.session;
         let published = session.published.load(Ordering::Acquire);
         let idle = self.idle();
-        self.waiters.retain(|&(id, lsn)| {
+        let fsync_latency = &self.ctx.latency.fsync;
+        self.waiters.retain(|&(id, lsn, at)| {
             let reply = if session.failed() {
                 session.control_error(id, libc::EIO, "an entry before the fsync point was refused")
             } else if published >= lsn {
+                // Recorded before it is sent: a client that has its FsyncDone finds it counted.
+                fsync_latency.since(at);
                 session.send_control(&Frame { id, msg: Control::FsyncDone(FsyncDone { durable_lsn: published }) })
             } else if idle {
                 let why = format!("the log is committed only up to {published}, not {lsn}");

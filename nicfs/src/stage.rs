@@ -11,12 +11,20 @@
 //!
 //! Work items of one stage may be handled concurrently and in any order; a stage that needs
 //! an order (publication, per session) restores it itself.
+//!
+//! **Timings.** An item is stamped when it is queued; the thread that takes it records its
+//! *wait* (queued → taken) and, once the handler returns, its *service* time (the handler's
+//! run) in the stage's two [`Latency`] histograms, shown in [`StageStatus`] and exported by
+//! [`crate::metrics`]. A handler's run is what the stage did for that item: a whole fetch
+//! request for **fetch** (every chunk it cut), and for **publish** the item's batch plus
+//! any later chunks of the same session that were parked waiting for it.
 
+use crate::latency::{Latency, Summary};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the tuner looks at the queues.
 pub const TUNE_PERIOD: Duration = Duration::from_millis(10);
@@ -63,11 +71,16 @@ pub struct StageStatus {
     pub grown: u64,
     /// Most threads at once.
     pub peak_threads: usize,
+    /// Time items waited in the queue, since start.
+    pub wait: Summary,
+    /// Time the handler took per item, since start.
+    pub service: Summary,
 }
 
 struct Shared<T> {
     name: &'static str,
-    rx: crossbeam_channel::Receiver<T>,
+    /// Items with the time they were queued.
+    rx: crossbeam_channel::Receiver<(Instant, T)>,
     handler: Box<dyn Fn(T) + Send + Sync>,
     min: usize,
     max: usize,
@@ -79,11 +92,13 @@ struct Shared<T> {
     /// Consecutive looks of the tuner at a long queue.
     long_looks: AtomicU32,
     spawn_lock: Mutex<()>,
+    wait: Latency,
+    service: Latency,
 }
 
 /// A stage: submit work with [`Stage::submit`].
 pub struct Stage<T> {
-    tx: crossbeam_channel::Sender<T>,
+    tx: crossbeam_channel::Sender<(Instant, T)>,
     shared: Arc<Shared<T>>,
 }
 
@@ -111,6 +126,8 @@ impl<T: Send + 'static> Stage<T> {
             grown: AtomicU64::new(0),
             long_looks: AtomicU32::new(0),
             spawn_lock: Mutex::new(()),
+            wait: Latency::new(),
+            service: Latency::new(),
         });
         for _ in 0..min {
             spawn(&shared, false);
@@ -121,7 +138,16 @@ impl<T: Send + 'static> Stage<T> {
     /// Queues `item` for the stage.
     pub fn submit(&self, item: T) {
         // The receivers live as long as the stage's threads, which never all exit.
-        let _ = self.tx.send(item);
+        let _ = self.tx.send((Instant::now(), item));
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.shared.name
+    }
+
+    /// The stage's wait and service histograms (shared handles).
+    pub fn latencies(&self) -> (Latency, Latency) {
+        (self.shared.wait.clone(), self.shared.service.clone())
     }
 
     /// One look of the tuner: adds a thread if the queue has stayed long.
@@ -154,6 +180,8 @@ impl<T: Send + 'static> Stage<T> {
             handled: s.handled.load(Ordering::Relaxed),
             grown: s.grown.load(Ordering::Relaxed),
             peak_threads: s.peak.load(Ordering::Relaxed),
+            wait: s.wait.summary(),
+            service: s.service.summary(),
         }
     }
 }
@@ -174,7 +202,7 @@ fn spawn<T: Send + 'static>(shared: &Arc<Shared<T>>, extra: bool) {
 
 fn work<T>(s: Arc<Shared<T>>, extra: bool) {
     loop {
-        let item = if extra {
+        let (queued, item) = if extra {
             match s.rx.recv_timeout(IDLE_EXIT) {
                 Ok(item) => item,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
@@ -186,7 +214,10 @@ fn work<T>(s: Arc<Shared<T>>, extra: bool) {
                 Err(_) => break,
             }
         };
+        let taken = Instant::now();
+        s.wait.record(taken.saturating_duration_since(queued));
         (s.handler)(item);
+        s.service.since(taken);
         s.handled.fetch_add(1, Ordering::Relaxed);
     }
     s.threads.fetch_sub(1, Ordering::AcqRel);
@@ -237,6 +268,7 @@ mod tests {
         wait("extra threads to exit", || stage.status().threads == 1);
         let st = stage.status();
         assert_eq!((st.handled, st.peak_threads, st.queue), (20, 3, 0));
+        assert_eq!((st.wait.count, st.service.count), (20, 20), "every item timed: {st:?}");
         assert!(budget.take(), "the budget is back");
     }
 
@@ -252,5 +284,23 @@ mod tests {
         wait("the items", || stage.status().handled == 3);
         assert_eq!(stage.status().grown, 0);
         assert_eq!(stage.status().threads, 2);
+    }
+
+    #[test]
+    fn waits_and_service_times_are_recorded_per_item() {
+        let stage = Stage::new("test", 1, 1, Budget::new(0), |ms: u64| std::thread::sleep(Duration::from_millis(ms)));
+        // One thread: the second and third items wait behind the first's 30 ms.
+        for ms in [30, 1, 1] {
+            stage.submit(ms);
+        }
+        wait("the items", || stage.status().handled == 3);
+        let st = stage.status();
+        assert_eq!((st.wait.count, st.service.count), (3, 3), "{st:?}");
+        assert!(st.service.max_us >= 30_000, "the slow item's service: {st:?}");
+        assert!(st.service.p50_us >= 1_000 && st.service.p50_us < 30_000, "{st:?}");
+        assert!(st.wait.max_us >= 29_000, "an item waited behind the slow one: {st:?}");
+        let (w, sv) = stage.latencies();
+        assert_eq!((w.summary(), sv.summary()), (st.wait, st.service), "the handles share the histograms");
+        assert_eq!(stage.name(), "test");
     }
 }

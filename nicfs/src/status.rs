@@ -1,5 +1,6 @@
 //! The status file: a JSON snapshot of the daemon (its pid, node, sessions, mode and
-//! kworker, publication counters, lease counts), rewritten every [`INTERVAL`], at each
+//! kworker, publication counters, stages with their latency quantiles, end-to-end
+//! latencies, lease counts, the metrics address), rewritten every [`INTERVAL`], at each
 //! mode switch and at exit. Written to a temporary file in the same directory and renamed
 //! over the old one, so a reader never sees half a file.
 
@@ -16,6 +17,8 @@ pub struct Status {
     pub pid: u32,
     pub node_dir: String,
     pub socket: String,
+    /// Where `GET /metrics` is served (`--metrics-addr`, its port resolved), if anywhere.
+    pub metrics_addr: Option<String>,
     pub log_slots: u32,
     pub stopping: bool,
     pub sessions: Vec<SessionStatus>,
@@ -23,8 +26,10 @@ pub struct Status {
     pub host: crate::hostlink::HostStatus,
     /// The publication counters ([`crate::counters`]).
     pub counters: crate::counters::CounterSnapshot,
-    /// The pipeline's stages: queue lengths, threads, work done.
+    /// The pipeline's stages: queue lengths, threads, work done, wait and service latency.
     pub stages: Vec<crate::stage::StageStatus>,
+    /// End-to-end latencies: ChunkReady → Published, Fsync → FsyncDone.
+    pub latency: crate::latency::EndToEndStatus,
     /// The lease table: inodes leased, readers, writers, waiting requests, revokes in
     /// flight, publications awaited, implicit ranges, sessions, and counters since start.
     pub leases: crate::lease::Counts,
@@ -55,6 +60,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         pid: std::process::id(),
         node_dir: ctx.node.dir.display().to_string(),
         socket: ctx.socket.display().to_string(),
+        metrics_addr: ctx.metrics_addr.map(|a| a.to_string()),
         log_slots: ctx.node.geometry.log_slots,
         stopping: ctx.stopping(),
         sessions: ctx
@@ -77,6 +83,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         host: ctx.host.status(),
         counters: ctx.node.counters.snapshot(),
         stages: ctx.pipeline.stages(),
+        latency: ctx.latency.status(),
         leases: ctx.leases.counts(),
         orphans_kept: ctx.node.opens.counts().0,
         inodes_open: ctx.node.opens.counts().1,
