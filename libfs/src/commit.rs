@@ -136,9 +136,9 @@ impl Front {
     /// reservations and their overlay segments, and only then let the log space be reused.
     pub(crate) fn catch_up(&mut self) {
         self.publication.follow_remote();
-        let (published, touched) = {
+        let (published, reclaim, touched) = {
             let mut ps = self.publication.public.write();
-            (ps.published, std::mem::take(&mut ps.touched))
+            (ps.published, ps.reclaim, std::mem::take(&mut ps.touched))
         };
         if published <= self.reclaimed {
             return;
@@ -187,7 +187,9 @@ impl Front {
                 remote.send(Control::ReleaseBlocks(Blocks { count: back }));
             }
         }
-        self.reclaimed = published;
+        // Log space is reused only once it is replicated as well (the slot's reclaim LSN);
+        // until then catching up runs again, harmlessly.
+        self.reclaimed = published.min(reclaim);
     }
 
     /// Publish everything in the log (an update that needs space, sync, shutdown).

@@ -47,6 +47,9 @@ pub(crate) struct PublicState {
     pub(crate) shared: Option<PublicReader>,
     /// Everything before this LSN is published, durably.
     pub(crate) published: u64,
+    /// Log space before this LSN may be reused: published and replicated (the slot's
+    /// reclaim LSN; nicfs's `reclaim_lsn` in the offload mode).
+    pub(crate) reclaim: u64,
     /// Inodes changed by batches the front end has not caught up with yet.
     pub(crate) touched: Vec<u64>,
     pub(crate) failed: Option<String>,
@@ -143,6 +146,7 @@ impl Publication {
                 area,
                 shared,
                 published,
+                reclaim: published,
                 touched: Vec::new(),
                 failed: None,
                 entries: 0,
@@ -181,6 +185,7 @@ impl Publication {
         };
         if let Some(Published { upto, entries, touched, .. }) = done {
             ps.published = upto;
+            ps.reclaim = self.log.reclaim_lsn().unwrap_or(ps.reclaim).min(upto);
             ps.entries += entries;
             ps.batches += u64::from(entries > 0);
             ps.touched.extend(touched);
@@ -209,6 +214,8 @@ impl Publication {
             Control::FsyncDone(d) => {
                 let mut ps = self.public.write();
                 ps.published = ps.published.max(d.durable_lsn);
+                // Durable: published and replicated, so reclaimable too.
+                ps.reclaim = ps.reclaim.max(d.durable_lsn);
                 ps.batches += 1;
                 Ok(ps.published)
             }
@@ -226,10 +233,11 @@ impl Publication {
         let mut prog = remote.progress.lock();
         let touched = std::mem::take(&mut prog.touched);
         let all = std::mem::take(&mut prog.touched_all);
-        let published = prog.published;
+        let (published, reclaim) = (prog.published, prog.reclaim);
         drop(prog);
         let mut ps = self.public.write();
         ps.published = ps.published.max(published);
+        ps.reclaim = ps.reclaim.max(reclaim);
         ps.touched.extend(touched);
         if all {
             ps.touched.push(u64::MAX);

@@ -229,6 +229,11 @@ impl Node {
         Ok((img.mode != 0).then_some(img))
     }
 
+    /// Where `slot`'s log space may be reused up to (published and replicated).
+    pub fn reclaim_lsn(&self, slot: u32) -> Result<u64, FormatError> {
+        self.logs[slot as usize].reclaim_lsn()
+    }
+
     /// Frees orphan `ino` (no link left; its last opener closed it): as recovery frees
     /// orphans, under the area's mutex, then its number is free again. An inode that is
     /// free already, or linked, is left alone.

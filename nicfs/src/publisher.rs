@@ -226,7 +226,8 @@ impl Sequencer<'_> {
             self.ctx.latency.chunk.since(at);
             self.chunks_timed.pop_front();
         }
-        notify_published(self.session, p);
+        let reclaim = self.ctx.node.reclaim_lsn(self.session.slot).unwrap_or(0).min(p.upto);
+        notify_published(self.session, p, reclaim);
     }
 
     /// Nothing fetched is unanswered and no fetch runs.
@@ -358,11 +359,12 @@ impl Sequencer<'_> {
     }
 }
 
-fn notify_published(session: &Session, p: &Published) {
+/// Tells the client what is published, and up to where it may reuse its log (published
+/// and replicated: the slot's reclaim LSN).
+fn notify_published(session: &Session, p: &Published, reclaim_lsn: u64) {
     let changed =
         if p.touched.len() <= MAX_PUBLISHED_INODES { InodeSet::Listed(p.touched.clone()) } else { InodeSet::All };
-    // No replication yet: what is published is also reclaimable.
-    let msg = Bulk::Published(linefs_proto::Published { published_lsn: p.upto, reclaim_lsn: p.upto, changed });
+    let msg = Bulk::Published(linefs_proto::Published { published_lsn: p.upto, reclaim_lsn, changed });
     match session.send_bulk(&Frame { id: session.next_id(), msg }) {
         Ok(true) => {}
         Ok(false) => tracing::debug!("no bulk connection: Published not sent"),

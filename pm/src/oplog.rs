@@ -17,10 +17,16 @@
 //!  16   8 ring_bytes     size of the ring
 //!  24  36 reserved       0
 //!  60   4 crc32c         over bytes 0..60
-//!  64   8 published_lsn  everything before it is published and may be overwritten;
-//!                        recovery scans from here (one aligned 8-byte store, so it is
-//!                        deliberately outside the checksum)
+//!  64   8 published_lsn  everything before it is published; recovery scans from here
+//!  72   8 replicated_lsn everything before it is on every replica of the node's chain
+//!                        (version 5; a node without replicas raises it with
+//!                        published_lsn)
 //! ```
+//!
+//! Each LSN is one aligned 8-byte store, so both are deliberately outside the checksum.
+//! Log space is reclaimed — may be overwritten — only before the smaller of the two
+//! ([`LogSlot::reclaim_lsn`]): an entry is dropped once it is both in the public area and
+//! on every replica.
 //!
 //! Entry (little-endian):
 //!
@@ -66,9 +72,15 @@ pub mod slot_off {
     /// crc32c over bytes `0..CRC`.
     pub const CRC: usize = 60;
     pub const PUBLISHED_LSN: usize = 64;
+    pub const REPLICATED_LSN: usize = 72;
     /// Bytes of the header that carry fields.
-    pub const END: usize = 72;
-    const _: () = assert!(RING_BYTES + 8 == RESERVED1 && CRC + 4 == PUBLISHED_LSN && PUBLISHED_LSN.is_multiple_of(8));
+    pub const END: usize = 80;
+    const _: () = assert!(
+        RING_BYTES + 8 == RESERVED1
+            && CRC + 4 == PUBLISHED_LSN
+            && PUBLISHED_LSN.is_multiple_of(8)
+            && PUBLISHED_LSN + 8 == REPLICATED_LSN
+    );
 }
 
 /// Byte offsets of an entry header's fields (the table in the module doc).
@@ -184,6 +196,23 @@ impl LogSlot {
 
     /// Check the header and return the published LSN.
     pub fn published_lsn(&self) -> Result<u64, FormatError> {
+        Ok(le64(&self.header()?, slot_off::PUBLISHED_LSN))
+    }
+
+    /// Check the header and return the replicated LSN.
+    pub fn replicated_lsn(&self) -> Result<u64, FormatError> {
+        Ok(le64(&self.header()?, slot_off::REPLICATED_LSN))
+    }
+
+    /// Where log space may be reused up to: the smaller of the published and replicated
+    /// LSNs.
+    pub fn reclaim_lsn(&self) -> Result<u64, FormatError> {
+        let h = self.header()?;
+        Ok(le64(&h, slot_off::PUBLISHED_LSN).min(le64(&h, slot_off::REPLICATED_LSN)))
+    }
+
+    /// The header's fields, checked.
+    fn header(&self) -> Result<[u8; slot_off::END], FormatError> {
         use slot_off as o;
         let mut h = [0u8; o::END];
         self.region.read(self.hdr_off, &mut h)?;
@@ -197,13 +226,28 @@ impl LogSlot {
         if le32(&h, o::SLOT) != self.slot || le64(&h, o::RING_BYTES) != self.ring_bytes {
             return Err(bad("does not match the superblock".into()));
         }
-        Ok(le64(&h, o::PUBLISHED_LSN))
+        Ok(h)
     }
 
-    /// Durably advance the published LSN (the checkpoint): everything before `lsn` may be
-    /// overwritten from now on.
+    /// Durably advance the published LSN (the checkpoint). A node has no replicas yet (the
+    /// cluster's chain replication will advance the replicated LSN itself): what is
+    /// published counts as replicated, so the replicated LSN is raised with it, and
+    /// everything before `lsn` may be overwritten from now on.
     pub fn set_published_lsn(&self, lsn: u64) -> Result<(), FormatError> {
         let at = self.hdr_off + slot_off::PUBLISHED_LSN as u64;
+        self.region.write_u64(at, lsn)?;
+        let rep = self.hdr_off + slot_off::REPLICATED_LSN as u64;
+        if self.region.read_u64(rep)? < lsn {
+            self.region.write_u64(rep, lsn)?;
+        }
+        self.region.persist(at, 16)?;
+        self.region.fence();
+        Ok(())
+    }
+
+    /// Durably set the replicated LSN (replication's own progress).
+    pub fn set_replicated_lsn(&self, lsn: u64) -> Result<(), FormatError> {
+        let at = self.hdr_off + slot_off::REPLICATED_LSN as u64;
         self.region.write_u64(at, lsn)?;
         self.region.persist(at, 8)?;
         self.region.fence();

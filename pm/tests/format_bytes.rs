@@ -108,7 +108,8 @@ const SLOT_HEADER: &str = "
     00*36                             #  24 reserved
     a1daa0df                          #  60 crc32c over 0..60
     8877665544332211                  #  64 published_lsn 0x1122334455667788
-    00*56                             #  72 rest of the 128 bytes format writes
+    8877665544332211                  #  72 replicated_lsn, raised with it (no replicas)
+    00*48                             #  80 rest of the 128 bytes format writes
 ";
 
 /// The log file of slot 1 of a node with two slots of 64 blocks (slot 1, so that the slot
@@ -137,6 +138,12 @@ fn log_slot_header_bytes() {
     region.write(0, &expect).unwrap();
     let slot = LogSlot::new(region.clone(), &geo, 1);
     assert_eq!(slot.published_lsn().unwrap(), 0x1122_3344_5566_7788);
+    assert_eq!(slot.replicated_lsn().unwrap(), 0x1122_3344_5566_7788);
+    // Replication behind publication: log space is reclaimed only up to it.
+    slot.set_replicated_lsn(0x1000).unwrap();
+    assert_eq!(slot.reclaim_lsn().unwrap(), 0x1000);
+    slot.set_published_lsn(0x0800).unwrap();
+    assert_eq!((slot.replicated_lsn().unwrap(), slot.reclaim_lsn().unwrap()), (0x1000, 0x0800));
     // Every byte before the checksum is covered; the published LSN is not.
     for i in 0..64 {
         let (region, geo) = two_slots();

@@ -301,6 +301,8 @@ fn check_image(image: Vec<u8>) {
     // Log: exactly the three unpublished entries after the published LSN.
     let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     let published = slot.published_lsn().unwrap();
+    // No replicas: replicated with publication.
+    assert_eq!(slot.replicated_lsn().unwrap(), published);
     let scan = slot.scan(published).unwrap();
     assert_eq!(scan.stop, ScanStop::End);
     assert_eq!(scan.entries.len(), 3);
