@@ -227,6 +227,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         }
     };
     let sid = ctx.sessions.new_id();
+    ctx.leases.attach(sid, slot);
     let (session, rx, out_rx) = Session::new(sid, slot, *cred, hello.role, writer, start, ctx.leases.clone());
     let session = Arc::new(session);
     let (c, sess, leases) = (ctx.clone(), session.clone(), ctx.leases.clone());

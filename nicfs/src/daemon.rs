@@ -62,7 +62,7 @@ pub fn run(args: Args) -> Result<(), String> {
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let sessions = Arc::new(Sessions::default());
     let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
-    let leases = Arc::new(Leases::new(&sessions));
+    let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone())));
     let ctx = Arc::new(Ctx {
         pipeline: Pipeline::start(node.clone(), host.clone(), Some(leases.clone()), !args.no_coalesce),
         node,

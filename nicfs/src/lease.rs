@@ -549,6 +549,11 @@ impl LeaseTable {
         }
     }
 
+    /// Whether `ino` lies in one of `s`'s implicit ranges.
+    pub fn owns_implicitly(&self, s: SessionId, ino: Ino) -> bool {
+        self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s)
+    }
+
     /// Whether session `s` may publish a change of `ino` logged at `lsn`: it is the
     /// inode's writer (being revoked or not; its answer will cover what it logged), or the
     /// number is in one of its implicit ranges, or it handed its write lease back covering

@@ -24,12 +24,14 @@
 //! taken under it otherwise, and no output is carried out under it.
 
 use crate::lease::{Counts, Input, LeaseTable, Lsn, Output, SessionId};
+use crate::leasefile::LeaseFile;
 use crate::publisher::Job;
 use crate::session::{Session, Sessions};
 use linefs_pm::publish::Batch;
 use linefs_pm::record::Record;
 use linefs_proto::{Control, ErrorReply, Frame, LeaseGranted, LeaseMode, Revoke};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -38,15 +40,56 @@ use std::sync::{Arc, Weak};
 pub struct Leases {
     table: Mutex<LeaseTable>,
     sessions: Weak<Sessions>,
+    /// The write leases recorded in PM ([`crate::leasefile`]), and each live session's slot.
+    file: Option<Arc<LeaseFile>>,
+    slots: Mutex<HashMap<SessionId, u32>>,
 }
 
 impl Leases {
-    pub fn new(sessions: &Arc<Sessions>) -> Leases {
-        Leases { table: Mutex::new(LeaseTable::default()), sessions: Arc::downgrade(sessions) }
+    /// The lease manager of `sessions`, recording write leases in `file` if given.
+    pub fn new(sessions: &Arc<Sessions>, file: Option<Arc<LeaseFile>>) -> Leases {
+        Leases {
+            table: Mutex::new(LeaseTable::default()),
+            sessions: Arc::downgrade(sessions),
+            file,
+            slots: Mutex::new(HashMap::new()),
+        }
     }
 
-    /// Feeds one input and carries out what follows.
+    /// `session` writes log slot `slot` (recorded leases name slots).
+    pub fn attach(&self, session: SessionId, slot: u32) {
+        self.slots.lock().insert(session, slot);
+    }
+
+    fn slot_of(&self, session: SessionId) -> Option<u32> {
+        self.slots.lock().get(&session).copied()
+    }
+
+    /// Feeds one input and carries out what follows. A hand-back is recorded first, so
+    /// that it is durable before anyone else can be granted the inode; a session's end
+    /// drops its recorded leases (its log is settled).
     pub fn feed(&self, input: Input) {
+        if let Some(file) = &self.file {
+            match input {
+                Input::Release { session, ino, covered_lsn, .. }
+                | Input::RevokeDone { session, ino, covered_lsn, .. } => {
+                    if let Some(slot) = self.slot_of(session) {
+                        file.handed_back(slot, ino, covered_lsn);
+                    }
+                }
+                Input::Forget { session, ino } => {
+                    if let Some(slot) = self.slot_of(session) {
+                        file.forget(slot, ino);
+                    }
+                }
+                Input::SessionEnded { session } => {
+                    if let Some(slot) = self.slots.lock().remove(&session) {
+                        file.slot_ended(slot);
+                    }
+                }
+                _ => {}
+            }
+        }
         let outs = self.table.lock().step(input);
         self.run(outs);
     }
@@ -104,6 +147,9 @@ impl Leases {
         let mut table = self.table.lock();
         let (first, count) = grant(&|ino| table.busy(ino))?;
         let outs = table.step(Input::GrantNew { session, first, count });
+        if let (Some(file), Some(slot)) = (&self.file, self.slot_of(session)) {
+            file.hold(slot, (first..first.saturating_add(count)).filter(|&i| table.owns_implicitly(session, i)));
+        }
         drop(table);
         self.run(outs);
         Ok((first, count))
@@ -173,6 +219,10 @@ impl Leases {
         match o {
             Output::Grant { req_id, ino, mode, lease, .. } => {
                 tracing::debug!(session = id, ino, ?mode, lease, req_id, "lease granted");
+                // Durable before the client can log anything under it.
+                if let (Some(file), LeaseMode::Write) = (&self.file, mode) {
+                    file.hold(session.slot, [ino]);
+                }
                 session
                     .notify(Frame { id: req_id, msg: Control::LeaseGranted(LeaseGranted { inode: ino, mode, lease }) });
             }

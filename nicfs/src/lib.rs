@@ -83,6 +83,7 @@ pub mod daemon;
 pub mod hostlink;
 pub mod latency;
 pub mod lease;
+pub mod leasefile;
 pub mod leases;
 pub mod metrics;
 pub mod node;

@@ -21,6 +21,7 @@ use crate::alloc::Alloc;
 use crate::copylist;
 use crate::counters::Counters;
 use crate::hostlink::{Copied, HostLink};
+use crate::leasefile::LeaseFile;
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
@@ -28,12 +29,14 @@ use linefs_pm::oplog::{LogCopy, LogSlot};
 use linefs_pm::public::{Permissions, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch_checked, Batch, Published, SlotError};
 use linefs_pm::record::InodeImage;
-use linefs_pm::recovery::{recover, RecoveryError};
+use linefs_pm::record::Record;
+use linefs_pm::recovery::{recover_with, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{flock, FlockOperation};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What a client is asked to publish at (ChunkReady every this many committed bytes), and
 /// the most log one fetched chunk — one publication batch, one hold of the area's mutex —
@@ -51,6 +54,8 @@ pub enum StartError {
     Format { dir: PathBuf, source: FormatError },
     #[error("node {dir}: recovery failed: {source}")]
     Recovery { dir: PathBuf, source: RecoveryError },
+    #[error("node {dir}: {why}")]
+    Leases { dir: PathBuf, why: String },
 }
 
 /// A claimed slot: released (lock dropped, slot free again) by [`Node::release`].
@@ -74,6 +79,8 @@ pub struct Node {
     pub alloc: Alloc,
     /// Inodes the sessions hold open, and orphans kept for them.
     pub opens: crate::opens::Opens,
+    /// The write leases, recorded in PM for the next start's recovery.
+    pub leases: Arc<LeaseFile>,
     /// Keeps the PM mapped (the area and slots hold their own references too).
     _pm: NodePm,
     /// The exclusive flock of public.pm, held for the process's life.
@@ -93,7 +100,20 @@ impl Node {
             return Err(StartError::Busy(dir.to_path_buf()));
         }
         let pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
-        let rec = recover(&pm).map_err(|source| StartError::Recovery { dir: dir.to_path_buf(), source })?;
+        // The log suffixes are admitted by the write leases recorded before the restart; a
+        // node without a record (new, or run host-only until now) trusts its logs.
+        let (leases, recorded) = LeaseFile::open(dir, pm.geometry.inode_count)
+            .map_err(|why| StartError::Leases { dir: dir.to_path_buf(), why })?;
+        let mut admit = |slot: u32, lsn: u64, records: &[Record]| {
+            if recorded {
+                leases.admits(slot, lsn, records.iter().map(Record::target))
+            } else {
+                Ok(())
+            }
+        };
+        let rec =
+            recover_with(&pm, &mut admit).map_err(|source| StartError::Recovery { dir: dir.to_path_buf(), source })?;
+        leases.clear();
         for s in &rec.slots {
             tracing::info!(slot = s.slot, replayed = s.replayed, checkpoint = s.published, stop = ?s.stop, "recovered log slot");
         }
@@ -118,6 +138,7 @@ impl Node {
             counters: Counters::default(),
             alloc,
             opens: Default::default(),
+            leases: Arc::new(leases),
             _pm: pm,
             _lock: lock,
         })

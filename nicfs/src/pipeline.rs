@@ -432,7 +432,7 @@ mod tests {
         let p = Pipeline::start(node.clone(), host, None, true);
         let (control, _peer) = UnixStream::pair().unwrap();
         let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
-        let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default())));
+        let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default()), None));
         let (session, _jobs, _outbox) = Session::new(7, 0, cred, Role::DirectApi, control, 0, leases);
         let session = Arc::new(session);
         let (tx, events) = crossbeam_channel::unbounded();

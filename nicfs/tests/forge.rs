@@ -293,3 +293,38 @@ fn forger() {
     c.chunk_ready();
     assert_eq!(expect_published(&c).published_lsn, c.tail);
 }
+
+/// A forged entry committed to a log when nicfs crashes is refused by the next start's
+/// recovery too (by the write leases recorded in PM), with what follows it; the entries the
+/// client had the leases for are replayed, and nicfs starts.
+#[test]
+fn a_forged_entry_left_by_a_crash_is_refused_at_recovery() {
+    let mut d = Daemon::start(1);
+    let mut c = Client::attach(&d.socket);
+    let first = c.attached.inodes.first;
+    let mut e = EntryBuilder::new();
+    file_as(&mut e, 1, first, b"kept", 0, b"logged under its leases");
+    c.append(&e);
+    c.release(1);
+    // Then, with no lease on the root directory any more: a name in it.
+    let mut forged = EntryBuilder::new();
+    file_as(&mut forged, 1, first + 1, b"forged", 0, b"never");
+    c.append_unleased(&forged);
+    let mut after = EntryBuilder::new();
+    after.write(first, 0, b"LOGGED");
+    c.append(&after);
+    // Nothing was announced, so nothing is published yet: nicfs dies with it all in the log.
+    assert_eq!(lookup(&c.public(), b"kept"), None);
+    let (status, _) = d.stop(libc::SIGKILL);
+    assert!(!status.success());
+    drop(c);
+
+    d.launch();
+    let c = Client::attach(&d.socket);
+    let public = c.public();
+    assert_eq!(lookup(&public, b"kept"), Some(first));
+    assert_eq!(read_file(&public, first, 23), b"logged under its leases", "what follows the forged entry is dropped");
+    assert_eq!(lookup(&public, b"forged"), None);
+    let (_, log) = d.stop(libc::SIGTERM);
+    assert!(log.contains("refused at recovery"), "{log}");
+}

@@ -72,8 +72,20 @@ pub enum RecoveryError {
     },
 }
 
+/// Whether a slot's entry (slot, LSN, records) may be replayed; why not.
+pub type Admit<'a> = dyn FnMut(u32, u64, &[Record]) -> Result<(), String> + 'a;
+
 /// Recover `node`.
 pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
+    recover_with(node, &mut |_, _, _| Ok(()))
+}
+
+/// Recover `node`, replaying only the entries `admit` admits (slot, LSN, records): a
+/// publisher that does not trust its writers checks each by the leases it recorded. A slot's
+/// replay stops at the first entry refused, and that entry and everything its writer
+/// committed after it are dropped (the checkpoint moves past them), as nicfs drops the
+/// refused suffix of a session that failed.
+pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, RecoveryError> {
     let geo = node.geometry;
     let (mut area, loaded) = PublicArea::load(node.public.clone(), geo)?;
     let logs: Vec<LogSlot> =
@@ -89,9 +101,18 @@ pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
         })?;
         let mut entries = Vec::new();
         let mut stop = scan.stop.clone();
+        let mut drop_to = None;
         for (loc, records) in decoded {
             match records {
-                Ok(r) => entries.push((loc, r)),
+                Ok(r) => {
+                    if let Err(why) = admit(log.slot(), loc.lsn, &r) {
+                        tracing::error!(slot = log.slot(), lsn = loc.lsn, %why, "log entry refused at recovery: it and what follows are dropped");
+                        stop = ScanStop::Invalid(format!("entry at lsn {} refused: {why}", loc.lsn));
+                        drop_to = Some(scan.end);
+                        break;
+                    }
+                    entries.push((loc, r))
+                }
                 Err(e) => {
                     tracing::error!(slot = log.slot(), lsn = loc.lsn, error = %e, "malformed log entry: the log ends here");
                     stop = ScanStop::Invalid(format!("entry at lsn {}: {e}", loc.lsn));
@@ -99,11 +120,11 @@ pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
                 }
             }
         }
-        suffixes.push((from, entries, stop));
+        suffixes.push((from, entries, stop, drop_to));
     }
     let unsettled: HashSet<u64> = suffixes
         .iter()
-        .flat_map(|(_, entries, _)| entries.iter().flat_map(|(_, recs)| recs.iter()))
+        .flat_map(|(_, entries, _, _)| entries.iter().flat_map(|(_, recs)| recs.iter()))
         .filter_map(|r| match r {
             Record::FreeInode { ino } => Some(*ino),
             Record::Inode { fresh: true, img } => Some(img.ino),
@@ -112,7 +133,7 @@ pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
         .collect();
 
     let mut slots = Vec::new();
-    for (log, (from, entries, stop)) in logs.iter().zip(suffixes) {
+    for (log, (from, entries, stop, drop_to)) in logs.iter().zip(suffixes) {
         let slot = log.slot();
         let mut upto = from;
         for (loc, records) in &entries {
@@ -131,6 +152,10 @@ pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
             area.fence();
             log.set_published_lsn(upto)?;
             area.checkpoint_done();
+        }
+        if let Some(end) = drop_to {
+            log.set_published_lsn(end)?;
+            upto = end;
         }
         if let ScanStop::Invalid(why) = &stop {
             tracing::info!(slot, %why, "log ends at a torn or corrupt entry (expected after a crash)");

@@ -117,22 +117,30 @@ impl Daemon {
             child: None,
             stderr: None,
         };
-        let mut child = d.spawn(&d.socket.clone());
+        d.launch();
+        d
+    }
+
+    /// Starts nicfs on the node (again, after [`Daemon::stop`]: it recovers the node) and
+    /// waits until it serves.
+    pub fn launch(&mut self) {
+        let _ = std::fs::remove_file(&self.status);
+        let mut child = self.spawn(&self.socket.clone());
         let mut err = child.stderr.take().unwrap();
-        d.stderr = Some(std::thread::spawn(move || {
+        self.stderr = Some(std::thread::spawn(move || {
             let mut bytes = Vec::new();
             let _ = std::io::Read::read_to_end(&mut err, &mut bytes);
             String::from_utf8_lossy(&bytes).into_owned()
         }));
-        d.child = Some(child);
-        let child = d.child.as_mut().unwrap();
+        self.child = Some(child);
+        let child = self.child.as_mut().unwrap();
+        let (socket, status) = (&self.socket, &self.status);
         wait_for("the socket and status file", || {
             if let Ok(Some(st)) = child.try_wait() {
                 panic!("nicfs exited at start: {st}");
             }
-            (d.socket.exists() && d.status.exists()).then_some(())
+            (std::os::unix::net::UnixStream::connect(socket).is_ok() && status.exists()).then_some(())
         });
-        d
     }
 
     /// Starts a nicfs on this node with its output captured.
