@@ -130,11 +130,7 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                     ctx.node.opens.opened(session.id, r.inode);
                 }
             }
-            Control::Closed(r) => {
-                if let Some(ino) = ctx.node.opens.closed(session.id, r.inode) {
-                    ctx.node.free_orphan(ino);
-                }
-            }
+            Control::Closed(r) => ctx.node.opens.closed(session.id, r.inode),
             Control::OpenCheck(o) => match crate::perms::open_check(ctx, &session, &o) {
                 Ok(()) => {
                     let _ = session.send_control(&Frame { id, msg: Control::Ok });

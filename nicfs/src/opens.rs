@@ -6,8 +6,12 @@
 //! `Closed`). A `FreeInode` a client logs — it freed an inode no name and none of *its*
 //! opens refer to — is published as logged unless another session holds the inode open;
 //! then nicfs leaves the inode in place (nlink 0, its data intact, still readable by the
-//! other client) and *keeps* it: it frees it itself when the last open of it is closed or
-//! its session ends ([`crate::node::Node::free_orphan`]). Either way the freeing client's
+//! other client) and *keeps* it. The client that closes it last frees it in its own log
+//! (libfs re-reads an inode whose lease it lost before deciding it is an orphan), after
+//! whatever else it logged about it — so nicfs does not free it when `Closed` arrives,
+//! which could overtake that client's unpublished entries; it frees it itself
+//! ([`crate::node::Node::free_orphan`]) only once the last opener's session has ended (its
+//! log is settled by then). Either way the freeing client's
 //! lease on the number ends ([`crate::lease::Input::Forget`]) and the number goes back to
 //! the node's pool once it is free; a client in the offload mode never reuses a number it
 //! freed itself, so a kept orphan cannot be overwritten by its freer's next file.
@@ -31,8 +35,9 @@ struct Inner {
     by_ino: HashMap<u64, HashSet<u64>>,
     /// session → the inodes it holds open.
     by_session: HashMap<u64, HashSet<u64>>,
-    /// Orphans kept because a session holds them open.
-    kept: HashSet<u64>,
+    /// Orphans kept because a session holds them open (None), or held it open last
+    /// (Some: freed when that session ends, unless it frees it first).
+    kept: HashMap<u64, Option<u64>>,
 }
 
 /// The node's open inodes and kept orphans.
@@ -54,9 +59,8 @@ impl Opens {
         inner.by_ino.entry(ino).or_default().insert(session);
     }
 
-    /// `session` closed its last open of `ino`; returns `ino` if it is a kept orphan nobody
-    /// holds open any more (the caller frees it).
-    pub fn closed(&self, session: u64, ino: u64) -> Option<u64> {
+    /// `session` closed its last open of `ino`.
+    pub fn closed(&self, session: u64, ino: u64) {
         let mut inner = self.inner.lock();
         if let Some(mine) = inner.by_session.get_mut(&session) {
             mine.remove(&ino);
@@ -64,33 +68,46 @@ impl Opens {
                 inner.by_session.remove(&session);
             }
         }
-        Self::drop_opener(&mut inner, session, ino)
+        Self::drop_opener(&mut inner, session, ino);
     }
 
-    /// `session` is gone: its opens end; returns the kept orphans nobody holds open now.
+    /// `session` is gone (its log settled): its opens end; returns the kept orphans it was
+    /// the last to hold open (the caller frees them).
     pub fn session_ended(&self, session: u64) -> Vec<u64> {
         let mut inner = self.inner.lock();
-        let Some(mine) = inner.by_session.remove(&session) else { return Vec::new() };
-        mine.into_iter().filter_map(|ino| Self::drop_opener(&mut inner, session, ino)).collect()
+        if let Some(mine) = inner.by_session.remove(&session) {
+            for ino in mine {
+                Self::drop_opener(&mut inner, session, ino);
+            }
+        }
+        let done: Vec<u64> = inner.kept.iter().filter(|(_, &last)| last == Some(session)).map(|(&i, _)| i).collect();
+        for ino in &done {
+            inner.kept.remove(ino);
+        }
+        done
     }
 
-    fn drop_opener(inner: &mut Inner, session: u64, ino: u64) -> Option<u64> {
-        let openers = inner.by_ino.get_mut(&ino)?;
+    fn drop_opener(inner: &mut Inner, session: u64, ino: u64) {
+        let Some(openers) = inner.by_ino.get_mut(&ino) else { return };
         openers.remove(&session);
-        if !openers.is_empty() {
-            return None;
+        if openers.is_empty() {
+            inner.by_ino.remove(&ino);
+            if let Some(last) = inner.kept.get_mut(&ino) {
+                *last = Some(session);
+            }
         }
-        inner.by_ino.remove(&ino);
-        inner.kept.remove(&ino).then_some(ino)
     }
 
     /// `session` logged the free of `ino`: true (and the orphan is kept) if another
-    /// session holds it open, so that the free must not be published.
+    /// session holds it open, so that the free must not be published; otherwise the free
+    /// is published and nicfs keeps nothing of it.
     pub fn keep(&self, session: u64, ino: u64) -> bool {
         let mut inner = self.inner.lock();
         let others = inner.by_ino.get(&ino).is_some_and(|s| s.iter().any(|&o| o != session));
         if others {
-            inner.kept.insert(ino);
+            inner.kept.insert(ino, None);
+        } else {
+            inner.kept.remove(&ino);
         }
         others
     }
@@ -107,7 +124,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_orphan_open_elsewhere_is_kept_until_its_last_opener_goes() {
+    fn an_orphan_open_elsewhere_is_kept_until_its_last_opener_frees_it_or_goes() {
         let o = Opens::default();
         o.opened(1, 10);
         o.opened(2, 10);
@@ -115,10 +132,20 @@ mod tests {
         assert!(!o.keep(1, 20), "open by its freer only");
         assert!(o.keep(3, 10));
         assert_eq!(o.counts(), (1, 1));
-        assert_eq!(o.closed(1, 10), None, "session 2 still holds it");
-        assert_eq!(o.session_ended(2), vec![10]);
+        o.closed(1, 10);
+        o.closed(2, 10);
+        assert_eq!(o.counts(), (1, 0), "kept, opened nowhere: its last opener frees it");
+        assert!(o.session_ended(1).is_empty(), "not the last opener");
+        assert_eq!(o.session_ended(2), vec![10], "the last opener went without freeing it");
+        assert_eq!(o.counts(), (0, 0));
+        // The last opener frees it itself: published, nothing kept.
+        o.opened(4, 30);
+        assert!(o.keep(5, 30));
+        o.closed(4, 30);
+        assert!(!o.keep(4, 30));
+        assert!(o.session_ended(4).is_empty());
         assert_eq!(o.counts(), (0, 0));
         // A close of something never opened is harmless.
-        assert_eq!(o.closed(5, 99), None);
+        o.closed(5, 99);
     }
 }

@@ -247,3 +247,36 @@ fn inode_ranges_and_block_reservations_are_node_wide() {
         (s.free_blocks == before.free_blocks && s.free_inodes == inodes_with_a + ra.count + more.count).then_some(())
     });
 }
+
+/// An inode one client frees while another declared it open is kept (linkless, data
+/// intact); when that other client goes without freeing it, nicfs frees it once the
+/// client's log is settled.
+#[test]
+fn an_orphan_open_elsewhere_is_kept_and_freed_when_its_last_opener_goes() {
+    let d = Daemon::start(2);
+    let mut a = Client::attach(&d.socket);
+    let b = Client::attach(&d.socket);
+    let ino = a.attached.inodes.first;
+    a.append(&create_file(ino, b"doomed", b"still here"));
+    a.chunk_ready();
+    expect_published(&a);
+    b.send_notice(Control::Opened(InodeRef { inode: ino }));
+    d.wait_status("the open", |s| s["inodes_open"] == 1);
+    // A unlinks and frees it.
+    let mut e = EntryBuilder::new();
+    e.dirent(1, b"doomed", 0, 0);
+    e.free_inode(ino);
+    a.append(&e);
+    a.chunk_ready();
+    assert_eq!(expect_published(&a).published_lsn, a.tail);
+    let public = a.public();
+    assert_eq!(lookup(&public, b"doomed"), None);
+    let kept = public.read_inode(ino).unwrap().img;
+    assert_eq!((kept.nlink, kept.size), (0, 10), "kept, with no link left");
+    assert_eq!(read_file(&public, ino, 10), b"still here");
+    d.wait_status("the kept orphan", |s| s["orphans_kept"] == 1);
+    // B goes without freeing it: nicfs frees it.
+    drop(b);
+    d.wait_status("the orphan freed", |s| s["orphans_kept"] == 0 && s["inodes_open"] == 0);
+    assert_eq!(a.public().read_inode(ino).unwrap().img.mode, 0);
+}

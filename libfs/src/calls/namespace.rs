@@ -40,9 +40,20 @@ impl Fs {
     /// Offload: the write lease that freeing `ino` needs if it is an orphan (its last
     /// name gone) — release and forget may free it. None otherwise, or if nicfs cannot be
     /// asked (the free then fails and recovery frees it later).
+    ///
+    /// Whether it is an orphan is decided on a current view of it: if another client
+    /// unlinked it, this client lost its lease on it and re-reads it here (a read lease
+    /// first). So the last client holding an inode open frees it, in its own log after
+    /// whatever else it logged about it (nicfs keeps such orphans until then).
     pub(crate) fn orphan_lease(&self, ino: Ino) -> Option<crate::leases::Pinned<'_>> {
         self.client.publication.remote()?;
-        let orphan = self.rlock().node(ino).is_ok_and(|n| n.img.nlink == 0);
+        if !self.rlock().view.nodes.contains_key(&ino) {
+            return None;
+        }
+        let orphan = {
+            let _current = self.leased(&[Need::read(ino)]).ok()?;
+            self.rlock().node(ino).is_ok_and(|n| n.img.nlink == 0)
+        };
         orphan.then(|| self.leased(&[Need::write(ino)]).ok()).flatten()
     }
 }

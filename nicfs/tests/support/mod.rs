@@ -346,6 +346,11 @@ impl Client {
         f.msg
     }
 
+    /// Sends a control notice (nothing answers it).
+    pub fn send_notice(&self, msg: Control) {
+        write_frame(&self.control, &Frame { id: 1, msg }).unwrap();
+    }
+
     /// Sends a control frame without waiting for anything; returns its id.
     pub fn send(&mut self, msg: Control) -> u64 {
         let id = self.id();
