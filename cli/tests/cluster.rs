@@ -480,3 +480,53 @@ fn kill_host_under_a_write_load_from_a_second_client() {
     assert_eq!(result["bytes"].as_u64(), Some(192 << 20), "{result}");
     ok(&dir, &["down"]);
 }
+
+/// Through two FUSE mounts of one node: a file unlinked on one while open on the other
+/// stays readable whole there (nicfs keeps it), and is freed once closed; no session fails
+/// on the way (an access time logged on the last reads must not outlive the inode).
+#[test]
+fn a_file_unlinked_on_one_mount_stays_readable_where_it_is_open() {
+    need_daemons();
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    fs::create_dir(&m1).unwrap();
+    fs::create_dir(&m2).unwrap();
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    ok(&dir, &["mount", m1.to_str().unwrap()]);
+    ok(&dir, &["mount", m2.to_str().unwrap()]);
+    let nicfs = || -> Value {
+        serde_json::from_slice(&fs::read(dir.join("run").join("nicfs-0.status.json")).unwrap()).unwrap()
+    };
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs::write(m1.join("big"), &data).unwrap();
+    let mut held = fs::File::open(m2.join("big")).unwrap();
+    fs::remove_file(m1.join("big")).unwrap();
+    assert!(!m2.join("big").exists());
+    wait_for("the orphan kept", Duration::from_secs(10), || nicfs()["orphans_kept"] == 1);
+    let mut back = Vec::new();
+    std::io::Read::read_to_end(&mut held, &mut back).unwrap();
+    assert!(back == data, "the unlinked file read whole through the other mount");
+    drop(held);
+    // The kernel forgets the inode when its caches are dropped (or the mount goes); then
+    // mount 2 frees it.
+    if fs::write("/proc/sys/vm/drop_caches", "3").is_err() {
+        ok(&dir, &["umount", m2.to_str().unwrap()]);
+        ok(&dir, &["mount", m2.to_str().unwrap()]);
+    }
+    wait_for("the orphan freed", Duration::from_secs(20), || {
+        let st = nicfs();
+        st["orphans_kept"] == 0 && st["inodes_open"] == 0
+    });
+    let st = nicfs();
+    assert_eq!(st["counters"]["rejections"], 0, "{st}");
+    fs::write(m2.join("after"), b"fine").unwrap();
+    assert_eq!(fs::read(m1.join("after")).unwrap(), b"fine");
+    ok(&dir, &["umount", m1.to_str().unwrap()]);
+    ok(&dir, &["umount", m2.to_str().unwrap()]);
+    ok(&dir, &["down"]);
+}
