@@ -75,7 +75,9 @@ impl Fs {
         let recovered = rec.replayed();
         let (view, max_gen) = build_view(&rec.loaded, &geo)?;
         let log = LogSlot::new(node.logs[opts.client as usize].clone(), &geo, opts.client);
-        let publication = Arc::new(Publication::local(node.public.clone(), geo, log, rec.area, published));
+        let mut publication = Publication::local(node.public.clone(), geo, log, rec.area, published);
+        publication.nicfs_steps = opts.nicfs_steps;
+        let publication = Arc::new(publication);
         tracing::info!(recovered, published, orphans = rec.orphans_freed, "linefs client ready");
         let pm_path = node.dir().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into());
         Fs::start(publication, view, max_gen, recovered, pm_path, opts)

@@ -22,6 +22,11 @@ pub struct FsOptions {
     /// Attach as a mount daemon (root, stating each caller's credentials) rather than as a
     /// process using the API directly (held to its own credentials).
     pub mount_daemon: bool,
+    /// Host-only: publish by nicfs's steps rather than pm's direct publisher — copy each
+    /// batch out of the log and decode the copy, coalesce it, move file data as a deferred
+    /// copy list executed the way kworker executes one, then persist the pointers — so that
+    /// the crash suite crashes nicfs's publication at every fence (`linefs crash-suite`).
+    pub nicfs_steps: bool,
 }
 
 impl Default for FsOptions {
@@ -34,6 +39,7 @@ impl Default for FsOptions {
             background_publish: true,
             nicfs: None,
             mount_daemon: false,
+            nicfs_steps: false,
         }
     }
 }

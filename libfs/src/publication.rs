@@ -13,10 +13,11 @@
 
 use crate::error::{FsError, FsResult};
 use crate::remote::Remote;
+use linefs_pm::coalesce;
 use linefs_pm::layout::Geometry;
 use linefs_pm::oplog::LogSlot;
-use linefs_pm::public::{PublicArea, PublicReader};
-use linefs_pm::publish::{publish_slot, Bounds, Published, SlotError};
+use linefs_pm::public::{execute_moves, Collector, Move, PublicArea, PublicReader};
+use linefs_pm::publish::{publish_batch, publish_slot, Batch, Bounds, Published, SlotError};
 use linefs_pm::PmRegion;
 use linefs_proto::{Control, Fsync};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -68,6 +69,8 @@ pub(crate) struct Publication {
     pub(crate) geo: Geometry,
     pub(crate) log: LogSlot,
     pub(crate) mode: Mode,
+    /// Host-only: publish by nicfs's steps ([`crate::FsOptions::nicfs_steps`]).
+    pub(crate) nicfs_steps: bool,
     /// One publisher at a time (the background thread, or an update that needs space).
     publish: Mutex<()>,
     pub(crate) public: RwLock<PublicState>,
@@ -141,6 +144,7 @@ impl Publication {
             geo,
             log,
             mode,
+            nicfs_steps: false,
             publish: Mutex::new(()),
             public: RwLock::new(PublicState {
                 area,
@@ -178,7 +182,11 @@ impl Publication {
             return Ok(ps.published);
         }
         let area = ps.area.as_mut().expect("host-only mode has the area");
-        let result = publish_slot(area, &self.log, Bounds { until, max_bytes: budget });
+        let result = if self.nicfs_steps {
+            publish_as_nicfs(area, &self.log, until, budget)
+        } else {
+            publish_slot(area, &self.log, Bounds { until, max_bytes: budget })
+        };
         let done = match &result {
             Ok(p) | Err(SlotError::Rejected { published: p, .. }) => Some(p.clone()),
             Err(_) => None,
@@ -294,4 +302,20 @@ impl Wakeup {
         self.flags.lock().stop = true;
         self.cond.notify_all();
     }
+}
+
+/// Publishes `log` up to `until` (at most about `budget` bytes) by nicfs's steps: copy the
+/// committed entries out of the log, scan and decode the copy, coalesce it, and publish it
+/// as one batch whose file data goes through a deferred copy list, executed from the log
+/// file into the public file (persisted, fenced) as kworker executes one, before the
+/// pointers to the blocks it filled are persisted.
+fn publish_as_nicfs(area: &mut PublicArea, log: &LogSlot, until: u64, budget: u64) -> Result<Published, SlotError> {
+    let slot = log.slot();
+    let from = log.published_lsn().map_err(|source| SlotError::Log { slot, source })?;
+    let (copy, _) = log.fetch(from, until, budget).map_err(|source| SlotError::Log { slot, source })?;
+    let (batch, _) = Batch::from_copy(&copy);
+    let plan = (!batch.entries.is_empty()).then(|| coalesce::plan(batch.entries.iter().map(|(_, r)| &r[..])));
+    let (src, dst) = (log.region().clone(), area.region().clone());
+    let mut mover = Collector::new(src.len(), |moves: &[Move]| execute_moves(moves, &src, &dst));
+    publish_batch(area, log, &batch, plan.as_ref(), &mut mover)
 }

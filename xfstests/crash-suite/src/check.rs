@@ -1,4 +1,7 @@
-//! Running one workload on traced PM and checking every crash state it can leave.
+//! Running one workload on traced PM and checking every crash state it can leave — once
+//! with the client publishing directly (host-only), once by nicfs's publication steps (so
+//! that nicfs's fetch, coalescing and kworker's copy-list execution are crashed at every
+//! fence too).
 //!
 //! The oracle. Every call linefs acknowledges is durable when it returns (the log entry is
 //! persisted and fenced first), whatever persistence point follows it. So the expected
@@ -28,6 +31,11 @@ const PM: FormatParams = FormatParams { size: 4 << 20, log_size: 512 << 10, log_
 
 fn opts() -> FsOptions {
     FsOptions { background_publish: false, ..Default::default() }
+}
+
+/// The workload's client publishes by nicfs's steps or by pm's direct publisher.
+fn workload_opts(nicfs_steps: bool) -> FsOptions {
+    FsOptions { nicfs_steps, ..opts() }
 }
 
 fn apply(fs: &Fs, op: &Op) -> FsResult<()> {
@@ -120,20 +128,26 @@ pub struct Outcome {
     pub violation: Option<String>,
 }
 
-/// Check one workload: every crash point, the images `crash` allows for each.
+/// Check one workload twice — published by pm's direct publisher (the host-only mode's),
+/// then by nicfs's steps (a fetched copy, coalescing, a deferred copy list executed as
+/// kworker does) — at every crash point, with the images `crash` allows for each.
 pub fn check(w: &Workload, crash: &CrashOpts) -> Outcome {
     let mut out = Outcome::default();
-    if let Err(e) = check_into(w, crash, &mut out) {
-        out.violation = Some(e);
+    for nicfs_steps in [false, true] {
+        if let Err(e) = check_into(w, crash, nicfs_steps, &mut out) {
+            let how = if nicfs_steps { "published by nicfs's steps" } else { "published directly" };
+            out.violation = Some(format!("{how}: {e}"));
+            break;
+        }
     }
     out
 }
 
-fn check_into(w: &Workload, crash: &CrashOpts, out: &mut Outcome) -> Result<(), String> {
+fn check_into(w: &Workload, crash: &CrashOpts, nicfs_steps: bool, out: &mut Outcome) -> Result<(), String> {
     let geo = Geometry::compute(&PM).map_err(|e| e.to_string())?;
     let region = Arc::new(PmRegion::traced(PM.size));
     linefs_pm::mkfs::format_region(&region, &geo).map_err(|e| format!("format: {e}"))?;
-    let fs = Fs::mount_region(region.clone(), opts()).map_err(|e| format!("mount: {e}"))?;
+    let fs = Fs::mount_region(region.clone(), workload_opts(nicfs_steps)).map_err(|e| format!("mount: {e}"))?;
     setup(&fs).map_err(|e| format!("setup: {e}"))?;
     let tracer = region.tracer().ok_or("region is not traced")?;
     let mut states: Vec<Snapshot> = vec![snapshot(&fs).map_err(|e| format!("before step 0: {e}"))?];
@@ -145,7 +159,7 @@ fn check_into(w: &Workload, crash: &CrashOpts, out: &mut Outcome) -> Result<(), 
     }
     let points = tracer.crash_points();
     drop(fs);
-    out.points = points.len();
+    out.points += points.len();
     let mut acked = 0usize;
     for point in &points {
         for img in point.images(crash) {
