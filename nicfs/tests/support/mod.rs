@@ -35,8 +35,31 @@ pub fn kworker_bin() -> PathBuf {
     p
 }
 
+/// A kworker process, killed when dropped (so that a test that fails leaves none behind).
+pub struct KworkerProcess(pub Child);
+
+impl std::ops::Deref for KworkerProcess {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KworkerProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KworkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts a kworker for `node` at `socket`, optionally slowed down before each entry.
-pub fn spawn_kworker(node: &std::path::Path, socket: &std::path::Path, entry_delay_ms: Option<u64>) -> Child {
+pub fn spawn_kworker(node: &std::path::Path, socket: &std::path::Path, entry_delay_ms: Option<u64>) -> KworkerProcess {
     spawn_kworker_logged(node, socket, entry_delay_ms, None)
 }
 
@@ -46,7 +69,7 @@ pub fn spawn_kworker_logged(
     socket: &std::path::Path,
     entry_delay_ms: Option<u64>,
     log: Option<&std::path::Path>,
-) -> Child {
+) -> KworkerProcess {
     let mut c = Command::new(kworker_bin());
     c.arg("--node").arg(node).arg("--socket").arg(socket).stdin(Stdio::null()).stdout(Stdio::null());
     match log {
@@ -60,7 +83,7 @@ pub fn spawn_kworker_logged(
     if let Some(ms) = entry_delay_ms {
         c.env(kworker::daemon::ENTRY_DELAY_ENV, ms.to_string());
     }
-    c.spawn().expect("start kworker")
+    KworkerProcess(c.spawn().expect("start kworker"))
 }
 
 pub fn signal(child: &Child, sig: i32) {
