@@ -13,16 +13,15 @@
 //! Reference counting: libfs counts kernel references itself (lookup, create, mknod, mkdir,
 //! symlink and link each take one); `forget` hands them back.
 //!
-//! Caching: attributes and entries are cached by the kernel for [`TTL`]. In the offload mode
-//! several clients may share a node; when another client is about to change an inode, libfs
-//! loses its lease on it and [`crate::invalidate`] drops the kernel's cached attributes,
-//! pages and names of that inode.
+//! Caching: how long the kernel caches attributes and names, and whether an open keeps the
+//! page cache, is [`KernelCache`]'s decision (long and kept when nothing else changes the
+//! node; in the offload mode only what [`crate::invalidate`] drops when a lease is lost).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -32,10 +31,8 @@ use fuser::{
 use libfs::{AtimePolicy, Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
 use tracing::{debug, debug_span};
 
+use crate::cache::KernelCache;
 use crate::creds::CredCache;
-
-/// How long the kernel may cache attributes and directory entries.
-pub const TTL: Duration = Duration::from_secs(1);
 
 /// Largest write the kernel is asked to send in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -48,13 +45,21 @@ pub struct LinefsFuse {
     atime: AtimePolicy,
     /// The same for listings of directories (`nodiratime`).
     diratime: AtimePolicy,
+    /// What the kernel may cache, and for how long.
+    cache: Arc<KernelCache>,
 }
 
 impl LinefsFuse {
     /// An adapter serving `fs`. The caller keeps its own `Arc` to shut the file system down
     /// after the session has ended.
     pub fn new(fs: Arc<Fs>) -> LinefsFuse {
-        LinefsFuse { fs, creds: CredCache::new(), atime: AtimePolicy::Relative, diratime: AtimePolicy::Relative }
+        let cache = Arc::new(KernelCache::new(fs.offloaded()));
+        LinefsFuse { fs, creds: CredCache::new(), atime: AtimePolicy::Relative, diratime: AtimePolicy::Relative, cache }
+    }
+
+    /// The mount's caching policy, shared with its invalidation ([`crate::invalidate::start`]).
+    pub fn kernel_cache(&self) -> Arc<KernelCache> {
+        self.cache.clone()
     }
 
     /// Sets how reads of files and listings of directories update access times (from the
@@ -128,9 +133,14 @@ fn time_set(t: TimeOrNow) -> TimeSet {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, op: &str, res: Result<Attr, FsError>) {
+fn reply_entry(reply: ReplyEntry, cache: &KernelCache, op: &str, res: Result<Attr, FsError>) {
     match res {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation))),
+        Ok(a) => reply.entry_with_ttls(
+            &cache.attr_ttl(),
+            &cache.entry_ttl(),
+            &file_attr(&a),
+            Generation(u64::from(a.generation)),
+        ),
         Err(e) => reply.error(errno(op, &e)),
     }
 }
@@ -177,6 +187,15 @@ impl Filesystem for LinefsFuse {
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
+        if self.cache.shared() {
+            // Another client's change is seen by a read of a file kept open: the read first
+            // revalidates the attributes (expired when the lease went) and drops the cached
+            // pages if the size or modification time changed (crate::cache).
+            if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
+                debug!(?missing, "kernel lacks FUSE_AUTO_INVAL_DATA");
+            }
+        }
+        self.cache.set_kernel_minor(config.kernel_abi().1);
         // No FUSE_WRITEBACK_CACHE: every write must reach libfs (and its log) before it returns.
         // No getlk/setlk: the kernel handles POSIX locks locally.
         tracing::info!(abi = %config.kernel_abi(), "FUSE session initialised");
@@ -186,7 +205,7 @@ impl Filesystem for LinefsFuse {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = debug_span!("lookup", parent = parent.0, ?name).entered();
         let res = self.fs.lookup(&self.cred(req), parent.0, name.as_bytes());
-        reply_entry(reply, "lookup", res);
+        reply_entry(reply, &self.cache, "lookup", res);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -200,7 +219,7 @@ impl Filesystem for LinefsFuse {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _s = debug_span!("getattr", ino = ino.0).entered();
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.cache.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno("getattr", &e)),
         }
     }
@@ -235,7 +254,7 @@ impl Filesystem for LinefsFuse {
             via_handle: fh.is_some(),
         };
         match self.fs.setattr(&self.cred(req), ino.0, &set) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.cache.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno("setattr", &e)),
         }
     }
@@ -251,13 +270,13 @@ impl Filesystem for LinefsFuse {
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let _s = debug_span!("mknod", parent = parent.0, ?name, mode, rdev).entered();
         let res = self.fs.mknod(&self.cred(req), parent.0, name.as_bytes(), mode, umask, rdev);
-        reply_entry(reply, "mknod", res);
+        reply_entry(reply, &self.cache, "mknod", res);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _s = debug_span!("mkdir", parent = parent.0, ?name, mode).entered();
         let res = self.fs.mkdir(&self.cred(req), parent.0, name.as_bytes(), mode, umask);
-        reply_entry(reply, "mkdir", res);
+        reply_entry(reply, &self.cache, "mkdir", res);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -275,7 +294,7 @@ impl Filesystem for LinefsFuse {
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let _s = debug_span!("symlink", parent = parent.0, ?link_name, ?target).entered();
         let res = self.fs.symlink(&self.cred(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes());
-        reply_entry(reply, "symlink", res);
+        reply_entry(reply, &self.cache, "symlink", res);
     }
 
     fn rename(
@@ -299,13 +318,13 @@ impl Filesystem for LinefsFuse {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _s = debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
         let res = self.fs.link(&self.cred(req), ino.0, newparent.0, newname.as_bytes());
-        reply_entry(reply, "link", res);
+        reply_entry(reply, &self.cache, "link", res);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = debug_span!("open", ino = ino.0, flags = flags.0).entered();
         match self.fs.open(&self.cred(req), ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(FileHandle(fh), self.cache.open_flags(ino.0)),
             Err(e) => reply.error(errno("open", &e)),
         }
     }
@@ -476,11 +495,13 @@ impl Filesystem for LinefsFuse {
         let _s = debug_span!("create", parent = parent.0, ?name, mode, flags).entered();
         match self.fs.create(&self.cred(req), parent.0, name.as_bytes(), mode, umask, flags) {
             Ok((a, fh)) => reply.created(
-                &TTL,
+                // One time-out for the name and the attributes: the shorter.
+                &self.cache.entry_ttl().min(self.cache.attr_ttl()),
                 &file_attr(&a),
                 Generation(u64::from(a.generation)),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                // An existing file (another client's create won the race) may have stale pages.
+                self.cache.open_flags(a.ino),
             ),
             Err(e) => reply.error(errno("create", &e)),
         }

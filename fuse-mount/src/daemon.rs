@@ -195,7 +195,9 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         };
         let (files, dirs) = cfg.atime_policies();
         let fs = Arc::new(Fs::mount(opts).map_err(|source| DaemonError::Open { path: pm, source })?);
-        let session = match mount::mount(LinefsFuse::new(fs.clone()).with_atime(files, dirs), &args.mountpoint, &cfg) {
+        let adapter = LinefsFuse::new(fs.clone()).with_atime(files, dirs);
+        let cache = adapter.kernel_cache();
+        let session = match mount::mount(adapter, &args.mountpoint, &cfg) {
             Ok(s) => s,
             Err(e) => {
                 if let Err(se) = fs.shutdown() {
@@ -205,13 +207,21 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
             }
         };
         if fs.offloaded() {
+            // Names are expired before a hand-back only with the epoch notification.
+            let epoch = match session.device() {
+                Some(d) if cache.kernel_has_epoch() => Some(crate::invalidate::EpochNotifier::new(d)),
+                _ => {
+                    info!("no FUSE_NOTIFY_INC_EPOCH (kernel before 6.16, or mounted by fusermount3): names are cached for 1 s");
+                    None
+                }
+            };
             match session.notifier() {
                 Some(n) => {
-                    if let Err(e) = crate::invalidate::start(&fs, n) {
-                        warn!(error = %e, "cannot start the kernel cache invalidation thread");
+                    if let Err(e) = crate::invalidate::start(&fs, n, epoch, cache) {
+                        warn!(error = %e, "cannot start the kernel cache invalidation thread; kernel caches stay short");
                     }
                 }
-                None => warn!("no FUSE notifier: kernel caches are not invalidated when leases move"),
+                None => warn!("no FUSE notifier: kernel caches are not invalidated when leases move; they stay short"),
             }
         }
         (Backend::Linefs(fs), session)

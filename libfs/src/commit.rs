@@ -124,12 +124,14 @@ impl Front {
         }
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
-        if self.publication.remote().is_some() {
+        if let Some(remote) = self.publication.remote() {
             // Offload: a number this client frees stays this client's to reuse (nicfs counts
-            // it as the freeing client's once the entry is published).
+            // it as the freeing client's once the entry is published), as long as it keeps
+            // the write lease it freed it under.
             for r in &records {
                 if let Record::FreeInode { ino } = r {
                     self.ino_pool.push(*ino);
+                    remote.leases.pool(*ino);
                 }
             }
         }
