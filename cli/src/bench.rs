@@ -106,6 +106,8 @@ pub struct BenchArgs {
     pub clients: Vec<usize>,
     /// offload: each log file's size (default: 32 MiB, as `linefs up`'s 1 GiB node).
     pub log_size: Option<u64>,
+    /// Mount options of the linefs mounts (`-o`).
+    pub options: Vec<String>,
 }
 
 /// The systems measured, in report order.
@@ -255,7 +257,13 @@ impl Testbed {
     /// (default DIR/pm); `pm_size` bytes of PM. With `offload`, also a one-node offload
     /// cluster in DIR/bench-<pid>-off (its node `bench-<pid>-off` in `pm_dir`, as large) and
     /// its mount, the last target.
-    pub(crate) fn new(dir: &ClusterDir, pm_dir: Option<&Path>, pm_size: u64, offload: bool) -> CliResult<Testbed> {
+    pub(crate) fn new(
+        dir: &ClusterDir,
+        pm_dir: Option<&Path>,
+        pm_size: u64,
+        offload: bool,
+        options: &[String],
+    ) -> CliResult<Testbed> {
         let pid = std::process::id();
         let pm_dir = match pm_dir {
             Some(p) => p.to_path_buf(),
@@ -287,7 +295,7 @@ impl Testbed {
                 source: source.to_path_buf(),
                 nicfs: None,
                 mountpoint: mountpoint.to_path_buf(),
-                options: Vec::new(),
+                options: if backend == Backend::Linefs { options.to_vec() } else { Vec::new() },
                 consistency: "linefs".to_string(),
             };
             let l = mounts::mount_locked(&bench, &mut reg, req(Backend::Linefs, &pm_file, &mnt_linefs))?;
@@ -313,7 +321,8 @@ impl Testbed {
         };
         targets.push((Target::Linefs, mnt_linefs));
         let offload = if offload {
-            let (mnt, cluster) = offload_target(dir, &pm_dir, pm_size)?;
+            let options: Vec<String> = options.iter().filter(|o| !o.ends_with("writeback_cache")).cloned().collect();
+            let (mnt, cluster) = offload_target(dir, &pm_dir, pm_size, options)?;
             targets.push((Target::LinefsOffload, mnt));
             Some(cluster)
         } else {
@@ -331,7 +340,12 @@ impl Testbed {
 /// The offload target: a one-node cluster with nicfs and kworker in DIR/bench-<pid>-off, its
 /// node in `pm_dir`, mounted at DIR/bench-<pid>-off/mnt. Returns the mount point and the
 /// cluster, which tears it all down when dropped.
-fn offload_target(dir: &ClusterDir, pm_dir: &Path, pm_size: u64) -> CliResult<(PathBuf, TempCluster)> {
+fn offload_target(
+    dir: &ClusterDir,
+    pm_dir: &Path,
+    pm_size: u64,
+    options: Vec<String>,
+) -> CliResult<(PathBuf, TempCluster)> {
     let pid = std::process::id();
     let node = pm_dir.join(format!("bench-{pid}-off"));
     if node.exists() {
@@ -350,7 +364,7 @@ fn offload_target(dir: &ClusterDir, pm_dir: &Path, pm_size: u64) -> CliResult<(P
         source: node,
         nicfs: Some(crate::daemons::socket(&cd, 0)),
         mountpoint: mnt.clone(),
-        options: Vec::new(),
+        options,
         consistency: "linefs".to_string(),
     };
     mounts::mount_locked(&cd, &mut reg, req)?;
@@ -435,7 +449,7 @@ pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
         };
         need.saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
     });
-    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, false)?;
+    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, false, &args.options)?;
     let header = Header::new(&bed);
 
     let mut results = Vec::new();

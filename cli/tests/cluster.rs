@@ -426,6 +426,9 @@ fn two_mounts_see_changes_behind_their_kernel_caches() {
     fs::create_dir(&m2).unwrap();
     let _down = Down(&dir);
     ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    // The writeback cache would keep data from the other mount: refused with offload.
+    let why = err(&dir, &["mount", "-o", "writeback_cache", m1.to_str().unwrap()]);
+    assert!(why.contains("writeback_cache") && why.contains("--offload off"), "{why}");
     ok(&dir, &["mount", m1.to_str().unwrap()]);
     ok(&dir, &["mount", m2.to_str().unwrap()]);
 

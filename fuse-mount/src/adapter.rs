@@ -47,6 +47,8 @@ pub struct LinefsFuse {
     diratime: AtimePolicy,
     /// What the kernel may cache, and for how long.
     cache: Arc<KernelCache>,
+    /// Ask for the kernel's writeback cache ([`LinefsFuse::with_writeback_cache`]).
+    writeback: bool,
 }
 
 impl LinefsFuse {
@@ -54,7 +56,25 @@ impl LinefsFuse {
     /// after the session has ended.
     pub fn new(fs: Arc<Fs>) -> LinefsFuse {
         let cache = Arc::new(KernelCache::new(fs.offloaded()));
-        LinefsFuse { fs, creds: CredCache::new(), atime: AtimePolicy::Relative, diratime: AtimePolicy::Relative, cache }
+        LinefsFuse {
+            fs,
+            creds: CredCache::new(),
+            atime: AtimePolicy::Relative,
+            diratime: AtimePolicy::Relative,
+            cache,
+            writeback: false,
+        }
+    }
+
+    /// Has the kernel gather writes in its page cache and send them later, in large
+    /// requests (`FUSE_WRITEBACK_CACHE`): a write returns before libfs has it, so it is
+    /// durable only once fsync, close or the kernel's writeback has pushed it (as on a local
+    /// file system). Only for a mount that is its node's only client (host-only): another
+    /// client could not be shown data that sits in this kernel (`crate::daemon` refuses it
+    /// otherwise).
+    pub fn with_writeback_cache(mut self, on: bool) -> LinefsFuse {
+        self.writeback = on && !self.cache.shared();
+        self
     }
 
     /// The mount's caching policy, shared with its invalidation ([`crate::invalidate::start`]).
@@ -79,6 +99,18 @@ impl LinefsFuse {
         if let Err(e) = self.fs.touch_atime(ino, policy) {
             debug!(ino, error = %e, "access time not updated");
         }
+    }
+
+    /// The flags of an open of `ino`: the page cache is kept ([`KernelCache::open_flags`])
+    /// unless a read now would update the access time — a read served from the page cache
+    /// never reaches libfs, which keeps access times (FUSE inodes have `S_NOATIME`). With
+    /// `relatime` that is after a change (atime not newer than mtime or ctime) or a day.
+    fn open_flags(&self, ino: u64) -> FopenFlags {
+        let flags = self.cache.open_flags(ino);
+        if flags.contains(FopenFlags::FOPEN_KEEP_CACHE) && self.fs.atime_due(ino, self.atime).unwrap_or(true) {
+            return flags - FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        flags
     }
 
     fn cred(&self, req: &Request) -> libfs::Cred {
@@ -184,6 +216,14 @@ impl Filesystem for LinefsFuse {
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
             debug!(?missing, "kernel lacks FUSE_EXPORT_SUPPORT");
         }
+        // libfs drops setuid/setgid (for writers other than root) and file capabilities on
+        // write, truncate and fallocate itself. Without this the kernel asks for
+        // security.capability before every write (one more round trip per write(2), with
+        // or without the writeback cache): with it, it marks an inode that has neither
+        // (S_NOSEC) and stops asking.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            debug!(?missing, "kernel lacks FUSE_HANDLE_KILLPRIV_V2");
+        }
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
@@ -196,7 +236,12 @@ impl Filesystem for LinefsFuse {
             }
         }
         self.cache.set_kernel_minor(config.kernel_abi().1);
-        // No FUSE_WRITEBACK_CACHE: every write must reach libfs (and its log) before it returns.
+        // Without it, every write reaches libfs (and its log) before it returns.
+        if self.writeback {
+            if let Err(missing) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
+                tracing::warn!(?missing, "kernel lacks FUSE_WRITEBACK_CACHE; writes go through");
+            }
+        }
         // No getlk/setlk: the kernel handles POSIX locks locally.
         tracing::info!(abi = %config.kernel_abi(), "FUSE session initialised");
         Ok(())
@@ -323,8 +368,13 @@ impl Filesystem for LinefsFuse {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = debug_span!("open", ino = ino.0, flags = flags.0).entered();
-        match self.fs.open(&self.cred(req), ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.cache.open_flags(ino.0)),
+        match self.fs.open_noting_mode(&self.cred(req), ino.0, flags.0) {
+            Ok((fh, mode_changed)) => {
+                if mode_changed {
+                    self.cache.expire_attrs(ino.0);
+                }
+                reply.opened(FileHandle(fh), self.open_flags(ino.0))
+            }
             Err(e) => reply.error(errno("open", &e)),
         }
     }
@@ -363,15 +413,23 @@ impl Filesystem for LinefsFuse {
         reply: ReplyWrite,
     ) {
         let _s = debug_span!("write", ino = ino.0, offset, len = data.len()).entered();
-        match self.fs.write(&self.cred(req), ino.0, offset, data) {
-            Ok(n) => reply.written(n),
+        match self.fs.write_noting_mode(&self.cred(req), ino.0, offset, data) {
+            Ok((n, mode_changed)) => {
+                if mode_changed {
+                    self.cache.expire_attrs(ino.0);
+                }
+                reply.written(n)
+            }
             Err(e) => reply.error(errno("write", &e)),
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // Writes are persisted in the log before they return: close has nothing to flush.
-        reply.ok();
+        // Writes are persisted in the log before they return: close has nothing to flush
+        // (with the writeback cache, the kernel writes the dirty pages back before it sends
+        // a flush, and goes on doing so without one), and POSIX locks are the kernel's.
+        // ENOSYS tells the kernel never to send FLUSH again: one round trip less per close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -501,7 +559,7 @@ impl Filesystem for LinefsFuse {
                 Generation(u64::from(a.generation)),
                 FileHandle(fh),
                 // An existing file (another client's create won the race) may have stale pages.
-                self.cache.open_flags(a.ino),
+                self.open_flags(a.ino),
             ),
             Err(e) => reply.error(errno("create", &e)),
         }
@@ -518,12 +576,22 @@ impl Filesystem for LinefsFuse {
         reply: ReplyEmpty,
     ) {
         let _s = debug_span!("fallocate", ino = ino.0, offset, length, mode).entered();
-        let res = self.fs.fallocate(&self.cred(req), ino.0, offset, length, mode);
-        reply_empty(reply, "fallocate", res);
+        let res = self.fs.fallocate_noting_mode(&self.cred(req), ino.0, offset, length, mode);
+        if res.as_ref().is_ok_and(|&changed| changed) {
+            self.cache.expire_attrs(ino.0);
+        }
+        reply_empty(reply, "fallocate", res.map(|_| ()));
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let _s = debug_span!("lseek", ino = ino.0, offset, whence).entered();
+        if self.writeback {
+            // The kernel holds the size and the dirty pages: libfs's answer (the whole file
+            // is data) would end at a stale size. ENOSYS has the kernel answer itself, the
+            // same way, from its own size (generic_file_llseek), from now on.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let Ok(off) = u64::try_from(offset) else {
             // The kernel only forwards SEEK_DATA and SEEK_HOLE; Linux file systems answer
             // those with ENXIO for a negative offset, as for one past the end.

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fuser::FopenFlags;
+use fuser::{FopenFlags, INodeNo, Notifier};
 
 /// How long attributes and names are cached when nothing can change them unseen.
 pub const LONG_TTL: Duration = Duration::from_secs(3600);
@@ -71,6 +71,8 @@ pub struct KernelCache {
     kernel_minor: AtomicU32,
     /// Inodes whose lease was lost since their pages were last dropped by an open.
     stale: Mutex<HashSet<u64>>,
+    /// The session's notifier, once mounted ([`KernelCache::expire_attrs`]).
+    notifier: Mutex<Option<Notifier>>,
 }
 
 impl KernelCache {
@@ -81,6 +83,7 @@ impl KernelCache {
             invalidation: AtomicU8::new(0),
             kernel_minor: AtomicU32::new(0),
             stale: Mutex::new(HashSet::new()),
+            notifier: Mutex::new(None),
         }
     }
 
@@ -139,6 +142,30 @@ impl KernelCache {
             FopenFlags::empty()
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+
+    /// Gives the policy the session's notifier (once mounted).
+    pub fn set_notifier(&self, n: Notifier) {
+        if let Ok(mut slot) = self.notifier.lock() {
+            *slot = Some(n);
+        }
+    }
+
+    /// Has the kernel forget the cached attributes of `ino`: libfs changed them as a side
+    /// effect the kernel does not know of (setuid/setgid dropped by a write, fallocate or
+    /// `O_TRUNC`, which `FUSE_HANDLE_KILLPRIV_V2` leaves to libfs). Attributes only (a
+    /// negative offset): no lock of the kernel's is taken, so a request handler of the
+    /// same inode may call it. Without a notifier yet (the moment between INIT and the
+    /// end of mounting) the mode stays cached until its time-out.
+    pub fn expire_attrs(&self, ino: u64) {
+        let n = self.notifier.lock().ok().and_then(|n| n.clone());
+        if let Some(n) = n {
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    tracing::debug!(ino, error = %e, "cannot expire the kernel's attributes");
+                }
+            }
         }
     }
 

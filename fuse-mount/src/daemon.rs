@@ -33,6 +33,9 @@ use crate::LinefsFuse;
 /// How long to wait for the FUSE session to end after unmounting.
 const UNMOUNT_WAIT: Duration = Duration::from_secs(20);
 
+/// Whether a host-only mount has the kernel's writeback cache unless `-o` says otherwise.
+const WRITEBACK_CACHE_DEFAULT: bool = false;
+
 /// Command-line arguments of `linefs-fuse`.
 #[derive(Debug, Clone, Args)]
 pub struct DaemonArgs {
@@ -85,6 +88,11 @@ pub enum DaemonError {
     ReadyFd { fd: i32, source: io::Error },
     #[error("shutting linefs down after unmount: {0}")]
     Shutdown(FsError),
+    #[error(
+        "-o writeback_cache needs the host-only mode (no --nicfs): with offload, other clients of \
+         the node could not see data the kernel still holds"
+    )]
+    WritebackShared,
 }
 
 /// Sets up logging to stderr (`RUST_LOG`, default `info`).
@@ -195,7 +203,21 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         };
         let (files, dirs) = cfg.atime_policies();
         let fs = Arc::new(Fs::mount(opts).map_err(|source| DaemonError::Open { path: pm, source })?);
-        let adapter = LinefsFuse::new(fs.clone()).with_atime(files, dirs);
+        // The writeback cache only where nothing else changes the node (the mount is its only
+        // client): off by default with offload, refused when asked for.
+        let writeback = match (cfg.writeback_cache, fs.offloaded()) {
+            (Some(true), true) => {
+                if let Err(se) = fs.shutdown() {
+                    error!(error = %se, "shutdown after refusing the writeback cache");
+                }
+                return Err(DaemonError::WritebackShared);
+            }
+            (Some(on), false) => on,
+            (None, offloaded) => !offloaded && WRITEBACK_CACHE_DEFAULT,
+            (Some(false), true) => false,
+        };
+        let adapter = LinefsFuse::new(fs.clone()).with_atime(files, dirs).with_writeback_cache(writeback);
+        info!(writeback, "kernel writeback cache");
         let cache = adapter.kernel_cache();
         let session = match mount::mount(adapter, &args.mountpoint, &cfg) {
             Ok(s) => s,
@@ -206,6 +228,9 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
                 return Err(e.into());
             }
         };
+        if let Some(n) = session.notifier() {
+            cache.set_notifier(n);
+        }
         if fs.offloaded() {
             // Names are expired before a hand-back only with the epoch notification.
             let epoch = match session.device() {

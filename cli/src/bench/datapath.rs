@@ -401,7 +401,7 @@ pub(super) fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     let pm_size = args.pm_size.unwrap_or_else(|| {
         working.saturating_add(size).saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
     });
-    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, true)?;
+    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, true, &args.options)?;
     let header = Header::new(&bed);
     let say = |m: String| {
         if !args.json {
