@@ -36,6 +36,12 @@ const UNMOUNT_WAIT: Duration = Duration::from_secs(20);
 /// Whether a host-only mount has the kernel's writeback cache unless `-o` says otherwise.
 const WRITEBACK_CACHE_DEFAULT: bool = false;
 
+/// A linefs mount's readahead window unless `-o read_ahead_kb=N` says otherwise (the
+/// kernel's default is 128 KiB). Measured on the 2-core VM, 16 KiB sequential reads of a
+/// 256 MiB file after dropping its pages, host-only: 128 KiB ~2,050 MB/s, 1 MiB ~2,650,
+/// 4 MiB ~2,850–3,300, 16 MiB ~2,300–2,700; random 16 KiB reads alike at all four.
+const READ_AHEAD_KB_DEFAULT: u32 = 4096;
+
 /// Command-line arguments of `linefs-fuse`.
 #[derive(Debug, Clone, Args)]
 pub struct DaemonArgs {
@@ -252,6 +258,14 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         (Backend::Linefs(fs), session)
     };
     let mountpoint = session.mountpoint().to_path_buf();
+    if let Backend::Linefs(_) = backend {
+        let kb = cfg.read_ahead_kb.unwrap_or(READ_AHEAD_KB_DEFAULT);
+        match mount::set_read_ahead(&mountpoint, kb) {
+            Ok(()) => info!(read_ahead_kb = kb, "readahead window set"),
+            // Not root (a fusermount3 mount): the kernel's default stays.
+            Err(e) => warn!(read_ahead_kb = kb, error = %e, "cannot set the readahead window"),
+        }
+    }
     info!(backend = backend.name(), mountpoint = %mountpoint.display(), "serving");
     if let Some(status) = &args.status_file {
         write_status(status, &backend, &mountpoint, &args);

@@ -137,6 +137,17 @@ pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Re
     Ok(MountedSession { session: Some(session), mountpoint, own_mount: true, device })
 }
 
+/// Sets the readahead window of the mount at `mountpoint`: the `read_ahead_kb` of its
+/// backing device (an anonymous one, `0:N`) in sysfs. The kernel sends sequential reads in
+/// requests of up to `max_pages` (1 MiB here) and keeps up to this much of them in flight;
+/// its default, 128 KiB, keeps a sequential reader waiting on round trips.
+pub fn set_read_ahead(mountpoint: &Path, kb: u32) -> io::Result<()> {
+    let dev = std::fs::metadata(mountpoint)?.dev();
+    let major = rustix::fs::major(dev);
+    let minor = rustix::fs::minor(dev);
+    std::fs::write(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"), format!("{kb}\n"))
+}
+
 impl MountedSession {
     /// What sends the kernel cache invalidations of this session.
     pub fn notifier(&self) -> Option<fuser::Notifier> {
