@@ -255,6 +255,7 @@ impl Filesystem for LinefsFuse {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _s = debug_span!("forget", ino = ino.0, nlookup).entered();
+        self.cache.forgotten(ino.0);
         self.fs.forget(ino.0, nlookup);
     }
 

@@ -169,6 +169,14 @@ impl KernelCache {
         }
     }
 
+    /// The kernel forgot `ino` (FORGET): it holds no page of it any more, so no mark is
+    /// needed (this keeps the marks bounded by the kernel's inode cache).
+    pub fn forgotten(&self, ino: u64) {
+        if let Ok(mut s) = self.stale.lock() {
+            s.remove(&ino);
+        }
+    }
+
     /// The lease of `ino` is lost: its pages may be stale at its next open.
     pub fn lost(&self, ino: u64) {
         if let Ok(mut s) = self.stale.lock() {
@@ -209,5 +217,8 @@ mod tests {
         assert_eq!(c.open_flags(8), FopenFlags::FOPEN_KEEP_CACHE);
         assert_eq!(c.open_flags(7), FopenFlags::empty());
         assert_eq!(c.open_flags(7), FopenFlags::FOPEN_KEEP_CACHE);
+        c.lost(9);
+        c.forgotten(9);
+        assert_eq!(c.open_flags(9), FopenFlags::FOPEN_KEEP_CACHE);
     }
 }

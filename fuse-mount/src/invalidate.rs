@@ -127,7 +127,9 @@ impl LeaseObserver for Invalidator {
         debug!(ino = lost.ino, dir = ?lost.dir, "lease lost: expiring the kernel's attributes and names");
         // Attributes only (a negative offset): no page lock is taken.
         quiet(lost.ino, "attributes", self.notifier.inval_inode(INodeNo(lost.ino), -1, 0));
-        self.cache.lost(lost.ino);
+        if lost.dir != Some(true) {
+            self.cache.lost(lost.ino);
+        }
         if lost.dir != Some(false) {
             if let Some(epoch) = &self.epoch {
                 if !self.epoch_failed.load(Ordering::Acquire) {
