@@ -71,14 +71,19 @@ pub(crate) struct Remote {
     pub(crate) leases: Leases,
     /// The end of the committed log (what a revoke's `covered_lsn` says).
     pub(crate) committed: AtomicU64,
-    /// Called with an inode whose lease is gone (the FUSE adapter drops kernel caches).
-    invalidator: Mutex<Option<Invalidator>>,
+    /// Told of inodes whose lease is gone (the FUSE adapter drops kernel caches).
+    observer: Mutex<Option<Observer>>,
     /// nicfs's revokes, for the revoke thread.
     revokes: Mutex<Option<mpsc::Sender<(u64, Revoke)>>>,
 }
 
-/// What is told of an inode whose lease this client lost.
-pub type Invalidator = Arc<dyn Fn(u64) + Send + Sync>;
+/// What is told of an inode whose lease this client lost: before the hand-back (must not
+/// block) and after it. Both take the inode number.
+#[derive(Clone)]
+pub(crate) struct Observer {
+    pub(crate) before: Arc<dyn Fn(u64) + Send + Sync>,
+    pub(crate) after: Arc<dyn Fn(u64) + Send + Sync>,
+}
 
 /// What attaching hands back besides the link: the log file and the public file.
 pub(crate) struct Files {
@@ -146,7 +151,7 @@ impl Remote {
             detaching: AtomicBool::new(false),
             leases: Leases::default(),
             committed: AtomicU64::new(start),
-            invalidator: Mutex::new(None),
+            observer: Mutex::new(None),
             revokes: Mutex::new(None),
         });
         tracing::info!(session = attached.session, slot = attached.slot, start_lsn = start, "attached to nicfs");
@@ -178,8 +183,8 @@ impl Remote {
     }
 
     /// Sets what is told of inodes whose lease is gone.
-    pub(crate) fn set_invalidator(&self, f: Invalidator) {
-        *self.invalidator.lock() = Some(f);
+    pub(crate) fn set_observer(&self, o: Observer) {
+        *self.observer.lock() = Some(o);
     }
 
     /// Asks nicfs for a lease and records it.
@@ -213,20 +218,25 @@ impl Remote {
     /// The revoke thread: hands leases back as nicfs asks, one at a time, in order.
     fn revoker(self: Arc<Self>, revokes: mpsc::Receiver<(u64, Revoke)>) {
         while let Ok((id, r)) = revokes.recv() {
+            let observer = self.observer.lock().clone();
+            let before = || {
+                if let Some(o) = &observer {
+                    (o.before)(r.inode);
+                }
+            };
             let (covered, gone) =
-                self.leases.revoke(r.inode, r.lease, r.keep_read, || self.committed.load(Ordering::Acquire));
+                self.leases.revoke(r.inode, r.lease, r.keep_read, || self.committed.load(Ordering::Acquire), before);
             let done = LeaseHandback { inode: r.inode, lease: r.lease, covered_lsn: covered };
             tracing::debug!(ino = r.inode, covered, keep_read = r.keep_read, "lease handed back");
             if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg: Control::RevokeDone(done) }) {
                 tracing::debug!(error = %e, "cannot answer a revoke");
             }
-            // After the answer: the invalidator must not hold up the lease's next holder
-            // (the kernel may be waiting, with its own locks held, for a call of ours that
-            // needs that holder to finish).
+            // What may block comes after the answer: it must not hold up the lease's next
+            // holder (the kernel may be waiting, with its own locks held, for a call of ours
+            // that needs that holder to finish).
             if gone {
-                let f = self.invalidator.lock().clone();
-                if let Some(f) = f {
-                    f(r.inode);
+                if let Some(o) = &observer {
+                    (o.after)(r.inode);
                 }
             }
         }

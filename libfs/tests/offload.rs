@@ -259,3 +259,30 @@ fn a_file_unlinked_by_one_client_stays_readable_where_it_is_open() {
     create(&b, "after").unwrap();
     b.sync_all().unwrap();
 }
+
+/// A number a client frees goes back to its own pool, held for writing, to be reused by its
+/// next create. If another client asks for the number meanwhile (it still knew the inode),
+/// the revoke takes it out of the first client's hands: a create there must not reuse it
+/// behind the second client's back, whose read lease on the number covers a view without
+/// that inode — it would list the new name and fail to look it up (ENOENT), for good.
+/// Found by the FUSE two-mount load test (cli/tests/cluster.rs).
+#[test]
+fn a_freed_number_another_client_asked_for_is_not_reused_behind_its_back() {
+    let n = Nicfs::start();
+    let a = n.attach(FsOptions::default());
+    let b = n.attach(FsOptions::default());
+    for round in 0..20 {
+        let ino = create(&a, &format!("f{round}")).unwrap();
+        // b knows the number, as its kernel would after a lookup.
+        let seen = b.lookup(&root(), ROOT_INO, format!("f{round}").as_bytes()).unwrap();
+        assert_eq!(seen.ino, ino);
+        b.forget(ino, 1);
+        a.unlink(&root(), ROOT_INO, format!("f{round}").as_bytes()).unwrap();
+        // b asks about the number again (a stale reference): the inode is gone.
+        assert_eq!(b.getattr(ino).unwrap_err().errno(), libc::ENOENT);
+        let new = create(&a, &format!("g{round}")).unwrap();
+        let seen = b.lookup(&root(), ROOT_INO, format!("g{round}").as_bytes()).unwrap();
+        assert_eq!(seen.ino, new, "round {round}");
+        b.forget(new, 1);
+    }
+}
