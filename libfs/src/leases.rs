@@ -183,6 +183,15 @@ impl Leases {
         ok
     }
 
+    /// This client freed `ino` (offload): nicfs forgets its lease on the number once the
+    /// free is published (and may hand the number to another client), so it is not this
+    /// client's any more — a later call naming it must ask nicfs again, not trust a lease
+    /// nicfs no longer knows.
+    pub(crate) fn freed(&self, ino: u64) {
+        self.table.lock().remove(&ino);
+        self.cond.notify_all();
+    }
+
     pub(crate) fn unpin(&self, need: &[Need]) {
         let mut t = self.table.lock();
         for n in need {
