@@ -56,6 +56,7 @@ pub struct SessionStatus {
 
 /// The daemon's state now.
 pub fn snapshot(ctx: &Ctx) -> Status {
+    let (orphans_kept, inodes_open) = ctx.node.opens.counts();
     Status {
         pid: std::process::id(),
         node_dir: ctx.node.dir.display().to_string(),
@@ -85,8 +86,8 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         stages: ctx.pipeline.stages(),
         latency: ctx.latency.status(),
         leases: ctx.leases.counts(),
-        orphans_kept: ctx.node.opens.counts().0,
-        inodes_open: ctx.node.opens.counts().1,
+        orphans_kept,
+        inodes_open,
     }
 }
 

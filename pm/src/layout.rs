@@ -356,19 +356,20 @@ impl Superblock {
     }
 }
 
-pub(crate) fn le32(b: &[u8], off: usize) -> u32 {
+/// The little-endian integers of the persisted formats (shared with nicfs's own PM file).
+pub fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
 
-pub(crate) fn le64(b: &[u8], off: usize) -> u64 {
+pub fn le64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
-pub(crate) fn put_le32(b: &mut [u8], off: usize, v: u32) {
+pub fn put_le32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-pub(crate) fn put_le64(b: &mut [u8], off: usize, v: u64) {
+pub fn put_le64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
