@@ -75,7 +75,14 @@ pub(crate) struct Grant {
 pub(crate) struct Leases {
     table: Mutex<HashMap<u64, Held>>,
     cond: Condvar,
+    /// The last leases answered as handed back while not held (inode, lease id): a grant of
+    /// one of them arriving afterwards is not recorded. nicfs sends each client a lease's
+    /// grant before its revoke, so this only guards against a peer that does not.
+    answered_unheld: Mutex<std::collections::VecDeque<(u64, u64)>>,
 }
+
+/// How many [`Leases::answered_unheld`] remembers.
+const ANSWERED_UNHELD: usize = 64;
 
 impl Leases {
     /// The needs that are not held as needed (waits out a revoke in progress first).
@@ -91,6 +98,14 @@ impl Leases {
     /// upgrade from read to write keeps what the view has (nobody could write meanwhile).
     pub(crate) fn granted(&self, g: Grant) {
         let mut t = self.table.lock();
+        {
+            let mut answered = self.answered_unheld.lock();
+            if let Some(i) = answered.iter().position(|&a| a == (g.ino, g.lease)) {
+                answered.remove(i);
+                tracing::warn!(ino = g.ino, lease = g.lease, "grant of a lease already handed back: not recorded");
+                return;
+            }
+        }
         match t.get_mut(&g.ino) {
             Some(h) => {
                 h.write |= g.write;
@@ -223,6 +238,13 @@ impl Leases {
             // used): nothing is logged under it beyond what is committed now, and nothing
             // was answered under it since its caches were last dropped; dropping them again
             // costs little.
+            {
+                let mut answered = self.answered_unheld.lock();
+                if answered.len() == ANSWERED_UNHELD {
+                    answered.pop_front();
+                }
+                answered.push_back((ino, lease));
+            }
             drop(t);
             if !keep_read {
                 before_gone();
@@ -345,5 +367,22 @@ impl crate::state::Fs {
             drop(pinned);
             extra = found;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_arriving_after_its_revoke_was_answered_is_not_recorded() {
+        let l = Leases::default();
+        // Revoked before the grant was seen: answered at once, as handed back.
+        assert_eq!(l.revoke(7, 40, false, || 123, || {}), (123, true));
+        l.granted(Grant { ino: 7, write: true, lease: 40 });
+        assert_eq!(l.missing(&[Need::write(7)]).len(), 1, "the late grant must not count as held");
+        // The next grant of the inode is recorded as usual.
+        l.granted(Grant { ino: 7, write: true, lease: 41 });
+        assert!(l.missing(&[Need::write(7)]).is_empty());
     }
 }

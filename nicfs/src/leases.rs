@@ -1,5 +1,5 @@
 //! The daemon's lease manager: the [`LeaseTable`] behind a mutex, and the execution of its
-//! outputs once the mutex is released.
+//! outputs, in the order the table decided them.
 //!
 //! * Inputs come from the sessions' control connections (`LeaseRequest`, `LeaseRelease`,
 //!   `RevokeDone`), from inode grants ([`Leases::grant_inodes`]), from the publishers
@@ -20,8 +20,11 @@
 //!   chunk's entries the session had the right to log (a write lease on every inode they
 //!   change); a chunk is published only up to the first entry that is not.
 //!
-//! Lock order: this mutex, then the allocator's ([`Leases::grant_inodes`]); nothing is
-//! taken under it otherwise, and no output is carried out under it.
+//! Lock order: this mutex, then the allocator's ([`Leases::grant_inodes`]), the session
+//! registry's and the slot map's (each held only for a lookup). Outputs are carried out
+//! under this mutex (so a client hears of a lease before it hears it revoked): the lease
+//! record's writes and fences in PM, frames pushed to outboxes and jobs to publishers —
+//! nothing that waits for a client or a publisher.
 
 use crate::lease::{Counts, Input, LeaseTable, Lsn, Output, SessionId};
 use crate::leasefile::LeaseFile;
@@ -90,23 +93,22 @@ impl Leases {
                 _ => {}
             }
         }
-        let outs = self.table.lock().step(input);
-        self.run(outs);
+        let mut table = self.table.lock();
+        let outs = table.step(input);
+        self.run(&mut table, outs);
     }
 
     /// `session`'s LeaseRequest `req_id`; false (nothing fed) if the session has failed.
     /// The answer goes out when the table grants it.
     pub fn request(&self, session: &Session, req_id: u64, ino: u64, mode: LeaseMode) -> bool {
-        let outs = {
-            let mut table = self.table.lock();
-            // Checked under the mutex: a failure sets the flag before it feeds SessionEnded,
-            // so a failed session never re-enters the table after it was dropped.
-            if session.failed() {
-                return false;
-            }
-            table.step(Input::Request { session: session.id, req_id, ino, mode })
-        };
-        self.run(outs);
+        let mut table = self.table.lock();
+        // Checked under the mutex: a failure sets the flag before it feeds SessionEnded,
+        // so a failed session never re-enters the table after it was dropped.
+        if session.failed() {
+            return false;
+        }
+        let outs = table.step(Input::Request { session: session.id, req_id, ino, mode });
+        self.run(&mut table, outs);
         true
     }
 
@@ -150,8 +152,7 @@ impl Leases {
         if let (Some(file), Some(slot)) = (&self.file, self.slot_of(session)) {
             file.hold(slot, (first..first.saturating_add(count)).filter(|&i| table.owns_implicitly(session, i)));
         }
-        drop(table);
-        self.run(outs);
+        self.run(&mut table, outs);
         Ok((first, count))
     }
 
@@ -184,15 +185,22 @@ impl Leases {
         self.table.lock().admit(session, entries)
     }
 
-    /// Carries out `outs`, and the inputs they lead to, with the mutex released.
-    fn run(&self, mut outs: Vec<Output>) {
+    /// Carries out `outs`, and the inputs they lead to, still under the table's mutex: the
+    /// frames go to each session's outbox in the order the table decided them. (Carried out
+    /// after the mutex is released, a grant decided on one thread could reach the client
+    /// after the revoke of that very lease, decided later on another — the grant's record
+    /// in PM comes first and takes a while — and the client, answering a revoke of a lease
+    /// it did not know yet and only then recording the grant, would log under a lease nicfs
+    /// considers handed back.) Nothing here waits for a client: frames and publication jobs
+    /// go to unbounded queues.
+    fn run(&self, table: &mut LeaseTable, mut outs: Vec<Output>) {
         let mut then = VecDeque::new();
         loop {
             for o in outs.drain(..) {
                 self.execute(o, &mut then);
             }
             let Some(input) = then.pop_front() else { return };
-            outs = self.table.lock().step(input);
+            outs = table.step(input);
         }
     }
 

@@ -343,3 +343,51 @@ fn a_flood_of_requests_does_not_stall_another_client() {
     assert_eq!(b.request(Control::Ping), Control::Pong);
     drop(c);
 }
+
+/// Two clients pass the write lease of one inode back and forth as fast as they can: each
+/// client must hear of every lease before it hears it revoked. (nicfs decides a grant on
+/// one thread and its revoke on another; were they sent in the order they are carried out
+/// rather than decided, a client would answer a revoke of a lease it does not know yet,
+/// then record the grant and log under a lease nicfs considers handed back.)
+#[test]
+fn a_client_hears_of_each_lease_before_its_revoke() {
+    let d = Daemon::start(2);
+    let inode = 1;
+    let run = |mut c: Client| {
+        move || {
+            let mut known = std::collections::HashSet::new();
+            let mut grants = 0;
+            let mut waiting = Some(ask(&mut c, inode, LeaseMode::Write));
+            let mut releasing = None;
+            loop {
+                let f = c.recv_frame();
+                match f.msg {
+                    Control::LeaseGranted(g) => {
+                        assert_eq!(Some(f.id), waiting, "a grant nobody asked for: {g:?}");
+                        known.insert(g.lease);
+                        grants += 1;
+                        waiting = None;
+                        if grants == 300 {
+                            // Done: hand it back, so that the other client can finish too.
+                            let h = LeaseHandback { inode, lease: g.lease, covered_lsn: c.tail };
+                            releasing = Some(c.send(Control::LeaseRelease(h)));
+                        }
+                    }
+                    Control::Revoke(r) => {
+                        assert!(known.contains(&r.lease), "lease {} revoked before it was granted", r.lease);
+                        revoke_done(&c, f.id, r.inode, r.lease, c.tail);
+                        if waiting.is_none() && grants < 300 {
+                            waiting = Some(ask(&mut c, inode, LeaseMode::Write));
+                        }
+                    }
+                    Control::Ok if Some(f.id) == releasing => return grants,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+    };
+    let (a, b) = (Client::attach(&d.socket), Client::attach(&d.socket));
+    let (ta, tb) = (std::thread::spawn(run(a)), std::thread::spawn(run(b)));
+    assert_eq!(ta.join().expect("client a"), 300);
+    assert_eq!(tb.join().expect("client b"), 300);
+}
