@@ -200,7 +200,8 @@ impl Leases {
         let (Output::Grant { session: id, .. }
         | Output::Revoke { session: id, .. }
         | Output::Publish { session: id, .. }
-        | Output::TooMany { session: id, .. }) = o;
+        | Output::TooMany { session: id, .. }
+        | Output::Expire { session: id, .. }) = o;
         let Some(sessions) = self.sessions.upgrade() else { return };
         let Some(session) = sessions.get(id) else {
             // Unregistered only once its publisher has settled the log and stopped.
@@ -243,6 +244,10 @@ impl Leases {
                     // The publisher has stopped: the log is settled.
                     then.push_back(Input::SessionEnded { session: id });
                 }
+            }
+            Output::Expire { reason, .. } => {
+                // The table is given no revoke timeout yet: nothing expires.
+                tracing::error!(session = id, "unexpected lease expiry ignored: {reason}");
             }
         }
     }

@@ -1,5 +1,5 @@
 //! The lease table's invariants, checked after every step by the unit tests and the
-//! simulation ([`LeaseTable::check`]).
+//! simulation ([`LeaseTable::check`]; those of expiry are in [`super::expiry`]).
 
 use super::{LeaseTable, SessionId};
 use std::collections::{BTreeSet, HashMap};
@@ -90,6 +90,6 @@ impl LeaseTable {
             }
             prev_end = end;
         }
-        Ok(())
+        self.check_deadlines()
     }
 }

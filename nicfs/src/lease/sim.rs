@@ -165,7 +165,8 @@ impl Sim {
         let (Output::Grant { session, .. }
         | Output::Revoke { session, .. }
         | Output::Publish { session, .. }
-        | Output::TooMany { session, .. }) = o;
+        | Output::TooMany { session, .. }
+        | Output::Expire { session, .. }) = o;
         let i = (session - 1) as usize;
         if let Output::Grant { ino, .. } = o {
             self.grants += 1;
@@ -262,7 +263,7 @@ impl Sim {
                 c.pending.remove(&req_id);
             }
             Output::Revoke { ino, lease, keep_read, .. } => c.revokes.push((ino, lease, keep_read)),
-            Output::Publish { .. } => unreachable!("publications go to the publisher"),
+            Output::Publish { .. } | Output::Expire { .. } => unreachable!("not for the client"),
         }
     }
 
