@@ -38,7 +38,15 @@ pub struct Args {
     /// `127.0.0.1:9100`; port 0 picks a free port (the status file tells which).
     #[arg(long, value_name = "IP:PORT", value_parser = parse_metrics_addr)]
     pub metrics_addr: Option<SocketAddr>,
+    /// How long a client may leave a revoke of its lease unanswered, in ms: past that its
+    /// session is fenced — its committed log published, then the session failed and its
+    /// leases passed on. 0: never (a client holds its leases until its session ends).
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_LEASE_TIMEOUT_MS)]
+    pub lease_timeout_ms: u64,
 }
+
+/// `--lease-timeout-ms` by default.
+pub const DEFAULT_LEASE_TIMEOUT_MS: u64 = 5000;
 
 /// `--metrics-addr`: `IP:PORT` with an IP of the loopback (127.0.0.0/8, `[::1]`), or
 /// `localhost:PORT` (127.0.0.1).
@@ -76,6 +84,10 @@ mod tests {
         );
         assert!(Args::try_parse_from(["nicfs", "--node", "n"]).is_err());
         assert_eq!(a.metrics_addr, None);
+        assert_eq!(a.lease_timeout_ms, 5000);
+        let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--lease-timeout-ms", "0"]).unwrap();
+        assert_eq!(a.lease_timeout_ms, 0, "0 turns expiry off");
+        assert!(Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--lease-timeout-ms", "-1"]).is_err());
     }
 
     #[test]

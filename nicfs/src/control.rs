@@ -11,7 +11,8 @@
 //! answered `Ok` or with the errno that refuses the open ([`crate::perms::open_check`]).
 //!
 //! A lease request must name an inode number of the node (EINVAL) and, from a direct API
-//! user, state the uid and gid SO_PEERCRED gave (EPERM); a failed session gets EIO.
+//! user, state the uid and gid SO_PEERCRED gave (EPERM); a failed or expired session gets
+//! EIO with the reason.
 //! Permission checks against the stated credentials come later.
 
 use crate::conn::{describe, BadFrames};
@@ -59,7 +60,7 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                     tracing::debug!(%peer, id, inode = r.inode, errno, "lease request refused: {why}");
                     let _ = session.control_error(id, errno, why);
                 } else if !ctx.leases.request(&session, id, r.inode, r.mode) {
-                    let _ = session.control_error(id, libc::EIO, "session failed");
+                    let _ = session.control_error(id, libc::EIO, &failed(&session));
                 }
             }
             Control::LeaseRelease(h) => {
@@ -93,8 +94,8 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 let _ = session.send_control(&Frame { id, msg: reply });
             }
             Control::ReserveBlocks(b) => {
-                let reply = if session.failed() {
-                    Control::Error(ErrorReply { errno: libc::EIO, message: "session failed".into() })
+                let reply = if session.failure().is_some() {
+                    Control::Error(ErrorReply { errno: libc::EIO, message: failed(&session) })
                 } else {
                     match ctx.node.alloc.reserve(session.slot, b.count, ctx.node.free_blocks()) {
                         Ok(()) => Control::Ok,
@@ -167,6 +168,14 @@ fn wait_for_departed(ctx: &Ctx) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The message refusing a call of a failed or expired session.
+fn failed(session: &Session) -> String {
+    match session.failure() {
+        Some(why) => format!("session failed: {why}"),
+        None => "session failed".into(),
     }
 }
 

@@ -62,7 +62,7 @@ pub fn run(args: Args) -> Result<(), String> {
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let sessions = Arc::new(Sessions::default());
     let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
-    let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone())));
+    let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone()), args.lease_timeout_ms));
     let ctx = Arc::new(Ctx {
         pipeline: Pipeline::start(node.clone(), host.clone(), Some(leases.clone()), !args.no_coalesce),
         node,
@@ -89,6 +89,17 @@ pub fn run(args: Args) -> Result<(), String> {
     {
         let c = ctx.clone();
         spawn("watchdog", move || c.host.watchdog(|| c.stopping()))?;
+    }
+    match ctx.leases.tick_interval() {
+        Some(every) => {
+            let c = ctx.clone();
+            spawn("lease-timer", move || loop {
+                std::thread::sleep(every);
+                c.leases.tick();
+            })?;
+            tracing::info!(timeout_ms = args.lease_timeout_ms, "lease revokes expire");
+        }
+        None => tracing::info!("lease revokes never expire (--lease-timeout-ms 0)"),
     }
     {
         let c = ctx.clone();

@@ -1,38 +1,43 @@
 //! The lease table: single writer, many readers, per inode (files and directories alike),
-//! as a pure state machine — inputs in, outputs out, no threads, sockets or clocks — so
-//! that it can be simulated and checked ([`Input`], [`Output`], [`LeaseTable::step`]). The
-//! daemon runs it behind a mutex and carries out its outputs ([`crate::leases`]).
+//! as a pure state machine — inputs in, outputs out, no threads, sockets or clocks (time is
+//! an input, [`Input::Tick`]) — so that it can be simulated and checked ([`Input`],
+//! [`Output`], [`LeaseTable::step`]). The daemon runs it behind a mutex and carries out its
+//! outputs ([`crate::leases`]).
 //!
 //! # State, per inode
 //!
 //! * **holders**: one writer `(session, lease)`, or readers `session → lease` — never both
 //!   (a session holds at most one lease on an inode; an upgrade replaces its read lease);
 //! * **queue**: requests waiting, first come first served;
-//! * **revokes in flight**: `session → (lease, keep_read)`, at most one per holder;
+//! * **revokes in flight**: `session → (lease, keep_read, deadline)`, at most one per
+//!   holder; the deadline (with a revoke timeout) is when the holder's answer is overdue;
 //! * **publications awaited**: `session → covered LSN`, left by a writer that handed its
 //!   lease back: nobody else is granted the inode until that session's log is published up
 //!   to there.
 //!
 //! An inode with none of these has no entry. Per session, an index of the inodes it appears
-//! in, its implicit ranges (below) and the highest LSN it is known to have published; a
-//! session appearing nowhere has no entry either. So the table holds what live sessions
-//! hold or wait for, and nothing after they end.
+//! in, its implicit ranges (below), the highest LSN it is known to have published and
+//! whether it has *expired*; a session appearing nowhere and not expired has no entry
+//! either. So the table holds what live sessions hold or wait for, and nothing after they
+//! end. Besides: the clock (the last tick's time), the revoke timeout (0: revokes never
+//! expire) and an index of the deadlines of the revokes in flight (`lease/expiry.rs`).
 //!
 //! # Transitions
 //!
 //! * `Request{S, mode}`: if S holds a lease at least as strong and is not being revoked,
 //!   it is granted again at once (the same lease id; the mode held). Else it joins the
 //!   queue (at most `max_waiting` waiting requests per session: beyond, [`Output::TooMany`]).
+//!   An expired session's request is ignored (the daemon refuses its calls).
 //! * The queue is served from its head ([`LeaseTable::step`] runs it after every change):
 //!   the head is granted, with a fresh lease id, when no holder of another session
 //!   conflicts (a writer conflicts with everything, readers with a write), no revoke of
 //!   the head's own session is in flight, and no publication of another session is
 //!   awaited. Otherwise each conflicting holder not yet being revoked gets a `Revoke` —
-//!   `keep_read` when it is the writer and the head wants to read (it downgrades) — and the
-//!   queue waits: later requests never overtake the head, so a writer is not starved by a
-//!   stream of readers. Several readers in a row are granted together. A write request of
-//!   a reader (upgrade) waits for the other readers to go, and its new lease replaces the
-//!   read one.
+//!   `keep_read` when it is the writer and the head wants to read (it downgrades), due by
+//!   now + the timeout unless the holder has expired — and the queue waits: later requests
+//!   never overtake the head, so a writer is not starved by a stream of readers. Several
+//!   readers in a row are granted together. A write request of a reader (upgrade) waits
+//!   for the other readers to go, and its new lease replaces the read one.
 //! * `Release{S, lease, covered}` (the client's initiative) and `RevokeDone{S, lease,
 //!   covered}` (the answer to a revoke) hand a lease back. A writer's hand-back with
 //!   `covered` beyond what S is known to have published leaves an awaited publication and
@@ -40,11 +45,17 @@
 //!   `keep_read` revoke turns the writer into a reader under the same lease id. Either
 //!   naming a lease S does not hold (for `RevokeDone`: one not being revoked) is stale —
 //!   a release crossing a revoke, an answer repeated, an id from before a re-grant — and
-//!   is ignored with a log line.
+//!   is ignored with a log line; so is every hand-back of an expired session.
 //! * `Published{S, lsn}` clears S's awaited publications up to `lsn`.
-//! * `SessionEnded{S}`: S's log is settled (published to its end, or its refused suffix
-//!   dropped), so everything of S goes: holdings, waiting requests, revokes in flight,
-//!   awaited publications and implicit ranges.
+//! * `SessionEnded{S}`: S's log is settled (published to its end — or, if S expired, to
+//!   where it stood when fenced — or its refused suffix dropped), so everything of S goes:
+//!   holdings, waiting requests, revokes in flight, awaited publications, implicit ranges,
+//!   its expiry.
+//! * `Tick{now}`: the clock moves on (never back). A revoke whose deadline is before `now`
+//!   expires its holder S: [`Output::Expire`] once (S's other deadlines are disarmed), S's
+//!   waiting requests are dropped (the queues move on), and S keeps what it holds until
+//!   `SessionEnded` — which the daemon feeds once it has fenced S and published its log up
+//!   to the fence (`lease/expiry.rs`).
 //! * `Forget{S, ino}`: S freed `ino` and its free is published: S's lease on it (held,
 //!   being revoked, or implicit) ends without a hand-back; publications awaited stay.
 //! * `GrantNew{S, first, count}`: nicfs handed those inode numbers to S to create inodes
@@ -62,8 +73,14 @@
 //! reused; the queue is served in order; every request of a live session is eventually
 //! granted once every revoke is answered and every publication done (no request waits
 //! for anything but a holder's answer or a publication, and both come without waiting on
-//! any request).
+//! any request) — and, with a revoke timeout, even if a holder never answers: it expires,
+//! and the daemon ends its session after publishing its log up to the fence. With a
+//! timeout, every revoke in flight to a session that has not expired has a deadline, no
+//! deadline has passed after a step, an expired session has no request waiting, and it
+//! expires once; an expired session is granted nothing.
 
+use expiry::Deadlines;
+pub use expiry::Expiry;
 use linefs_proto::LeaseMode;
 use serde::Serialize;
 use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -96,6 +113,9 @@ pub enum Input {
     /// The session freed `ino` (its FreeInode is published): its lease on it, explicit or
     /// implicit, ends without a hand-back, so that the number can be handed out again.
     Forget { session: SessionId, ino: Ino },
+    /// The time is `now_ms` (milliseconds on a monotonic clock; a time before the last one
+    /// counts as the last one). Revokes in flight past their deadline expire their holder.
+    Tick { now_ms: u64 },
 }
 
 /// What the table asks its caller to do.
@@ -110,6 +130,10 @@ pub enum Output {
     Publish { session: SessionId, lsn: Lsn },
     /// Refuse request `req_id`: the session has too many requests waiting.
     TooMany { session: SessionId, req_id: u64, ino: Ino },
+    /// The session did not answer a revoke in time: fence it — fail it, publish its log up
+    /// to where it stands and nothing after — then feed `SessionEnded`, which passes its
+    /// leases on. Once per session.
+    Expire { session: SessionId, reason: Expiry },
 }
 
 /// Sizes and counters, for the status file.
@@ -126,11 +150,13 @@ pub struct Counts {
     pub implicit_ranges: u64,
     /// Sessions with an entry.
     pub sessions: u64,
-    /// Since start: grants, revokes sent, stale hand-backs ignored, requests refused.
+    /// Since start: grants, revokes sent, stale hand-backs ignored, requests refused,
+    /// sessions expired (a revoke not answered in time).
     pub grants: u64,
     pub revokes: u64,
     pub stale: u64,
     pub refused: u64,
+    pub expired: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +170,9 @@ struct Waiter {
 struct Revoking {
     lease: LeaseId,
     keep_read: bool,
+    /// When the holder's answer is overdue (None: revokes do not expire, or the holder has
+    /// expired already).
+    deadline: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -204,11 +233,14 @@ struct SessionInfo {
     /// ([`LeaseTable::admit`]): a write lease handed back meanwhile awaits at least this far,
     /// so that an inode never moves while a change of it is being published.
     publishing: Lsn,
+    /// It left a revoke unanswered past its deadline ([`Output::Expire`]): kept until the
+    /// session ends, so that it expires once and its requests and hand-backs are ignored.
+    expired: bool,
 }
 
 impl SessionInfo {
     fn is_empty(&self) -> bool {
-        self.inodes.is_empty() && self.ranges.is_empty()
+        self.inodes.is_empty() && self.ranges.is_empty() && !self.expired
     }
 }
 
@@ -218,6 +250,7 @@ struct Counters {
     revokes: u64,
     stale: u64,
     refused: u64,
+    expired: u64,
 }
 
 /// The node's leases. See the module docs.
@@ -230,6 +263,8 @@ pub struct LeaseTable {
     last_lease: LeaseId,
     max_waiting: usize,
     counters: Counters,
+    /// The clock, the revoke timeout and the revokes' deadlines ([`expiry`]).
+    deadlines: Deadlines,
 }
 
 impl Default for LeaseTable {
@@ -248,6 +283,7 @@ impl LeaseTable {
             last_lease: 0,
             max_waiting: max_waiting.max(1),
             counters: Counters::default(),
+            deadlines: Deadlines::default(),
         }
     }
 
@@ -266,7 +302,9 @@ impl LeaseTable {
             Input::SessionEnded { session } => self.session_ended(session, &mut out),
             Input::GrantNew { session, first, count } => self.grant_new(session, first, count),
             Input::Forget { session, ino } => self.forget(session, ino, &mut out),
+            Input::Tick { now_ms } => self.tick(now_ms, &mut out),
         }
+        self.counters.revokes += out.iter().filter(|o| matches!(o, Output::Revoke { .. })).count() as u64;
         out
     }
 
@@ -287,6 +325,10 @@ impl LeaseTable {
     }
 
     fn request(&mut self, s: SessionId, req_id: u64, ino: Ino, mode: LeaseMode, out: &mut Vec<Output>) {
+        if self.expired(s) {
+            tracing::debug!(session = s, ino, req_id, "lease request of an expired session ignored");
+            return;
+        }
         self.materialize(ino);
         if let Some((lease, held)) = self.inodes.get(&ino).and_then(|st| st.satisfies(s, mode)) {
             self.counters.grants += 1;
@@ -320,6 +362,11 @@ impl LeaseTable {
         out: &mut Vec<Output>,
     ) {
         let what = if revoked { "RevokeDone" } else { "LeaseRelease" };
+        // An expired session is being fenced: its leases end with the session, after its
+        // log is published up to the fence, whatever it says now.
+        if self.expired(s) {
+            return self.stale(what, s, ino, lease);
+        }
         let Some(st) = self.inodes.get_mut(&ino) else { return self.stale(what, s, ino, lease) };
         let keep_read = match st.revoking.get(&s) {
             Some(r) if r.lease == lease => r.keep_read,
@@ -328,14 +375,14 @@ impl LeaseTable {
         };
         if st.writer == Some((s, lease)) {
             st.writer = None;
-            st.revoking.remove(&s);
+            unrevoke(&mut st.revoking, &mut self.deadlines, s, ino);
             if revoked && keep_read {
                 st.readers.insert(s, lease);
             }
             self.await_publication(ino, s, covered, out);
         } else if st.readers.get(&s) == Some(&lease) {
             st.readers.remove(&s);
-            st.revoking.remove(&s);
+            unrevoke(&mut st.revoking, &mut self.deadlines, s, ino);
         } else {
             return self.stale(what, s, ino, lease);
         }
@@ -396,7 +443,7 @@ impl LeaseTable {
                 }
                 st.readers.remove(&s);
                 st.queue.retain(|w| w.session != s);
-                st.revoking.remove(&s);
+                unrevoke(&mut st.revoking, &mut self.deadlines, s, ino);
                 st.awaiting.remove(&s);
             }
             self.pump(ino, out);
@@ -454,7 +501,7 @@ impl LeaseTable {
             st.writer = None;
         }
         st.readers.remove(&s);
-        st.revoking.remove(&s);
+        unrevoke(&mut st.revoking, &mut self.deadlines, s, ino);
         self.pump(ino, out);
         self.tidy(ino, s);
     }
@@ -485,7 +532,7 @@ impl LeaseTable {
 
     /// Serves the queue of `ino` from its head (see the module docs).
     fn pump(&mut self, ino: Ino, out: &mut Vec<Output>) {
-        let LeaseTable { inodes, sessions, last_lease, counters, .. } = self;
+        let LeaseTable { inodes, sessions, last_lease, counters, deadlines, .. } = self;
         let Some(st) = inodes.get_mut(&ino) else { return };
         while let Some(&head) = st.queue.front() {
             let s = head.session;
@@ -495,12 +542,13 @@ impl LeaseTable {
                 let mut blocked = false;
                 if let Some((w, lease)) = st.writer.filter(|&(w, _)| w != s) {
                     blocked = true;
-                    revoke(&mut st.revoking, counters, out, ino, w, lease, head.mode == LeaseMode::Read);
+                    let keep_read = head.mode == LeaseMode::Read;
+                    revoke(&mut st.revoking, deadlines, expired(sessions, w), out, ino, (w, lease), keep_read);
                 }
                 if head.mode == LeaseMode::Write {
                     for (&r, &lease) in st.readers.iter().filter(|&(&r, _)| r != s) {
                         blocked = true;
-                        revoke(&mut st.revoking, counters, out, ino, r, lease, false);
+                        revoke(&mut st.revoking, deadlines, expired(sessions, r), out, ino, (r, lease), false);
                     }
                 }
                 if blocked || st.revoking.contains_key(&s) || st.awaiting.keys().any(|&t| t != s) {
@@ -604,6 +652,7 @@ impl LeaseTable {
             revokes: self.counters.revokes,
             stale: self.counters.stale,
             refused: self.counters.refused,
+            expired: self.counters.expired,
             ..Counts::default()
         };
         for st in self.inodes.values() {
@@ -628,113 +677,40 @@ impl LeaseTable {
     pub fn is_empty(&self) -> bool {
         self.inodes.is_empty() && self.sessions.is_empty() && self.implicit.is_empty()
     }
-
-    /// Checks every structural invariant; the first violation, described.
-    pub fn check(&self) -> Result<(), String> {
-        let mut leases = BTreeSet::new();
-        let mut waiting: HashMap<SessionId, usize> = HashMap::new();
-        for (&ino, st) in &self.inodes {
-            let e = |what: &str| Err(format!("inode {ino}: {what}: {st:?}"));
-            if st.is_empty() {
-                return e("empty entry kept");
-            }
-            if st.writer.is_some() && !st.readers.is_empty() {
-                return e("a writer and readers");
-            }
-            for lease in st.writer.iter().map(|w| w.1).chain(st.readers.values().copied()) {
-                if lease == 0 || lease > self.last_lease || !leases.insert(lease) {
-                    return e("lease id out of range or used twice");
-                }
-            }
-            for (&s, r) in &st.revoking {
-                if st.held(s).map(|h| h.0) != Some(r.lease) {
-                    return e("a revoke of a lease not held");
-                }
-            }
-            let mut mentioned: BTreeSet<SessionId> = st.readers.keys().copied().collect();
-            mentioned.extend(st.writer.map(|w| w.0));
-            mentioned.extend(st.revoking.keys().copied());
-            mentioned.extend(st.awaiting.keys().copied());
-            for w in &st.queue {
-                *waiting.entry(w.session).or_default() += 1;
-                mentioned.insert(w.session);
-            }
-            for s in mentioned {
-                if !self.sessions.get(&s).is_some_and(|i| i.inodes.contains(&ino)) {
-                    return e(&format!("session {s} is not indexed"));
-                }
-            }
-            for (&s, &lsn) in &st.awaiting {
-                let info = &self.sessions[&s];
-                if !info.awaits.contains(&ino) || lsn <= info.published {
-                    return e(&format!("awaited publication of session {s} not indexed or already done"));
-                }
-            }
-            if let Some((first, end, s)) = self.implicit_owner(ino) {
-                return e(&format!("also in the implicit range {first}..{end} of session {s}"));
-            }
-            // At most one session may change the inode: the writer, or the last writer
-            // until its log is published — never both of two sessions.
-            let mut changers: BTreeSet<SessionId> = st.awaiting.keys().copied().collect();
-            changers.extend(st.writer.map(|w| w.0));
-            if changers.len() > 1 {
-                return e("two sessions may change it");
-            }
-        }
-        for (&s, info) in &self.sessions {
-            if info.is_empty() {
-                return Err(format!("session {s}: empty entry kept"));
-            }
-            if info.waiting != waiting.get(&s).copied().unwrap_or(0) || info.waiting > self.max_waiting {
-                return Err(format!("session {s}: waiting count {} is wrong", info.waiting));
-            }
-            for ino in &info.inodes {
-                if !self.inodes.get(ino).is_some_and(|st| st.mentions(s)) {
-                    return Err(format!("session {s}: indexed inode {ino} does not mention it"));
-                }
-            }
-            for ino in &info.awaits {
-                if !self.inodes.get(ino).is_some_and(|st| st.awaiting.contains_key(&s)) {
-                    return Err(format!("session {s}: indexed await of inode {ino} is not there"));
-                }
-            }
-            for first in &info.ranges {
-                if self.implicit.get(first).is_none_or(|&(_, o)| o != s) {
-                    return Err(format!("session {s}: indexed range at {first} is not its own"));
-                }
-            }
-        }
-        let mut prev_end = 0;
-        for (&first, &(end, s)) in &self.implicit {
-            if first >= end || first < prev_end {
-                return Err(format!("implicit range {first}..{end} empty or overlapping"));
-            }
-            if !self.sessions.get(&s).is_some_and(|i| i.ranges.contains(&first)) {
-                return Err(format!("implicit range {first}..{end} of session {s} not indexed"));
-            }
-            prev_end = end;
-        }
-        Ok(())
-    }
 }
 
-/// Asks `session` for `lease` of `ino` back, unless a revoke is in flight already.
+/// Whether session `s` has expired (for [`LeaseTable::pump`], which holds the fields apart).
+fn expired(sessions: &HashMap<SessionId, SessionInfo>, s: SessionId) -> bool {
+    sessions.get(&s).is_some_and(|i| i.expired)
+}
+
+/// Asks the holder `(session, lease)` of `ino` for it back, unless a revoke is in flight
+/// already; the revoke's deadline is armed unless the session has `expired` already.
 fn revoke(
     revoking: &mut BTreeMap<SessionId, Revoking>,
-    counters: &mut Counters,
+    deadlines: &mut Deadlines,
+    expired: bool,
     out: &mut Vec<Output>,
     ino: Ino,
-    session: SessionId,
-    lease: LeaseId,
+    (session, lease): Holder,
     keep_read: bool,
 ) {
     if let btree_map::Entry::Vacant(e) = revoking.entry(session) {
-        e.insert(Revoking { lease, keep_read });
-        counters.revokes += 1;
+        let deadline = deadlines.arm(session, ino, expired);
+        e.insert(Revoking { lease, keep_read, deadline });
         out.push(Output::Revoke { session, ino, lease, keep_read });
     }
 }
 
+/// Ends the revoke of `ino` in flight to `session`, if any, and its deadline.
+fn unrevoke(revoking: &mut BTreeMap<SessionId, Revoking>, deadlines: &mut Deadlines, session: SessionId, ino: Ino) {
+    if let Some(r) = revoking.remove(&session) {
+        deadlines.disarm(session, ino, &r);
+    }
+}
+
+mod check;
+mod expiry;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

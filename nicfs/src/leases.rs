@@ -15,6 +15,13 @@
 //! * An output for a session that is gone (no longer registered: its log is settled) or
 //!   failed is turned into `SessionEnded` (a failed session's grant is answered EIO), so a
 //!   session that cannot answer does not hold others up.
+//! * **Expiry** (`--lease-timeout-ms`, [`crate::lease`]'s `expiry`): the table is told the
+//!   time by a `Tick` before every input and from a timer thread ([`Leases::tick`]), so a
+//!   revoke's deadline is counted from when it was sent. `Expire` fences the session
+//!   ([`Session::expire`]): its calls are refused from then on with the reason, and its
+//!   sequencer publishes its log up to where it stands, tells the client why (`Rejected`),
+//!   hangs up, and only then fails the session — which feeds `SessionEnded`, so its leases
+//!   pass on after that publication, as a dead client's do ([`crate::publisher`]).
 //!
 //! * Admission ([`Leases::admit`]): the publish stage asks, under this mutex, which of a
 //!   chunk's entries the session had the right to log (a write lease on every inode they
@@ -38,6 +45,7 @@ use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 /// The lease table and what carries out its decisions.
 pub struct Leases {
@@ -46,17 +54,56 @@ pub struct Leases {
     /// The write leases recorded in PM ([`crate::leasefile`]), and each live session's slot.
     file: Option<Arc<LeaseFile>>,
     slots: Mutex<HashMap<SessionId, u32>>,
+    /// The table's clock counts from here.
+    epoch: Instant,
 }
 
 impl Leases {
-    /// The lease manager of `sessions`, recording write leases in `file` if given.
-    pub fn new(sessions: &Arc<Sessions>, file: Option<Arc<LeaseFile>>) -> Leases {
+    /// The lease manager of `sessions`, recording write leases in `file` if given; a holder
+    /// that leaves a revoke unanswered for `revoke_timeout_ms` expires (0: never).
+    pub fn new(sessions: &Arc<Sessions>, file: Option<Arc<LeaseFile>>, revoke_timeout_ms: u64) -> Leases {
         Leases {
-            table: Mutex::new(LeaseTable::default()),
+            table: Mutex::new(LeaseTable::default().with_revoke_timeout(revoke_timeout_ms)),
             sessions: Arc::downgrade(sessions),
             file,
             slots: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
         }
+    }
+
+    /// The revoke timeout in ms (0: revokes never expire).
+    pub fn revoke_timeout_ms(&self) -> u64 {
+        self.table.lock().revoke_timeout_ms()
+    }
+
+    /// How often the timer thread should [`tick`](Leases::tick): a tenth of the timeout,
+    /// within 5..=100 ms (a revoke expires at most that late); None when revokes never expire.
+    pub fn tick_interval(&self) -> Option<Duration> {
+        match self.revoke_timeout_ms() {
+            0 => None,
+            t => Some(Duration::from_millis((t / 10).clamp(5, 100))),
+        }
+    }
+
+    /// Moves the table's clock to now: holders of overdue revokes expire.
+    pub fn tick(&self) {
+        let mut table = self.table.lock();
+        let outs = self.step(&mut table, None);
+        self.run(&mut table, outs);
+    }
+
+    /// Steps `table` through `input`, after a tick that brings its clock to now (when revokes
+    /// expire), so that a revoke the input starts is timed from now.
+    fn step(&self, table: &mut LeaseTable, input: Option<Input>) -> Vec<Output> {
+        let mut outs = Vec::new();
+        if table.revoke_timeout_ms() != 0 {
+            let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+            outs = table.step(Input::Tick { now_ms });
+        }
+        if let Some(input) = input {
+            outs.extend(table.step(input));
+        }
+        outs
     }
 
     /// `session` writes log slot `slot` (recorded leases name slots).
@@ -94,20 +141,21 @@ impl Leases {
             }
         }
         let mut table = self.table.lock();
-        let outs = table.step(input);
+        let outs = self.step(&mut table, Some(input));
         self.run(&mut table, outs);
     }
 
-    /// `session`'s LeaseRequest `req_id`; false (nothing fed) if the session has failed.
-    /// The answer goes out when the table grants it.
+    /// `session`'s LeaseRequest `req_id`; false (nothing fed) if the session has failed or
+    /// expired. The answer goes out when the table grants it.
     pub fn request(&self, session: &Session, req_id: u64, ino: u64, mode: LeaseMode) -> bool {
         let mut table = self.table.lock();
         // Checked under the mutex: a failure sets the flag before it feeds SessionEnded,
-        // so a failed session never re-enters the table after it was dropped.
-        if session.failed() {
+        // so a failed session never re-enters the table after it was dropped; an expired
+        // one is known to the table from the step that expired it.
+        if session.failure().is_some() || table.expired(session.id) {
             return false;
         }
-        let outs = table.step(Input::Request { session: session.id, req_id, ino, mode });
+        let outs = self.step(&mut table, Some(Input::Request { session: session.id, req_id, ino, mode }));
         self.run(&mut table, outs);
         true
     }
@@ -148,7 +196,7 @@ impl Leases {
     ) -> Result<(u64, u64), E> {
         let mut table = self.table.lock();
         let (first, count) = grant(&|ino| table.busy(ino))?;
-        let outs = table.step(Input::GrantNew { session, first, count });
+        let outs = self.step(&mut table, Some(Input::GrantNew { session, first, count }));
         if let (Some(file), Some(slot)) = (&self.file, self.slot_of(session)) {
             file.hold(slot, (first..first.saturating_add(count)).filter(|&i| table.owns_implicitly(session, i)));
         }
@@ -200,7 +248,7 @@ impl Leases {
                 self.execute(o, &mut then);
             }
             let Some(input) = then.pop_front() else { return };
-            outs = table.step(input);
+            outs = self.step(table, Some(input));
         }
     }
 
@@ -208,7 +256,8 @@ impl Leases {
         let (Output::Grant { session: id, .. }
         | Output::Revoke { session: id, .. }
         | Output::Publish { session: id, .. }
-        | Output::TooMany { session: id, .. }) = o;
+        | Output::TooMany { session: id, .. }
+        | Output::Expire { session: id, .. }) = o;
         let Some(sessions) = self.sessions.upgrade() else { return };
         let Some(session) = sessions.get(id) else {
             // Unregistered only once its publisher has settled the log and stopped.
@@ -248,6 +297,21 @@ impl Leases {
                 if published >= lsn {
                     then.push_back(Input::Published { session: id, lsn: published });
                 } else if session.jobs.send(Job::PublishTo { lsn }).is_err() {
+                    // The publisher has stopped: the log is settled.
+                    then.push_back(Input::SessionEnded { session: id });
+                }
+            }
+            Output::Expire { reason, .. } => {
+                tracing::warn!(
+                    session = id,
+                    slot = session.slot,
+                    pid = session.cred.pid,
+                    uid = session.cred.uid,
+                    ino = reason.ino,
+                    lease = reason.lease,
+                    "lease expired: the client {reason}; fencing its session"
+                );
+                if !session.expire(reason.to_string()) {
                     // The publisher has stopped: the log is settled.
                     then.push_back(Input::SessionEnded { session: id });
                 }

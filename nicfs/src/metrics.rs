@@ -253,6 +253,8 @@ impl Collector for Sample {
         one(e, "lease_grants", "Leases granted", None, &counter(l.grants))?;
         one(e, "lease_revokes", "Revokes sent", None, &counter(l.revokes))?;
         one(e, "lease_refused", "Lease requests refused", None, &counter(l.refused))?;
+        let help = "Sessions expired: a revoke not answered within the lease timeout";
+        one(e, "lease_expired_sessions", help, None, &counter(l.expired))?;
         Ok(())
     }
 }

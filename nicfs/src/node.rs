@@ -298,6 +298,16 @@ impl Node {
         Ok((from, end))
     }
 
+    /// The end of `slot`'s committed log now: where a scan from its checkpoint stops. Under
+    /// the area's mutex, so that the checkpoint does not move (nor the client reuse the log
+    /// space before it) during the scan.
+    pub fn committed_end(&self, slot: u32) -> Result<u64, FormatError> {
+        let log = &self.logs[slot as usize];
+        let _area = self.area.lock();
+        let from = log.published_lsn()?;
+        Ok(log.scan(from)?.end)
+    }
+
     /// Holds the public area: no publication runs while the guard lives (shutdown holds it
     /// to the end of the process).
     pub fn freeze(&self) -> MutexGuard<'_, PublicArea> {

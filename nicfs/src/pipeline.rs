@@ -32,7 +32,9 @@
 //! * **acknowledge**: the session's sequencer gets each chunk's outcome in order and sends
 //!   `Published`, answers fsyncs, or fails the session.
 //!
-//! A chunk whose session has failed (an entry refused) is dropped at the publish stage. A
+//! A chunk whose session has failed (an entry refused) is dropped at the publish stage; of a
+//! fenced session (its lease expired, [`crate::publisher`]) an entry ending past the fence
+//! is refused like an entry admission refuses, with everything after it. A
 //! chunk that no longer starts at its slot's checkpoint — an earlier chunk of the session
 //! ended short, at an entry that failed its checks on the copy — is dropped as stale (pm
 //! refuses it before changing anything), and the sequencer fetches again from the
@@ -287,14 +289,18 @@ impl Pipeline {
             flow.tell(Event::Published { seq: c.seq, end: c.end, result: Ok(nothing), copied: Copied::default() });
             return;
         }
-        // Entries the session had no right to log are refused, with everything after them.
+        // A fenced session's entries past its fence are refused (its client may have
+        // rewritten its log since the fence was read), and so are entries the session had no
+        // right to log — each with everything after it.
+        let fenced = fence_cut(&c.batch, flow.session.fence());
+        let batch = fenced.as_ref().unwrap_or(&c.batch);
         let admitted;
-        let mut batch = match self.leases.as_ref().map(|l| l.admit(flow.session.id, &c.batch)) {
+        let mut batch = match self.leases.as_ref().map(|l| l.admit(flow.session.id, batch)) {
             Some((n, Some((lsn, why)))) => {
-                admitted = c.batch.refused_from(n, lsn, why);
+                admitted = batch.refused_from(n, lsn, why);
                 &admitted
             }
-            _ => &c.batch,
+            _ => batch,
         };
         // Frees of inodes another session holds open are not published: nicfs keeps those
         // orphans ([`crate::opens`]). The coalescing plan was made with the frees.
@@ -341,6 +347,13 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// `batch` cut before its first entry that ends past `fence`, that entry refused; None if
+/// every entry ends before it.
+fn fence_cut(batch: &Batch, fence: u64) -> Option<Batch> {
+    let (n, (loc, _)) = batch.entries.iter().enumerate().find(|(_, (loc, _))| loc.end > fence)?;
+    Some(batch.refused_from(n, loc.lsn, format!("logged past the session's fence at lsn {fence}")))
 }
 
 /// The inodes `batch` frees that another session holds open (now kept by `opens`).
@@ -432,7 +445,7 @@ mod tests {
         let p = Pipeline::start(node.clone(), host, None, true);
         let (control, _peer) = UnixStream::pair().unwrap();
         let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
-        let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default()), None));
+        let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default()), None, 0));
         let (session, _jobs, _outbox) = Session::new(7, 0, cred, Role::DirectApi, control, 0, leases);
         let session = Arc::new(session);
         let (tx, events) = crossbeam_channel::unbounded();

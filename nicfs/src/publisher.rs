@@ -18,6 +18,15 @@
 //! * `PublishTo{lsn}`: the lease table waits for this session's log up to `lsn` (a write
 //!   lease handed back): publish up to there, then tell the lease manager what is
 //!   published ([`crate::leases::Leases::published`]).
+//! * `Fence`: the session's lease expired ([`Session::expire`]). Its committed log as it
+//!   stands now (a scan of the slot from its checkpoint, under the public area's mutex)
+//!   ends at the *fence*: the sequencer publishes up to there — whatever the client
+//!   announced — and never beyond (the target is capped at the fence from then on, and the
+//!   publish stage refuses an entry ending past it, in case the client rewrites its log).
+//!   It tells the client why (`Rejected{lsn: fence, ETIMEDOUT, reason}`), logs it, hangs up
+//!   and ends the session as for a client that died: once what precedes the fence is
+//!   published, the session fails — its leases pass on — and the suffix the client logged
+//!   after the fence is dropped with the slot's release.
 //!
 //! A refused entry sends `Rejected` on the control connection, marks the session failed
 //! (later requests get an Error, its chunks in flight are dropped) and logs it; nicfs and
@@ -73,6 +82,8 @@ pub enum Job {
     },
     /// Publish everything committed (dropping a refused suffix), then answer.
     Settle(crossbeam_channel::Sender<()>),
+    /// The session's lease expired: fence it (see the module docs).
+    Fence,
 }
 
 /// Where a session's publication stands.
@@ -108,6 +119,8 @@ struct Sequencer<'a> {
     detach: Option<u64>,
     /// Publications the lease table waits for (lsns).
     lease_waits: Vec<u64>,
+    /// No entry ending past this is published (`u64::MAX` until the session is fenced).
+    fence: u64,
 }
 
 /// Runs the sequencer of `session` until its `End` job (or its queue closes) is done.
@@ -133,6 +146,7 @@ pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_c
         ending: false,
         detach: None,
         lease_waits: Vec::new(),
+        fence: u64::MAX,
     };
     let mut jobs = Some(jobs);
     let never = crossbeam_channel::never();
@@ -166,7 +180,7 @@ pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_c
 impl Sequencer<'_> {
     fn job(&mut self, job: Job) {
         let more = |s: &mut Self, lsn: u64| {
-            s.target = s.target.max(lsn);
+            s.target = s.target.max(lsn).min(s.fence);
             s.exhausted = false;
         };
         match job {
@@ -202,7 +216,55 @@ impl Sequencer<'_> {
                 self.settles.push(done);
                 more(self, u64::MAX);
             }
+            Job::Fence => self.fence(),
         }
+    }
+
+    /// The session's lease expired: publish its log up to where it stands and nothing
+    /// after, tell the client why, hang up, end the session (see the module docs).
+    fn fence(&mut self) {
+        let session = self.session;
+        if session.failed() || self.fence != u64::MAX {
+            return;
+        }
+        let why = session.failure().unwrap_or_else(|| "its lease expired".into());
+        let published = session.published.load(Ordering::Acquire);
+        let fence = match self.ctx.node.committed_end(session.slot) {
+            Ok(end) => end.max(published),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the log's end: fenced where it is published");
+                published
+            }
+        };
+        self.fence = fence;
+        session.set_fence(fence);
+        self.target = fence;
+        self.exhausted = false;
+        self.ending = true;
+        session.set_ending();
+        self.waiters.retain(|&(id, lsn, _)| {
+            if lsn <= fence {
+                return true;
+            }
+            let _ = session.control_error(id, libc::EIO, &format!("session failed: {why}"));
+            false
+        });
+        tracing::error!(
+            fence,
+            published,
+            pid = session.cred.pid,
+            uid = session.cred.uid,
+            reason = %why,
+            "lease expired: session fenced; its log is published up to the fence, nothing after, and it is hung up"
+        );
+        let frame = Frame {
+            id: session.next_id(),
+            msg: Control::Rejected(Rejected { lsn: fence, errno: libc::ETIMEDOUT, reason: why }),
+        };
+        if let Err(e) = session.send_control(&frame) {
+            tracing::debug!(error = %e, "cannot send Rejected");
+        }
+        session.hang_up();
     }
 
     /// Starts timing a ChunkReady for `lsn` (see the module's notes on what is not timed).
@@ -351,6 +413,11 @@ impl Sequencer<'_> {
             }
         });
         if idle && (self.ending || !self.settles.is_empty()) {
+            if self.fence != u64::MAX && !session.failed() {
+                // Published up to the fence: the fenced session fails now, and its leases
+                // pass on.
+                session.fail(session.failure().unwrap_or_else(|| "fenced".into()));
+            }
             drop_refused_suffix(self.ctx, session);
             for done in self.settles.drain(..) {
                 let _ = done.send(());

@@ -14,6 +14,15 @@
 //! frame that cannot be written within the write timeout hangs the session up: a client
 //! that does not read its revokes loses its session (and so its leases), rather than
 //! keeping others waiting.
+//!
+//! A session ends badly in one of two ways. It **fails** ([`Session::fail`]) when an entry
+//! of its log is refused: nothing more of its log is published, and its leases end at once
+//! (everything before the refused entry is published already). It **expires**
+//! ([`Session::expire`]) when it leaves a revoke unanswered past the lease timeout: its calls
+//! are refused from then on, and its sequencer *fences* it — the end of its committed log
+//! as it stands becomes the session's [`fence`](Session::fence), the log is published up to
+//! there and never beyond, the client is told why and hung up, and then the session fails,
+//! which ends its leases ([`crate::publisher`]).
 
 use crate::leases::Leases;
 use crate::publisher::Job;
@@ -42,8 +51,11 @@ pub struct Session {
     pub committed: AtomicU64,
     /// The slot's durable checkpoint as of the last publication.
     pub published: AtomicU64,
-    /// Set once an entry was refused: nothing more is published for this session.
+    /// Set once an entry was refused, or a fenced session's log is published up to its
+    /// fence: nothing more is published for this session.
     failed: AtomicBool,
+    /// Where an expired session's publication stops (`u64::MAX`: it has not been fenced).
+    fence: AtomicU64,
     /// Set once the client is gone (its control connection ended or it detached): the
     /// session is being settled.
     ending: AtomicBool,
@@ -83,6 +95,7 @@ impl Session {
             committed: AtomicU64::new(published),
             published: AtomicU64::new(published),
             failed: AtomicBool::new(false),
+            fence: AtomicU64::new(u64::MAX),
             ending: AtomicBool::new(false),
             failure: Mutex::new(None),
             next_id: AtomicU64::new(1),
@@ -162,10 +175,11 @@ impl Session {
                 .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
     }
 
-    /// Marks the session failed (an entry refused) with why. Its log will not be published
-    /// any further, so its leases end now: nobody waits for it.
+    /// Marks the session failed (an entry refused) with why — the first reason given stays.
+    /// Its log will not be published any further, so its leases end now: nobody waits for
+    /// it.
     pub fn fail(&self, why: String) {
-        *self.failure.lock() = Some(why);
+        self.failure.lock().get_or_insert(why);
         self.failed.store(true, Ordering::Release);
         self.leases.session_ended(self.id);
     }
@@ -174,8 +188,28 @@ impl Session {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// Why the session failed or expired, if it did: its calls are refused with this.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().clone()
+    }
+
+    /// The session did not answer a revoke in time (`why`): its calls are refused from now
+    /// on, and its sequencer fences it ([`crate::publisher`]). False if the sequencer has
+    /// stopped (the log is settled already).
+    pub fn expire(&self, why: String) -> bool {
+        self.failure.lock().get_or_insert(why);
+        self.jobs.send(Job::Fence).is_ok()
+    }
+
+    /// Sets where the session's publication stops.
+    pub fn set_fence(&self, lsn: u64) {
+        self.fence.store(lsn, Ordering::Release);
+    }
+
+    /// Where the session's publication stops: no entry ending beyond this is published
+    /// (`u64::MAX` until the session is fenced).
+    pub fn fence(&self) -> u64 {
+        self.fence.load(Ordering::Acquire)
     }
 
     /// Closes both connections (their readers see the end and the session ends).

@@ -50,7 +50,8 @@ pub struct SessionStatus {
     pub bulk: bool,
     pub committed_lsn: u64,
     pub published_lsn: u64,
-    /// Why the session failed (an entry refused), if it did.
+    /// Why the session failed (an entry refused) or expired (a revoke not answered in
+    /// time), if it did.
     pub failed: Option<String>,
 }
 

@@ -185,8 +185,10 @@ pub struct Space {
     pub free_inodes: u64,
 }
 
-/// nicfs refused an entry of the client's log; the client's calls fail until it attaches
-/// again (its log from `lsn` on will not be published).
+/// nicfs refused an entry of the client's log, or fenced the client because it left a
+/// revoke unanswered past the lease timeout (`errno` ETIMEDOUT; nicfs then hangs up); the
+/// client's calls fail until it attaches again (its log from `lsn` on will not be
+/// published).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     pub lsn: u64,

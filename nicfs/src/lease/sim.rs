@@ -22,6 +22,20 @@
 //!
 //! Clients also free inodes they write (the table forgets their lease).
 //!
+//! **Expiry.** Most runs have a revoke timeout (10–200 ms of simulated time; a fifth have
+//! none), and the clock moves on in random ticks. Some clients are *deaf*: they read their
+//! revokes but never answer (from the start, or they turn deaf later); the others answer
+//! after random delays, sometimes past the deadline. An `Expire` is checked to come once
+//! per session, for a revoke sent more than the timeout ago, and to be followed by no grant
+//! to that session. The simulated daemon then fences the session as nicfs does: its
+//! publisher publishes its log up to where it stood — the client may go on logging past
+//! that, and answering late — and then the session ends. Checked besides: no entry is ever
+//! admitted while another session holds the inode it changes; nothing past the fence is
+//! published, and once the session has ended admission refuses every entry left in its
+//! log. Liveness: with deaf clients, the drain at the end must still answer every request
+//! of a live session — which it does only because holders expire (a table that never
+//! emits `Expire` fails here).
+//!
 //! `LEASE_SIM_SEED=N cargo test -p nicfs lease::sim` replays one seed (a failure prints its
 //! seed); `LEASE_SIM_SEEDS=N` runs N seeds.
 
@@ -36,6 +50,9 @@ enum Life {
     Failed,
     /// The process is gone; its last messages may still be on the way to nicfs.
     Dying,
+    /// Its lease expired and nicfs fenced it at the end of its log then: its publisher
+    /// settles the log up to there, then the session ends. The process lives on.
+    Fenced(Lsn),
     Ended,
 }
 
@@ -70,6 +87,8 @@ struct Client {
     /// Inodes it freed: it never asks for them again and ignores grants of them still on
     /// the way.
     freed: BTreeSet<Ino>,
+    /// It reads its revokes but never answers them.
+    deaf: bool,
 }
 
 impl Client {
@@ -88,6 +107,7 @@ impl Client {
             jobs: VecDeque::new(),
             log: VecDeque::new(),
             freed: BTreeSet::new(),
+            deaf: false,
         }
     }
 
@@ -108,6 +128,14 @@ struct Sim {
     written: BTreeMap<(Ino, usize), Lsn>,
     steps: usize,
     grants: usize,
+    /// The simulated clock (ms) and the revoke timeout (0: none).
+    now: u64,
+    timeout: u64,
+    /// When each revoke was sent: (client, inode, lease) → time.
+    revoked_at: BTreeMap<(usize, Ino, LeaseId), u64>,
+    /// Clients whose session expired.
+    expired: BTreeSet<usize>,
+    expiries: usize,
 }
 
 fn sid(i: usize) -> SessionId {
@@ -121,6 +149,11 @@ impl Sim {
     fn publish(&mut self, i: usize, lsn: Lsn) -> Result<(), String> {
         let session = sid(i);
         let c = &mut self.clients[i];
+        // A fenced session is published up to its fence, never beyond.
+        let lsn = match c.life {
+            Fenced(fence) => lsn.min(fence),
+            _ => lsn,
+        };
         let upto = c.log.iter().take_while(|e| e.1 <= lsn).count();
         let entries: Vec<(Lsn, Lsn, [Ino; 1])> = c.log.iter().take(upto).map(|&(a, b, ino)| (a, b, [ino])).collect();
         let forged = entries.iter().position(|e| e.2[0] == FOREIGN);
@@ -131,6 +164,15 @@ impl Sim {
                 "session {session}: {n} of {entries:?} admitted ({refused:?}); the first forged is {forged:?}\n{:#?}",
                 self.table
             ));
+        }
+        // Nobody else holds an inode while a change of it is published.
+        for (lsn, _, [ino]) in &entries[..n] {
+            let (w, readers) = self.table.holders(*ino);
+            if w.iter().chain(&readers).any(|&(s, _)| s != session) {
+                return Err(format!(
+                    "session {session}'s entry at {lsn} changing inode {ino} admitted while {w:?} / {readers:?} hold it"
+                ));
+            }
         }
         let c = &mut self.clients[i];
         c.log.drain(..n);
@@ -165,14 +207,18 @@ impl Sim {
         let (Output::Grant { session, .. }
         | Output::Revoke { session, .. }
         | Output::Publish { session, .. }
-        | Output::TooMany { session, .. }) = o;
+        | Output::TooMany { session, .. }
+        | Output::Expire { session, .. }) = o;
         let i = (session - 1) as usize;
         if let Output::Grant { ino, .. } = o {
             self.grants += 1;
+            if self.expired.contains(&i) && !matches!(self.clients[i].life, Ended) {
+                return Err(format!("{o:?}: a grant to a session that expired"));
+            }
             for (&(wino, t), &covered) in self.written.range((ino, 0)..=(ino, usize::MAX)) {
                 debug_assert_eq!(wino, ino);
                 let c = &self.clients[t];
-                if t != i && matches!(c.life, Live | Dying) && c.published < covered {
+                if t != i && matches!(c.life, Live | Dying | Fenced(_)) && c.published < covered {
                     return Err(format!(
                         "{o:?}: session {} handed inode {ino} back at {covered} but is published only to {}",
                         sid(t),
@@ -181,10 +227,16 @@ impl Sim {
                 }
             }
         }
+        if let Output::Revoke { ino, lease, .. } = o {
+            self.revoked_at.insert((i, ino, lease), self.now);
+        }
+        if let Output::Expire { reason, .. } = o {
+            return self.expire(i, reason);
+        }
         let c = &mut self.clients[i];
         match o {
             Output::Publish { lsn, .. } => {
-                if matches!(c.life, Live | Dying) {
+                if matches!(c.life, Live | Dying | Fenced(_)) {
                     c.jobs.push_back(lsn);
                 }
             }
@@ -192,6 +244,39 @@ impl Sim {
                 if c.life == Live {
                     c.to_client.push_back(o);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Client `i`'s session expired: checks it is due, then fences it as nicfs does.
+    fn expire(&mut self, i: usize, reason: Expiry) -> Result<(), String> {
+        self.expiries += 1;
+        if !self.expired.insert(i) {
+            return Err(format!("session {} expired twice ({reason})", sid(i)));
+        }
+        let sent = self.revoked_at.get(&(i, reason.ino, reason.lease)).copied();
+        if self.timeout == 0 || reason.timeout_ms != self.timeout || sent.is_none_or(|t| self.now - t <= self.timeout) {
+            return Err(format!(
+                "session {} expired at {} for a revoke sent at {sent:?} ({reason}; timeout {})",
+                sid(i),
+                self.now,
+                self.timeout
+            ));
+        }
+        let c = &mut self.clients[i];
+        match c.life {
+            // Its calls fail from now on; it is hung up: nothing more reaches it, and what
+            // it waits for never comes. Its publisher settles the log up to the fence.
+            Live => {
+                c.life = Fenced(c.tail);
+                c.pending.clear();
+                c.to_client.clear();
+            }
+            // Dead already: its publisher settles its whole log (it can log no more).
+            Dying => {}
+            Failed | Fenced(_) | Ended => {
+                return Err(format!("session {} expired while {:?}", sid(i), c.life));
             }
         }
         Ok(())
@@ -262,7 +347,7 @@ impl Sim {
                 c.pending.remove(&req_id);
             }
             Output::Revoke { ino, lease, keep_read, .. } => c.revokes.push((ino, lease, keep_read)),
-            Output::Publish { .. } => unreachable!("publications go to the publisher"),
+            Output::Publish { .. } | Output::Expire { .. } => unreachable!("not for the client"),
         }
     }
 
@@ -278,16 +363,22 @@ impl Sim {
             if !c.to_client.is_empty() {
                 can.push((1, i));
             }
-            if !c.revokes.is_empty() && c.life == Live {
+            // A fenced client may still answer, late.
+            if !c.revokes.is_empty() && matches!(c.life, Live | Fenced(_)) && !c.deaf {
                 can.push((2, i));
             }
             if !c.jobs.is_empty() {
                 can.push((3, i));
             }
-            if c.life == Dying && c.to_table.is_empty() {
+            if (c.life == Dying && c.to_table.is_empty()) || matches!(c.life, Fenced(_)) {
                 can.push((4, i));
             }
+            if !drain && matches!(c.life, Fenced(_)) {
+                // It goes on logging, past its fence.
+                can.push((11, i));
+            }
             if !drain && c.life == Live {
+                can.push((19, i));
                 can.extend([
                     (10, i),
                     (10, i),
@@ -304,6 +395,10 @@ impl Sim {
                 ]);
             }
         }
+        // Time passes; at the end only while a revoke may still expire.
+        if !drain || self.table.next_deadline().is_some() {
+            can.extend([(5, 0), (5, 0)]);
+        }
         if can.is_empty() {
             return Ok(false);
         }
@@ -313,8 +408,10 @@ impl Sim {
         match kind {
             0 => {
                 let input = self.clients[i].to_table.pop_front().unwrap();
-                // A failed session's requests are answered EIO without reaching the table.
-                if !(self.clients[i].life == Failed && matches!(input, Input::Request { .. })) {
+                // A failed or fenced session's requests are answered EIO without reaching
+                // the table.
+                let refused = matches!(self.clients[i].life, Failed | Fenced(_));
+                if !(refused && matches!(input, Input::Request { .. })) {
                     self.feed(input)?;
                 }
             }
@@ -336,15 +433,32 @@ impl Sim {
                 }
             }
             4 => {
-                // The publisher settles the dead client's log, then the session ends.
+                // The publisher settles the dead (or fenced) client's log, then the session
+                // ends. What a fenced client still had on the way is dropped: it was hung up.
                 let tail = self.clients[i].tail;
                 self.publish(i, tail)?;
                 let c = &mut self.clients[i];
                 if c.life != Failed {
                     c.life = Ended;
                     c.jobs.clear();
+                    c.to_table.clear();
                     self.feed(Input::SessionEnded { session })?;
                 }
+                // The fence holds: nothing left in the log is admitted once the session is
+                // over (for a fenced client, what it logged past the fence).
+                let left: Vec<(Lsn, Lsn, Ino)> = self.clients[i].log.iter().copied().collect();
+                for (lsn, end, ino) in left {
+                    if self.table.admit(session, [(lsn, end, &[ino][..])]).0 != 0 {
+                        return Err(format!("session {session} ended, yet its entry at {lsn} on {ino} is admitted"));
+                    }
+                }
+            }
+            5 => {
+                // Time passes.
+                let step = self.rng.random_range(1..=self.timeout.max(10));
+                self.now += step;
+                let now_ms = self.now;
+                self.feed(Input::Tick { now_ms })?;
             }
             10 => {
                 let ino = self.pick_ino();
@@ -359,7 +473,8 @@ impl Sim {
                 c.to_table.push_back(Input::Request { session, req_id, ino, mode });
             }
             11 => {
-                // Log a change of an inode held for writing; rarely, a forged one.
+                // Log a change of an inode held (as it believes) for writing; rarely, a
+                // forged one.
                 let c = &mut self.clients[i];
                 let writes: Vec<Ino> =
                     c.holds.iter().filter(|(_, h)| h.0 == LeaseMode::Write).map(|(&ino, _)| ino).collect();
@@ -456,6 +571,12 @@ impl Sim {
                     self.feed(Input::Forget { session, ino })?;
                 }
             }
+            19 => {
+                // It stops answering revokes (it still reads them).
+                if self.timeout > 0 && self.rng.random_ratio(1, 10) {
+                    self.clients[i].deaf = true;
+                }
+            }
             _ => unreachable!(),
         }
         self.check_beliefs()?;
@@ -463,24 +584,41 @@ impl Sim {
     }
 }
 
-use Life::{Dying, Ended, Failed, Live};
+use Life::{Dying, Ended, Failed, Fenced, Live};
+
+/// What a run did: steps, grants, sessions expired.
+type Stats = (usize, usize, usize);
 
 /// Runs one seed; the first violation, described.
-fn run(seed: u64) -> Result<(usize, usize), String> {
+fn run(seed: u64) -> Result<Stats, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let sessions = rng.random_range(2..=4);
     let shared = rng.random_range(1..=3);
     let max_waiting = rng.random_range(2..=6);
     let steps = rng.random_range(50..400);
+    // A fifth of the runs without expiry, and then nobody is deaf (nothing would end it).
+    let timeout = if rng.random_ratio(1, 5) { 0 } else { rng.random_range(10..=200) };
+    let clients = (0..sessions)
+        .map(|_| {
+            let mut c = Client::new();
+            c.deaf = timeout > 0 && rng.random_ratio(1, 4);
+            c
+        })
+        .collect();
     let mut sim = Sim {
         rng,
-        table: LeaseTable::new(max_waiting),
-        clients: (0..sessions).map(|_| Client::new()).collect(),
+        table: LeaseTable::new(max_waiting).with_revoke_timeout(timeout),
+        clients,
         shared,
         next_new: NEW_INODES,
         written: BTreeMap::new(),
         steps: 0,
         grants: 0,
+        now: 0,
+        timeout,
+        revoked_at: BTreeMap::new(),
+        expired: BTreeSet::new(),
+        expiries: 0,
     };
     for _ in 0..steps {
         sim.step(false)?;
@@ -512,14 +650,14 @@ fn run(seed: u64) -> Result<(usize, usize), String> {
                 sim.clients[i].to_table.clear();
                 sim.feed(Input::SessionEnded { session: sid(i) })?;
             }
-            Dying | Ended => {}
+            Dying | Fenced(_) | Ended => {}
         }
     }
     while sim.step(true)? {}
     if !sim.table.is_empty() {
         return Err(format!("state left after every session ended: {:#?}", sim.table));
     }
-    Ok((sim.steps, sim.grants))
+    Ok((sim.steps, sim.grants, sim.expiries))
 }
 
 fn env(name: &str) -> Option<u64> {
@@ -532,17 +670,19 @@ fn seeded_simulation() {
         Some(s) => vec![s],
         None => (0..env("LEASE_SIM_SEEDS").unwrap_or(3000)).collect(),
     };
-    let (mut steps, mut grants) = (0, 0);
+    let (mut steps, mut grants, mut expiries) = (0, 0, 0);
     for &seed in &seeds {
         match std::panic::catch_unwind(|| run(seed)) {
-            Ok(Ok((s, g))) => {
+            Ok(Ok((s, g, e))) => {
                 steps += s;
                 grants += g;
+                expiries += e;
             }
             Ok(Err(e)) => panic!("seed {seed} (LEASE_SIM_SEED={seed} to replay): {e}"),
             Err(_) => panic!("seed {seed} panicked (LEASE_SIM_SEED={seed} to replay)"),
         }
     }
-    println!("{} seeds, {steps} steps, {grants} grants", seeds.len());
+    println!("{} seeds, {steps} steps, {grants} grants, {expiries} sessions expired", seeds.len());
     assert!(grants > seeds.len(), "the simulation grants leases");
+    assert!(seeds.len() < 100 || expiries > seeds.len() / 10, "the simulation expires sessions");
 }

@@ -55,6 +55,21 @@ impl T {
     fn ended(&mut self, session: SessionId) -> Vec<Output> {
         self.step(Input::SessionEnded { session })
     }
+
+    /// A table whose revokes expire after [`TIMEOUT`] ms.
+    fn timed() -> T {
+        T(LeaseTable::default().with_revoke_timeout(TIMEOUT))
+    }
+
+    fn tick(&mut self, now_ms: u64) -> Vec<Output> {
+        self.step(Input::Tick { now_ms })
+    }
+}
+
+const TIMEOUT: u64 = 100;
+
+fn expire(session: SessionId, ino: Ino, lease: LeaseId) -> Output {
+    Output::Expire { session, reason: Expiry { ino, lease, timeout_ms: TIMEOUT } }
 }
 
 fn grant(session: SessionId, req_id: u64, ino: Ino, mode: LeaseMode, lease: LeaseId) -> Output {
@@ -404,4 +419,139 @@ fn a_freed_inode_is_forgotten_and_the_next_in_line_is_served() {
     // Another session's number is not forgotten.
     t.step(Input::Forget { session: B, ino: 100 });
     assert!(t.0.busy(100));
+}
+
+#[test]
+fn a_holder_that_does_not_answer_in_time_expires_once() {
+    let mut t = T::timed();
+    t.tick(1000);
+    let w = t.granted(A, 1, X, Write);
+    let r = t.granted(A, 2, X + 1, Read);
+    assert_eq!(t.req(B, 1, X, Write), vec![revoke(A, X, w, false)]);
+    assert_eq!(t.0.next_deadline(), Some(1000 + TIMEOUT));
+    assert_eq!(t.tick(1000 + TIMEOUT), vec![], "the whole timeout, not past it yet");
+    assert_eq!(t.tick(1020), vec![], "the clock does not go back");
+    // A second revoke to A, due later.
+    t.tick(1050);
+    assert_eq!(t.req(C, 1, X + 1, Write), vec![revoke(A, X + 1, r, false)]);
+    assert_eq!(t.tick(1000 + TIMEOUT + 1), vec![expire(A, X, w)]);
+    let reason = Expiry { ino: X, lease: w, timeout_ms: TIMEOUT };
+    assert_eq!(reason.to_string(), format!("did not answer the revoke of inode {X} within {TIMEOUT} ms"));
+    assert!(t.0.expired(A) && !t.0.expired(B));
+    assert_eq!(t.0.next_deadline(), None, "A's other revoke is disarmed");
+    assert_eq!(t.tick(1_000_000), vec![], "once per session");
+    let c = t.0.counts();
+    assert_eq!((c.expired, c.revokes_in_flight, c.waiting), (1, 2, 2));
+    // A keeps what it holds until its session ends: nicfs first publishes its log up to
+    // where it stood. Then both waiting requests are served.
+    assert_eq!(t.0.holders(X), (Some((A, w)), vec![]));
+    let out = t.ended(A);
+    assert!(
+        matches!(
+            out[..],
+            [
+                Output::Grant { session: B, req_id: 1, ino: X, mode: Write, .. },
+                Output::Grant { session: C, req_id: 1, mode: Write, .. }
+            ]
+        ),
+        "{out:?}"
+    );
+    assert!(!t.0.expired(A));
+}
+
+#[test]
+fn a_revoke_answered_in_time_expires_nobody() {
+    let mut t = T::timed();
+    t.tick(0);
+    let w = t.granted(A, 1, X, Write);
+    assert_eq!(t.req(B, 1, X, Read), vec![revoke(A, X, w, true)]);
+    assert_eq!(t.tick(TIMEOUT), vec![]);
+    assert_eq!(t.done(A, X, w, 40), vec![Output::Publish { session: A, lsn: 40 }]);
+    assert_eq!(t.0.next_deadline(), None, "answered: no deadline left");
+    // The publication takes longer than the timeout: that is not the holder's to answer.
+    assert_eq!(t.tick(10 * TIMEOUT), vec![]);
+    let out = t.published(A, 40);
+    let [Output::Grant { session: B, lease: b, .. }] = out[..] else { panic!("{out:?}") };
+    // A revoke sent after a long quiet time gets the whole timeout from when it is sent.
+    t.tick(50_000);
+    let out = t.req(C, 1, X, Write);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(t.0.next_deadline(), Some(50_000 + TIMEOUT));
+    t.tick(50_000 + TIMEOUT);
+    assert_eq!(t.done(A, X, w, 40), vec![]);
+    let out = t.done(B, X, b, 0);
+    assert!(matches!(out[..], [Output::Grant { session: C, mode: Write, .. }]), "{out:?}");
+    assert_eq!(t.tick(u64::MAX), vec![]);
+    assert_eq!(t.0.counts().expired, 0);
+}
+
+#[test]
+fn a_revoke_answered_after_expiry_is_stale_and_the_waiters_go_on_without_the_expired_session() {
+    let mut t = T::timed();
+    const Y: Ino = 20;
+    const D: SessionId = 4;
+    t.tick(0);
+    let w = t.granted(A, 1, X, Write);
+    assert_eq!(t.req(C, 1, X, Write), vec![revoke(A, X, w, false)]);
+    // A also waits for Y, which B holds and is asked for later; D waits behind A.
+    t.tick(50);
+    let b = t.granted(B, 1, Y, Write);
+    assert_eq!(t.req(A, 2, Y, Read), vec![revoke(B, Y, b, true)]);
+    assert_eq!(t.req(D, 1, Y, Write), vec![]);
+    // A expires: its request for Y goes, D is at the head, still behind B's answer.
+    assert_eq!(t.tick(TIMEOUT + 1), vec![expire(A, X, w)]);
+    assert_eq!(t.0.counts().waiting, 2, "C's and D's");
+    // B answers in time: D is next (A's read is not granted).
+    let out = t.done(B, Y, b, 0);
+    let [Output::Revoke { session: B, ino: Y, keep_read: false, .. }] = out[..] else { panic!("{out:?}") };
+    let out = t.done(B, Y, b, 0);
+    assert!(matches!(out[..], [Output::Grant { session: D, ino: Y, mode: Write, .. }]), "{out:?}");
+    // A answers late, releases, asks again: all ignored; it still holds X.
+    let stale = t.0.counts().stale;
+    assert_eq!(t.done(A, X, w, 500), vec![]);
+    assert_eq!(t.release(A, X, w, 500), vec![]);
+    assert_eq!(t.0.counts().stale, stale + 2);
+    assert_eq!(t.req(A, 3, X + 7, Read), vec![], "an expired session is granted nothing");
+    assert_eq!(t.0.holders(X), (Some((A, w)), vec![]));
+    assert_eq!(t.0.holders(X + 7), (None, vec![]));
+    // Its publication up to the fence is not what C waits for (the late answer asked for
+    // none); the end of its session is.
+    assert_eq!(t.published(A, 500), vec![]);
+    let out = t.ended(A);
+    assert!(matches!(out[..], [Output::Grant { session: C, ino: X, mode: Write, .. }]), "{out:?}");
+    // Nothing of A is left; it could expire again only as a new session.
+    assert!(!t.0.expired(A));
+    t.ended(C);
+    t.ended(D);
+    t.ended(B);
+    assert!(t.0.is_empty(), "{:?}", t.0);
+}
+
+#[test]
+fn an_expired_session_s_entries_are_admitted_until_it_ends_and_none_after() {
+    let mut t = T::timed();
+    t.tick(0);
+    let w = t.granted(A, 1, X, Write);
+    t.req(B, 1, X, Write);
+    t.tick(TIMEOUT + 1);
+    assert!(t.0.expired(A));
+    // What it logged while it held the lease is published before the inode moves on...
+    assert!(admits(&mut t, A, 0, &[X]));
+    // ...and once its session ends, nothing of its log is.
+    let out = t.ended(A);
+    assert!(matches!(out[..], [Output::Grant { session: B, .. }]), "{out:?}");
+    assert!(!admits(&mut t, A, 10, &[X]));
+    let _ = w;
+}
+
+#[test]
+fn revokes_never_expire_without_a_timeout() {
+    let mut t = T::new();
+    t.tick(0);
+    let w = t.granted(A, 1, X, Write);
+    assert_eq!(t.req(B, 1, X, Write), vec![revoke(A, X, w, false)]);
+    assert_eq!(t.0.next_deadline(), None);
+    assert_eq!(t.tick(u64::MAX), vec![]);
+    assert!(!t.0.expired(A));
+    assert_eq!(t.0.revoke_timeout_ms(), 0);
 }
