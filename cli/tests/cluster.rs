@@ -729,3 +729,50 @@ fn a_file_unlinked_on_one_mount_stays_readable_where_it_is_open() {
     ok(&dir, &["umount", m2.to_str().unwrap()]);
     ok(&dir, &["down"]);
 }
+
+/// A mount whose session ends (here: its nicfs crashed and a new one runs) holds no lease
+/// any more, so it must not serve what it cached: a file kept open there, read through the
+/// kernel's page cache before, is changed through another mount of the restarted nicfs;
+/// reading it again through the old descriptor gives an error or the new bytes, never the
+/// old ones.
+#[test]
+fn a_mount_whose_session_ended_serves_nothing_stale() {
+    need_daemons();
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    fs::create_dir(&m1).unwrap();
+    fs::create_dir(&m2).unwrap();
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    ok(&dir, &["mount", m1.to_str().unwrap()]);
+    let old = vec![b'o'; 64 << 10];
+    fs::write(m1.join("f"), &old).unwrap();
+    let f = fs::File::open(m1.join("f")).unwrap();
+    let mut buf = vec![0u8; old.len()];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, old);
+    ok(&dir, &["kill-nic", "0"]);
+    ok(&dir, &["restart-nic", "0"]);
+    ok(&dir, &["mount", m2.to_str().unwrap()]);
+    let new = vec![b'n'; 64 << 10];
+    fs::write(m2.join("f"), &new).unwrap();
+    assert_eq!(fs::read(m2.join("f")).unwrap(), new);
+    // The old mount's caches are dropped from a thread of their own: give it a moment.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut buf = vec![0u8; old.len()];
+    match f.read_exact_at(&mut buf, 0) {
+        Ok(()) => assert!(buf == new, "the old mount served stale bytes ({:?}...)", &buf[..8]),
+        Err(e) => eprintln!("the old mount refuses the read: {e}"),
+    }
+    match fs::metadata(m1.join("f")) {
+        Ok(m) => assert_eq!(m.len(), new.len() as u64),
+        Err(e) => eprintln!("the old mount refuses the stat: {e}"),
+    }
+    drop(f);
+    ok(&dir, &["down"]);
+}

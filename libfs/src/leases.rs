@@ -79,6 +79,9 @@ pub(crate) struct Leases {
     /// one of them arriving afterwards is not recorded. nicfs sends each client a lease's
     /// grant before its revoke, so this only guards against a peer that does not.
     answered_unheld: Mutex<std::collections::VecDeque<(u64, u64)>>,
+    /// Set (under the table's lock) once the session has ended: nothing is held any more,
+    /// and a grant that still arrives is not recorded ([`Leases::drop_all`]).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// How many [`Leases::answered_unheld`] remembers.
@@ -98,6 +101,10 @@ impl Leases {
     /// upgrade from read to write keeps what the view has (nobody could write meanwhile).
     pub(crate) fn granted(&self, g: Grant) {
         let mut t = self.table.lock();
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::debug!(ino = g.ino, lease = g.lease, "grant after the session ended: not recorded");
+            return;
+        }
         {
             let mut answered = self.answered_unheld.lock();
             if let Some(i) = answered.iter().position(|&a| a == (g.ino, g.lease)) {
@@ -282,6 +289,20 @@ impl Leases {
         (covered, gone)
     }
 
+    /// The session has ended (failed, fenced, or nicfs gone): nicfs passes this client's
+    /// leases on, so none is held from now on and none is recorded again. Returns the inodes
+    /// that were held (not the pooled free numbers): whatever caches them outside libfs must
+    /// drop it.
+    pub(crate) fn drop_all(&self) -> Vec<u64> {
+        let mut t = self.table.lock();
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        let held = t.iter().filter(|(_, h)| !h.pooled).map(|(&ino, _)| ino).collect();
+        t.clear();
+        drop(t);
+        self.cond.notify_all();
+        held
+    }
+
     /// Leases held on inodes (for status; pooled free numbers left out): (readers, writers).
     pub(crate) fn counts(&self) -> (u64, u64) {
         let t = self.table.lock();
@@ -384,5 +405,21 @@ mod tests {
         // The next grant of the inode is recorded as usual.
         l.granted(Grant { ino: 7, write: true, lease: 41 });
         assert!(l.missing(&[Need::write(7)]).is_empty());
+    }
+
+    #[test]
+    fn nothing_is_held_after_the_session_ends() {
+        let l = Leases::default();
+        l.granted(Grant { ino: 3, write: true, lease: 1 });
+        l.granted(Grant { ino: 4, write: false, lease: 2 });
+        l.pool(9);
+        let mut held = l.drop_all();
+        held.sort_unstable();
+        assert_eq!(held, [3, 4], "pooled free numbers are not caches to drop");
+        assert_eq!(l.missing(&[Need::read(3), Need::read(4)]).len(), 2);
+        assert!(!l.try_pin(&[Need::read(3)]));
+        // A grant still in flight when the session ended is not recorded.
+        l.granted(Grant { ino: 5, write: true, lease: 3 });
+        assert_eq!(l.missing(&[Need::write(5)]).len(), 1);
     }
 }

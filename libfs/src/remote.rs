@@ -267,7 +267,30 @@ impl Remote {
         }
         drop(p);
         self.failed.store(true, Ordering::Release);
+        self.drop_leases();
         wakeup.kick();
+    }
+
+    /// The session has ended: nicfs passes this client's leases on (after publishing what it
+    /// committed), so none is held any more — calls that need one fail from now on — and
+    /// the front end's caches of the inodes held go too, as when a lease is revoked: from a
+    /// thread of their own, since the front end may wait on the kernel.
+    fn drop_leases(&self) {
+        let held = self.leases.drop_all();
+        if held.is_empty() || self.detaching.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(o) = self.observer.lock().clone() else { return };
+        tracing::info!(inodes = held.len(), "the session ended: its leases and the caches of their inodes are dropped");
+        let spawned = std::thread::Builder::new().name("drop-leases".into()).spawn(move || {
+            for ino in held {
+                (o.before)(ino);
+                (o.after)(ino);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the thread that drops the kernel's caches");
+        }
     }
 
     /// Sends a request and waits for its reply (an Error reply is returned as such).
@@ -357,9 +380,8 @@ impl Remote {
             }
         };
         // Dropping the senders fails every waiting call at once; the revoke thread ends.
-        // The leases stay: with nicfs gone nothing else can change the node, so what this
-        // client holds stays true and reads of it go on; a lease not held can no longer be
-        // had.
+        // The leases go with the session ([`Remote::drop_leases`]): a restarted nicfs, or
+        // the one that hung up, passes them on to other clients.
         self.waiters.lock().clear();
         *self.revokes.lock() = None;
         self.fail(why, &wakeup);
