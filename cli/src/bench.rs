@@ -8,12 +8,16 @@
 //! 2. the FUSE passthrough of it (FUSE's own cost),
 //! 3. Debian's bindfs of the same directory with its best options for throughput
 //!    ([`bindfs`]), when installed (else the bench says it skipped it),
-//! 4. linefs in host-only mode on one node (libfs publishes its own log; no replication yet).
+//! 4. linefs in host-only mode on one node (libfs publishes its own log; no replication yet),
+//! 5. for the benches that ask for it ([`Testbed::new`]'s `offload`; `datapath` does), linefs
+//!    with nicfs offload on a one-node cluster of its own (nicfs and kworker running, the
+//!    mount a nicfs client under leases): the default mode of `linefs up`.
 //!
-//! Rows for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
-//! does) and "linefs + nicfs offload" are printed as pending until those modes exist; add
-//! them in [`Target`] and [`run`]. `linefs bench offload` ([`offload`]) compares libfs
-//! clients (no FUSE) with and without nicfs on clusters of its own.
+//! A row for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
+//! does) is printed as pending until that mode exists, and "linefs + nicfs offload" for the
+//! benches without it; add them in [`Target`] and [`run`]. `linefs bench offload`
+//! ([`offload`]) compares libfs clients (no FUSE) with and without nicfs on clusters of their
+//! own.
 //!
 //! Everything is torn down afterwards, on error too ([`TempCluster`]).
 
@@ -102,6 +106,8 @@ pub struct BenchArgs {
     pub clients: Vec<usize>,
     /// offload: each log file's size (default: 32 MiB, as `linefs up`'s 1 GiB node).
     pub log_size: Option<u64>,
+    /// Mount options of the linefs mounts (`-o`).
+    pub options: Vec<String>,
 }
 
 /// The systems measured, in report order.
@@ -111,6 +117,7 @@ pub(crate) enum Target {
     Passthrough,
     Bindfs,
     Linefs,
+    LinefsOffload,
 }
 
 impl Target {
@@ -120,6 +127,7 @@ impl Target {
             Target::Passthrough => "fuse-passthrough",
             Target::Bindfs => "bindfs",
             Target::Linefs => "linefs",
+            Target::LinefsOffload => "linefs-offload",
         }
     }
     pub(crate) fn label(self) -> &'static str {
@@ -128,6 +136,7 @@ impl Target {
             Target::Passthrough => "FUSE passthrough of it",
             Target::Bindfs => "bindfs of it (Debian)",
             Target::Linefs => "linefs host-only, 1 node",
+            Target::LinefsOffload => "linefs + nicfs offload, 1 node",
         }
     }
 }
@@ -236,15 +245,25 @@ pub(crate) struct Testbed {
     pub libfs_status: Value,
     /// Targets left out, and why (bindfs not installed).
     pub skipped: Vec<(Target, String)>,
-    /// Declared before the cluster: unmounted first.
+    /// Declared before the clusters: unmounted first.
     _bindfs: Option<bindfs::Bindfs>,
+    /// The offload target's cluster (nicfs, kworker, the mount), when asked for.
+    _offload: Option<TempCluster>,
     _teardown: TempCluster,
 }
 
 impl Testbed {
     /// Sets up in DIR/bench-<pid>, the PM file and the local directory in `pm_dir`
-    /// (default DIR/pm); `pm_size` bytes of PM.
-    pub(crate) fn new(dir: &ClusterDir, pm_dir: Option<&Path>, pm_size: u64) -> CliResult<Testbed> {
+    /// (default DIR/pm); `pm_size` bytes of PM. With `offload`, also a one-node offload
+    /// cluster in DIR/bench-<pid>-off (its node `bench-<pid>-off` in `pm_dir`, as large) and
+    /// its mount, the last target.
+    pub(crate) fn new(
+        dir: &ClusterDir,
+        pm_dir: Option<&Path>,
+        pm_size: u64,
+        offload: bool,
+        options: &[String],
+    ) -> CliResult<Testbed> {
         let pid = std::process::id();
         let pm_dir = match pm_dir {
             Some(p) => p.to_path_buf(),
@@ -276,7 +295,7 @@ impl Testbed {
                 source: source.to_path_buf(),
                 nicfs: None,
                 mountpoint: mountpoint.to_path_buf(),
-                options: Vec::new(),
+                options: if backend == Backend::Linefs { options.to_vec() } else { Vec::new() },
                 consistency: "linefs".to_string(),
             };
             let l = mounts::mount_locked(&bench, &mut reg, req(Backend::Linefs, &pm_file, &mnt_linefs))?;
@@ -301,13 +320,55 @@ impl Testbed {
             None
         };
         targets.push((Target::Linefs, mnt_linefs));
-        Ok(Testbed { targets, pm_file, libfs_status, skipped, _bindfs: bindfs, _teardown: teardown })
+        let offload = if offload {
+            let options: Vec<String> = options.iter().filter(|o| !o.ends_with("writeback_cache")).cloned().collect();
+            let (mnt, cluster) = offload_target(dir, &pm_dir, pm_size, options)?;
+            targets.push((Target::LinefsOffload, mnt));
+            Some(cluster)
+        } else {
+            None
+        };
+        Ok(Testbed { targets, pm_file, libfs_status, skipped, _bindfs: bindfs, _offload: offload, _teardown: teardown })
     }
 
     /// A field of the libfs status ("backing", "persist_method").
     pub(crate) fn field(&self, k: &str) -> String {
         self.libfs_status[k].as_str().unwrap_or("unknown").to_string()
     }
+}
+
+/// The offload target: a one-node cluster with nicfs and kworker in DIR/bench-<pid>-off, its
+/// node in `pm_dir`, mounted at DIR/bench-<pid>-off/mnt. Returns the mount point and the
+/// cluster, which tears it all down when dropped.
+fn offload_target(
+    dir: &ClusterDir,
+    pm_dir: &Path,
+    pm_size: u64,
+    options: Vec<String>,
+) -> CliResult<(PathBuf, TempCluster)> {
+    let pid = std::process::id();
+    let node = pm_dir.join(format!("bench-{pid}-off"));
+    if node.exists() {
+        return Err(fail(format!("{}: exists; remove it first", node.display())));
+    }
+    let cd = ClusterDir::new(&dir.root.join(format!("bench-{pid}-off")))?;
+    let teardown = TempCluster::new(cd.clone(), vec![node.clone()], "bench");
+    cluster::create_offload(&cd, pm_dir, std::slice::from_ref(&node), pm_size)?;
+    let mnt = cd.root.join("mnt");
+    std::fs::create_dir_all(&mnt).ctx(|| format!("{}: create", mnt.display()))?;
+    let _lock = cd.lock()?;
+    let mut reg = cd.registry()?;
+    let req = MountRequest {
+        node: 0,
+        backend: Backend::Linefs,
+        source: node,
+        nicfs: Some(crate::daemons::socket(&cd, 0)),
+        mountpoint: mnt.clone(),
+        options,
+        consistency: "linefs".to_string(),
+    };
+    mounts::mount_locked(&cd, &mut reg, req)?;
+    Ok((mnt, teardown))
 }
 
 /// What every report starts with: when, how, and what PM the linefs target had.
@@ -359,6 +420,16 @@ pub(crate) fn pending_json() -> Value {
     PENDING.iter().map(|(k, why)| json!({"target": k, "status": why})).collect::<Vec<_>>().into()
 }
 
+/// [`pending_json`] for a bench that measures offload itself.
+pub(crate) fn pending_json_with_offload() -> Value {
+    PENDING
+        .iter()
+        .filter(|(k, _)| !k.contains("offload"))
+        .map(|(k, why)| json!({"target": k, "status": why}))
+        .collect::<Vec<_>>()
+        .into()
+}
+
 /// Runs a benchmark; returns the report (table or JSON).
 pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     match args.name {
@@ -378,7 +449,7 @@ pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
         };
         need.saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
     });
-    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size)?;
+    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, false, &args.options)?;
     let header = Header::new(&bed);
 
     let mut results = Vec::new();

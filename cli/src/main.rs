@@ -175,6 +175,11 @@ enum Verb {
         /// offload: size of every node's log files (default 32M, as a 1G node's).
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         log_size: Option<u64>,
+        /// seqwrite, fsync, datapath, leveldb, filebench: mount options for the linefs
+        /// mounts (`-o threads=2`, `-o no_writeback_cache`, ...); the offload mount of
+        /// datapath leaves out writeback_cache, which it refuses.
+        #[arg(short = 'o', value_name = "OPT,...")]
+        options: Vec<String>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -278,6 +283,7 @@ fn run(verb: Verb) -> CliResult<String> {
             bytes,
             clients,
             log_size,
+            options,
             dir,
         } => {
             interrupt::install();
@@ -303,6 +309,12 @@ fn run(verb: Verb) -> CliResult<String> {
                 bytes,
                 clients,
                 log_size,
+                options: options
+                    .iter()
+                    .flat_map(|o| o.split(','))
+                    .filter(|o| !o.is_empty())
+                    .map(String::from)
+                    .collect(),
             };
             bench::run(&d, &args)
         }

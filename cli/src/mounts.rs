@@ -121,6 +121,12 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
     // Validate options here for a clear message (the daemon would also refuse them).
     let mut cfg = MountConfig::default();
     cfg.apply_options(&req.options).map_err(|e| fail(format!("-o: {e}")))?;
+    if cfg.writeback_cache == Some(true) && req.nicfs.is_some() {
+        return Err(fail(
+            "-o writeback_cache: only for host-only clusters (linefs up --offload off); with offload, \
+             another mount of the node could not see the data this mount's kernel still holds",
+        ));
+    }
     let mountpoint = check_mountpoint(&req.mountpoint)?;
     prune_unmounted(dir, reg)?;
     if req.backend == Backend::Linefs {

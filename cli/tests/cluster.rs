@@ -431,6 +431,205 @@ fn two_mounts_of_one_node_share_files() {
     ok(&dir, &["down"]);
 }
 
+/// Resident bytes of `path` in the page cache of its mount (util-linux `fincore`), or `None`
+/// without fincore.
+fn resident(path: &Path) -> Option<u64> {
+    let out = Command::new("fincore").args(["--bytes", "--noheadings", "--output", "RES"]).arg(path).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+/// The kernel caches of two mounts of one node (offload) with caching on: pages kept across
+/// opens, attributes and names cached for long. Each mount first has what it reads in its
+/// kernel's caches (a file's pages, checked with fincore where installed; a stat; names);
+/// then the other mount changes it — overwrites of the same size (the page cache alone would
+/// hide those), chmod, truncate, rename, unlink, create — and the first must see the change
+/// at once, through a new open and through a descriptor it kept open, in both directions and
+/// over many rounds.
+#[test]
+fn two_mounts_see_changes_behind_their_kernel_caches() {
+    need_daemons();
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    fs::create_dir(&m1).unwrap();
+    fs::create_dir(&m2).unwrap();
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    // The writeback cache would keep data from the other mount: refused with offload.
+    let why = err(&dir, &["mount", "-o", "writeback_cache", m1.to_str().unwrap()]);
+    assert!(why.contains("writeback_cache") && why.contains("--offload off"), "{why}");
+    ok(&dir, &["mount", m1.to_str().unwrap()]);
+    ok(&dir, &["mount", m2.to_str().unwrap()]);
+
+    const LEN: usize = 64 << 10;
+    let body = |round: usize, who: u8| -> Vec<u8> { (0..LEN).map(|i| (i + round) as u8 ^ who).collect() };
+    fs::write(m1.join("f"), body(0, 1)).unwrap();
+    fs::create_dir(m1.join("d")).unwrap();
+    for round in 1..=30usize {
+        // The reader gets everything into its kernel's caches, keeps the file open.
+        let (w, r) = if round % 2 == 0 { (&m1, &m2) } else { (&m2, &m1) };
+        let before = fs::read(r.join("f")).unwrap();
+        assert_eq!(fs::read(r.join("f")).unwrap(), before, "round {round}");
+        if round == 1 {
+            if let Some(res) = resident(&r.join("f")) {
+                assert_eq!(res, LEN as u64, "the reader's pages are not cached: no kernel cache to test");
+            }
+        }
+        let kept = fs::File::open(r.join("f")).unwrap();
+        let mut buf = vec![0u8; LEN];
+        kept.read_exact_at(&mut buf, 0).unwrap();
+        let meta = fs::metadata(r.join("f")).unwrap();
+        assert!(r.join("d").join(format!("n{}", round - 1)).exists() || round == 1);
+        assert!(!r.join("d").join(format!("n{round}")).exists());
+
+        // The writer overwrites in place (same size), chmods, renames, creates.
+        let new = body(round, if w == &m1 { 1 } else { 2 });
+        fs::OpenOptions::new().write(true).open(w.join("f")).unwrap().write_all_at(&new, 0).unwrap();
+        let mode = 0o600 | ((round as u32 % 2) * 0o040);
+        fs::set_permissions(w.join("f"), fs::Permissions::from_mode(mode)).unwrap();
+        if round > 1 {
+            fs::rename(w.join("d").join(format!("n{}", round - 1)), w.join("d").join(format!("n{round}"))).unwrap();
+        } else {
+            fs::write(w.join("d").join("n1"), b"x").unwrap();
+        }
+
+        // The reader sees all of it at once: a new open, the descriptor it kept, stat, names.
+        assert_eq!(fs::read(r.join("f")).unwrap(), new, "round {round}: a new open read stale data");
+        kept.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf == new, "round {round}: a descriptor kept open read stale data");
+        let m = fs::metadata(r.join("f")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, mode, "round {round}: stale mode");
+        assert!(m.modified().unwrap() >= meta.modified().unwrap());
+        assert!(r.join("d").join(format!("n{round}")).exists(), "round {round}: the new name is missing");
+        if round > 1 {
+            assert!(
+                !r.join("d").join(format!("n{}", round - 1)).exists(),
+                "round {round}: the old name is still there"
+            );
+        }
+    }
+
+    // An overwrite that puts the modification time back (as `cp -p` or tar do): size and
+    // mtime are as the reader's kernel cached them, the content is not; a new open sees it.
+    let cached = fs::read(m1.join("f")).unwrap();
+    let mtime = fs::metadata(m1.join("f")).unwrap().modified().unwrap();
+    let restored: Vec<u8> = cached.iter().map(|b| !b).collect();
+    let f = fs::OpenOptions::new().write(true).open(m2.join("f")).unwrap();
+    f.write_all_at(&restored, 0).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(m1.join("f")).unwrap().modified().unwrap(), mtime);
+    assert!(fs::read(m1.join("f")).unwrap() == restored, "an overwrite with its mtime put back stayed hidden");
+
+    // Sizes and removals: the writer truncates and unlinks what the reader has cached.
+    assert_eq!(fs::metadata(m1.join("f")).unwrap().len(), LEN as u64);
+    let kept = fs::File::open(m1.join("f")).unwrap();
+    fs::OpenOptions::new().write(true).open(m2.join("f")).unwrap().set_len(100).unwrap();
+    assert_eq!(fs::metadata(m1.join("f")).unwrap().len(), 100);
+    assert_eq!(kept.metadata().unwrap().len(), 100);
+    assert_eq!(fs::read(m1.join("f")).unwrap().len(), 100);
+    assert!(m1.join("d").join("n30").exists());
+    fs::remove_file(m2.join("d").join("n30")).unwrap();
+    assert!(!m1.join("d").join("n30").exists());
+    assert_eq!(fs::read_dir(m1.join("d")).unwrap().count(), 0);
+    drop(kept);
+    ok(&dir, &["umount", m1.to_str().unwrap()]);
+    ok(&dir, &["umount", m2.to_str().unwrap()]);
+    ok(&dir, &["down"]);
+}
+
+/// Two mounts of one node hammering the same few files and one directory from several
+/// threads each (reads that fill the page cache, in-place writes, appends, truncates, stats,
+/// renames, creates and unlinks): leases move back and forth all the time, and each move
+/// expires the loser's kernel caches while the kernel may hold that file's page locks or
+/// that directory's lock for a request waiting on the lease. Nothing may hang: every thread
+/// must finish its rounds within the deadline.
+#[test]
+fn two_mounts_under_concurrent_load_do_not_deadlock() {
+    need_daemons();
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    fs::create_dir(&m1).unwrap();
+    fs::create_dir(&m2).unwrap();
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "128M"]);
+    ok(&dir, &["mount", m1.to_str().unwrap()]);
+    ok(&dir, &["mount", m2.to_str().unwrap()]);
+    fs::create_dir(m1.join("d")).unwrap();
+    for i in 0..3 {
+        fs::write(m1.join("d").join(format!("f{i}")), vec![7u8; 256 << 10]).unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for t in 0..6u64 {
+        let m = if t % 2 == 0 { m1.clone() } else { m2.clone() };
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let d = m.join("d");
+            for _ in 0..400 {
+                let f = d.join(format!("f{}", next(3)));
+                // Errors are expected (a name renamed or unlinked by the other side); hangs are not.
+                let _ = match next(8) {
+                    0 | 1 => fs::read(&f).map(|_| ()),
+                    2 => fs::OpenOptions::new()
+                        .write(true)
+                        .open(&f)
+                        .and_then(|h| h.write_all_at(&[next(256) as u8; 8192], next(32) * 8192)),
+                    3 => fs::OpenOptions::new().append(true).open(&f).and_then(|mut h| h.write_all(&[1u8; 4096])),
+                    4 => fs::OpenOptions::new().write(true).open(&f).and_then(|h| h.set_len(next(256 << 10))),
+                    5 => fs::metadata(&f).map(|_| ()),
+                    6 => fs::rename(&f, d.join(format!("f{}", next(3)))),
+                    _ => fs::read_dir(&d).map(|r| r.count()).map(|_| ()).and_then(|_| {
+                        let g = d.join(format!("f{}", next(3)));
+                        if next(2) == 0 {
+                            fs::remove_file(&g)
+                        } else {
+                            fs::write(&g, [3u8; 1000])
+                        }
+                    }),
+                };
+            }
+            let _ = tx.send(t);
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    for _ in 0..6 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        rx.recv_timeout(left).expect("a thread hung: two mounts under load deadlocked");
+    }
+    // Both mounts still serve, and agree.
+    let names = |m: &Path| {
+        let mut v: Vec<String> =
+            fs::read_dir(m.join("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&m1), names(&m2));
+    for n in names(&m1) {
+        let (a, b) = (fs::read(m1.join("d").join(&n)), fs::read(m2.join("d").join(&n)));
+        assert_eq!(a.unwrap(), b.unwrap(), "{n} differs, or is missing on one mount");
+    }
+    ok(&dir, &["umount", m1.to_str().unwrap()]);
+    ok(&dir, &["umount", m2.to_str().unwrap()]);
+    ok(&dir, &["down"]);
+}
+
 /// Host failure under load (issue 12 item 9): a process using the libfs API directly (a
 /// client that is not a mount, so `kill-host` leaves it running) writes and fsyncs while the
 /// host side is killed; nicfs goes isolated within a second and goes on publishing by itself
@@ -528,5 +727,52 @@ fn a_file_unlinked_on_one_mount_stays_readable_where_it_is_open() {
     assert_eq!(fs::read(m1.join("after")).unwrap(), b"fine");
     ok(&dir, &["umount", m1.to_str().unwrap()]);
     ok(&dir, &["umount", m2.to_str().unwrap()]);
+    ok(&dir, &["down"]);
+}
+
+/// A mount whose session ends (here: its nicfs crashed and a new one runs) holds no lease
+/// any more, so it must not serve what it cached: a file kept open there, read through the
+/// kernel's page cache before, is changed through another mount of the restarted nicfs;
+/// reading it again through the old descriptor gives an error or the new bytes, never the
+/// old ones.
+#[test]
+fn a_mount_whose_session_ended_serves_nothing_stale() {
+    need_daemons();
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    fs::create_dir(&m1).unwrap();
+    fs::create_dir(&m2).unwrap();
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M"]);
+    ok(&dir, &["mount", m1.to_str().unwrap()]);
+    let old = vec![b'o'; 64 << 10];
+    fs::write(m1.join("f"), &old).unwrap();
+    let f = fs::File::open(m1.join("f")).unwrap();
+    let mut buf = vec![0u8; old.len()];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, old);
+    ok(&dir, &["kill-nic", "0"]);
+    ok(&dir, &["restart-nic", "0"]);
+    ok(&dir, &["mount", m2.to_str().unwrap()]);
+    let new = vec![b'n'; 64 << 10];
+    fs::write(m2.join("f"), &new).unwrap();
+    assert_eq!(fs::read(m2.join("f")).unwrap(), new);
+    // The old mount's caches are dropped from a thread of their own: give it a moment.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut buf = vec![0u8; old.len()];
+    match f.read_exact_at(&mut buf, 0) {
+        Ok(()) => assert!(buf == new, "the old mount served stale bytes ({:?}...)", &buf[..8]),
+        Err(e) => eprintln!("the old mount refuses the read: {e}"),
+    }
+    match fs::metadata(m1.join("f")) {
+        Ok(m) => assert_eq!(m.len(), new.len() as u64),
+        Err(e) => eprintln!("the old mount refuses the stat: {e}"),
+    }
+    drop(f);
     ok(&dir, &["down"]);
 }

@@ -1,6 +1,6 @@
 //! Runs the built `linefs` binary's `bench datapath --size 8M --ops 2000 --runs 1 --json` and
 //! checks that every workload has positive figures on the local directory, the fuser
-//! passthrough and linefs, and on bindfs too unless the report says it is not installed
+//! passthrough and linefs (host-only and with nicfs offload), and on bindfs too unless the report says it is not installed
 //! (bindfs is optional: a machine without it passes). The run is killed (and the test fails)
 //! if it takes longer than [`RUN_LIMIT`]; afterwards nothing of it may stay mounted.
 //!
@@ -19,7 +19,7 @@ use bench::positive;
 
 const RUN_LIMIT: Duration = Duration::from_secs(150);
 const WORKLOADS: [&str; 6] = ["seqwrite", "seqread", "randread", "randwrite", "hotread", "fsync"];
-const REQUIRED: [&str; 3] = ["local", "fuse-passthrough", "linefs"];
+const REQUIRED: [&str; 4] = ["local", "fuse-passthrough", "linefs", "linefs-offload"];
 
 #[test]
 fn datapath_reports_every_workload_and_target() {
@@ -63,12 +63,15 @@ fn datapath_reports_every_workload_and_target() {
             }
         }
         positive(wl, "linefs_speed_vs_faster_passthrough", w);
+        positive(wl, "linefs_offload_speed_vs_faster_passthrough", w);
         // The goals: reads 1.2x, sequential writes 2x, fsync's own tail; none for
         // random writes.
         if w == "randwrite" {
             assert!(wl["goal"].is_null() && wl["goal_reached"].is_null(), "{w}: no goal\n{wl}");
+            assert!(wl["goal_reached_offload"].is_null(), "{w}: no goal\n{wl}");
         } else {
             assert!(wl["goal"].is_string() && wl["goal_reached"].is_boolean(), "{w}: goal\n{wl}");
+            assert!(wl["goal_reached_offload"].is_boolean(), "{w}: goal\n{wl}");
         }
     }
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -13,16 +13,15 @@
 //! Reference counting: libfs counts kernel references itself (lookup, create, mknod, mkdir,
 //! symlink and link each take one); `forget` hands them back.
 //!
-//! Caching: attributes and entries are cached by the kernel for [`TTL`]. In the offload mode
-//! several clients may share a node; when another client is about to change an inode, libfs
-//! loses its lease on it and [`crate::invalidate`] drops the kernel's cached attributes,
-//! pages and names of that inode.
+//! Caching: how long the kernel caches attributes and names, and whether an open keeps the
+//! page cache, is [`KernelCache`]'s decision (long and kept when nothing else changes the
+//! node; in the offload mode only what [`crate::invalidate`] drops when a lease is lost).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -32,10 +31,8 @@ use fuser::{
 use libfs::{AtimePolicy, Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
 use tracing::{debug, debug_span};
 
+use crate::cache::KernelCache;
 use crate::creds::CredCache;
-
-/// How long the kernel may cache attributes and directory entries.
-pub const TTL: Duration = Duration::from_secs(1);
 
 /// Largest write the kernel is asked to send in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -48,13 +45,41 @@ pub struct LinefsFuse {
     atime: AtimePolicy,
     /// The same for listings of directories (`nodiratime`).
     diratime: AtimePolicy,
+    /// What the kernel may cache, and for how long.
+    cache: Arc<KernelCache>,
+    /// Ask for the kernel's writeback cache ([`LinefsFuse::with_writeback_cache`]).
+    writeback: bool,
 }
 
 impl LinefsFuse {
     /// An adapter serving `fs`. The caller keeps its own `Arc` to shut the file system down
     /// after the session has ended.
     pub fn new(fs: Arc<Fs>) -> LinefsFuse {
-        LinefsFuse { fs, creds: CredCache::new(), atime: AtimePolicy::Relative, diratime: AtimePolicy::Relative }
+        let cache = Arc::new(KernelCache::new(fs.offloaded()));
+        LinefsFuse {
+            fs,
+            creds: CredCache::new(),
+            atime: AtimePolicy::Relative,
+            diratime: AtimePolicy::Relative,
+            cache,
+            writeback: false,
+        }
+    }
+
+    /// Has the kernel gather writes in its page cache and send them later, in large
+    /// requests (`FUSE_WRITEBACK_CACHE`): a write returns before libfs has it, so it is
+    /// durable only once fsync, close or the kernel's writeback has pushed it (as on a local
+    /// file system). Only for a mount that is its node's only client (host-only): another
+    /// client could not be shown data that sits in this kernel (`crate::daemon` refuses it
+    /// otherwise).
+    pub fn with_writeback_cache(mut self, on: bool) -> LinefsFuse {
+        self.writeback = on && !self.cache.shared();
+        self
+    }
+
+    /// The mount's caching policy, shared with its invalidation ([`crate::invalidate::start`]).
+    pub fn kernel_cache(&self) -> Arc<KernelCache> {
+        self.cache.clone()
     }
 
     /// Sets how reads of files and listings of directories update access times (from the
@@ -74,6 +99,18 @@ impl LinefsFuse {
         if let Err(e) = self.fs.touch_atime(ino, policy) {
             debug!(ino, error = %e, "access time not updated");
         }
+    }
+
+    /// The flags of an open of `ino`: the page cache is kept ([`KernelCache::open_flags`])
+    /// unless a read now would update the access time — a read served from the page cache
+    /// never reaches libfs, which keeps access times (FUSE inodes have `S_NOATIME`). With
+    /// `relatime` that is after a change (atime not newer than mtime or ctime) or a day.
+    fn open_flags(&self, ino: u64) -> FopenFlags {
+        let flags = self.cache.open_flags(ino);
+        if flags.contains(FopenFlags::FOPEN_KEEP_CACHE) && self.fs.atime_due(ino, self.atime).unwrap_or(true) {
+            return flags - FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        flags
     }
 
     fn cred(&self, req: &Request) -> libfs::Cred {
@@ -128,9 +165,14 @@ fn time_set(t: TimeOrNow) -> TimeSet {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, op: &str, res: Result<Attr, FsError>) {
+fn reply_entry(reply: ReplyEntry, cache: &KernelCache, op: &str, res: Result<Attr, FsError>) {
     match res {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation))),
+        Ok(a) => reply.entry_with_ttls(
+            &cache.attr_ttl(),
+            &cache.entry_ttl(),
+            &file_attr(&a),
+            Generation(u64::from(a.generation)),
+        ),
         Err(e) => reply.error(errno(op, &e)),
     }
 }
@@ -174,10 +216,32 @@ impl Filesystem for LinefsFuse {
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
             debug!(?missing, "kernel lacks FUSE_EXPORT_SUPPORT");
         }
+        // libfs drops setuid/setgid (for writers other than root) and file capabilities on
+        // write, truncate and fallocate itself. Without this the kernel asks for
+        // security.capability before every write (one more round trip per write(2), with
+        // or without the writeback cache): with it, it marks an inode that has neither
+        // (S_NOSEC) and stops asking.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            debug!(?missing, "kernel lacks FUSE_HANDLE_KILLPRIV_V2");
+        }
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
-        // No FUSE_WRITEBACK_CACHE: every write must reach libfs (and its log) before it returns.
+        if self.cache.shared() {
+            // Another client's change is seen by a read of a file kept open: the read first
+            // revalidates the attributes (expired when the lease went) and drops the cached
+            // pages if the size or modification time changed (crate::cache).
+            if let Err(missing) = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA) {
+                debug!(?missing, "kernel lacks FUSE_AUTO_INVAL_DATA");
+            }
+        }
+        self.cache.set_kernel_minor(config.kernel_abi().1);
+        // Without it, every write reaches libfs (and its log) before it returns.
+        if self.writeback {
+            if let Err(missing) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
+                tracing::warn!(?missing, "kernel lacks FUSE_WRITEBACK_CACHE; writes go through");
+            }
+        }
         // No getlk/setlk: the kernel handles POSIX locks locally.
         tracing::info!(abi = %config.kernel_abi(), "FUSE session initialised");
         Ok(())
@@ -186,11 +250,12 @@ impl Filesystem for LinefsFuse {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = debug_span!("lookup", parent = parent.0, ?name).entered();
         let res = self.fs.lookup(&self.cred(req), parent.0, name.as_bytes());
-        reply_entry(reply, "lookup", res);
+        reply_entry(reply, &self.cache, "lookup", res);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _s = debug_span!("forget", ino = ino.0, nlookup).entered();
+        self.cache.forgotten(ino.0);
         self.fs.forget(ino.0, nlookup);
     }
 
@@ -200,7 +265,7 @@ impl Filesystem for LinefsFuse {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _s = debug_span!("getattr", ino = ino.0).entered();
         match self.fs.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.cache.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno("getattr", &e)),
         }
     }
@@ -235,7 +300,7 @@ impl Filesystem for LinefsFuse {
             via_handle: fh.is_some(),
         };
         match self.fs.setattr(&self.cred(req), ino.0, &set) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.cache.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno("setattr", &e)),
         }
     }
@@ -251,13 +316,13 @@ impl Filesystem for LinefsFuse {
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let _s = debug_span!("mknod", parent = parent.0, ?name, mode, rdev).entered();
         let res = self.fs.mknod(&self.cred(req), parent.0, name.as_bytes(), mode, umask, rdev);
-        reply_entry(reply, "mknod", res);
+        reply_entry(reply, &self.cache, "mknod", res);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _s = debug_span!("mkdir", parent = parent.0, ?name, mode).entered();
         let res = self.fs.mkdir(&self.cred(req), parent.0, name.as_bytes(), mode, umask);
-        reply_entry(reply, "mkdir", res);
+        reply_entry(reply, &self.cache, "mkdir", res);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -275,7 +340,7 @@ impl Filesystem for LinefsFuse {
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let _s = debug_span!("symlink", parent = parent.0, ?link_name, ?target).entered();
         let res = self.fs.symlink(&self.cred(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes());
-        reply_entry(reply, "symlink", res);
+        reply_entry(reply, &self.cache, "symlink", res);
     }
 
     fn rename(
@@ -299,13 +364,18 @@ impl Filesystem for LinefsFuse {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _s = debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
         let res = self.fs.link(&self.cred(req), ino.0, newparent.0, newname.as_bytes());
-        reply_entry(reply, "link", res);
+        reply_entry(reply, &self.cache, "link", res);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = debug_span!("open", ino = ino.0, flags = flags.0).entered();
-        match self.fs.open(&self.cred(req), ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+        match self.fs.open_noting_mode(&self.cred(req), ino.0, flags.0) {
+            Ok((fh, mode_changed)) => {
+                if mode_changed {
+                    self.cache.expire_attrs(ino.0);
+                }
+                reply.opened(FileHandle(fh), self.open_flags(ino.0))
+            }
             Err(e) => reply.error(errno("open", &e)),
         }
     }
@@ -344,15 +414,23 @@ impl Filesystem for LinefsFuse {
         reply: ReplyWrite,
     ) {
         let _s = debug_span!("write", ino = ino.0, offset, len = data.len()).entered();
-        match self.fs.write(&self.cred(req), ino.0, offset, data) {
-            Ok(n) => reply.written(n),
+        match self.fs.write_noting_mode(&self.cred(req), ino.0, offset, data) {
+            Ok((n, mode_changed)) => {
+                if mode_changed {
+                    self.cache.expire_attrs(ino.0);
+                }
+                reply.written(n)
+            }
             Err(e) => reply.error(errno("write", &e)),
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // Writes are persisted in the log before they return: close has nothing to flush.
-        reply.ok();
+        // Writes are persisted in the log before they return: close has nothing to flush
+        // (with the writeback cache, the kernel writes the dirty pages back before it sends
+        // a flush, and goes on doing so without one), and POSIX locks are the kernel's.
+        // ENOSYS tells the kernel never to send FLUSH again: one round trip less per close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -476,11 +554,13 @@ impl Filesystem for LinefsFuse {
         let _s = debug_span!("create", parent = parent.0, ?name, mode, flags).entered();
         match self.fs.create(&self.cred(req), parent.0, name.as_bytes(), mode, umask, flags) {
             Ok((a, fh)) => reply.created(
-                &TTL,
+                // One time-out for the name and the attributes: the shorter.
+                &self.cache.entry_ttl().min(self.cache.attr_ttl()),
                 &file_attr(&a),
                 Generation(u64::from(a.generation)),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                // An existing file (another client's create won the race) may have stale pages.
+                self.open_flags(a.ino),
             ),
             Err(e) => reply.error(errno("create", &e)),
         }
@@ -497,12 +577,22 @@ impl Filesystem for LinefsFuse {
         reply: ReplyEmpty,
     ) {
         let _s = debug_span!("fallocate", ino = ino.0, offset, length, mode).entered();
-        let res = self.fs.fallocate(&self.cred(req), ino.0, offset, length, mode);
-        reply_empty(reply, "fallocate", res);
+        let res = self.fs.fallocate_noting_mode(&self.cred(req), ino.0, offset, length, mode);
+        if res.as_ref().is_ok_and(|&changed| changed) {
+            self.cache.expire_attrs(ino.0);
+        }
+        reply_empty(reply, "fallocate", res.map(|_| ()));
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let _s = debug_span!("lseek", ino = ino.0, offset, whence).entered();
+        if self.writeback {
+            // The kernel holds the size and the dirty pages: libfs's answer (the whole file
+            // is data) would end at a stale size. ENOSYS has the kernel answer itself, the
+            // same way, from its own size (generic_file_llseek), from now on.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         let Ok(off) = u64::try_from(offset) else {
             // The kernel only forwards SEEK_DATA and SEEK_HOLE; Linux file systems answer
             // those with ENXIO for a negative offset, as for one past the end.

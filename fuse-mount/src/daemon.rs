@@ -33,6 +33,15 @@ use crate::LinefsFuse;
 /// How long to wait for the FUSE session to end after unmounting.
 const UNMOUNT_WAIT: Duration = Duration::from_secs(20);
 
+/// Whether a host-only mount has the kernel's writeback cache unless `-o` says otherwise.
+const WRITEBACK_CACHE_DEFAULT: bool = false;
+
+/// A linefs mount's readahead window unless `-o read_ahead_kb=N` says otherwise (the
+/// kernel's default is 128 KiB). Measured on the 2-core VM, 16 KiB sequential reads of a
+/// 256 MiB file after dropping its pages, host-only: 128 KiB ~2,050 MB/s, 1 MiB ~2,650,
+/// 4 MiB ~2,850–3,300, 16 MiB ~2,300–2,700; random 16 KiB reads alike at all four.
+const READ_AHEAD_KB_DEFAULT: u32 = 4096;
+
 /// Command-line arguments of `linefs-fuse`.
 #[derive(Debug, Clone, Args)]
 pub struct DaemonArgs {
@@ -85,6 +94,11 @@ pub enum DaemonError {
     ReadyFd { fd: i32, source: io::Error },
     #[error("shutting linefs down after unmount: {0}")]
     Shutdown(FsError),
+    #[error(
+        "-o writeback_cache needs the host-only mode (no --nicfs): with offload, other clients of \
+         the node could not see data the kernel still holds"
+    )]
+    WritebackShared,
 }
 
 /// Sets up logging to stderr (`RUST_LOG`, default `info`).
@@ -195,7 +209,23 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         };
         let (files, dirs) = cfg.atime_policies();
         let fs = Arc::new(Fs::mount(opts).map_err(|source| DaemonError::Open { path: pm, source })?);
-        let session = match mount::mount(LinefsFuse::new(fs.clone()).with_atime(files, dirs), &args.mountpoint, &cfg) {
+        // The writeback cache only where nothing else changes the node (the mount is its only
+        // client): off by default with offload, refused when asked for.
+        let writeback = match (cfg.writeback_cache, fs.offloaded()) {
+            (Some(true), true) => {
+                if let Err(se) = fs.shutdown() {
+                    error!(error = %se, "shutdown after refusing the writeback cache");
+                }
+                return Err(DaemonError::WritebackShared);
+            }
+            (Some(on), false) => on,
+            (None, offloaded) => !offloaded && WRITEBACK_CACHE_DEFAULT,
+            (Some(false), true) => false,
+        };
+        let adapter = LinefsFuse::new(fs.clone()).with_atime(files, dirs).with_writeback_cache(writeback);
+        info!(writeback, "kernel writeback cache");
+        let cache = adapter.kernel_cache();
+        let session = match mount::mount(adapter, &args.mountpoint, &cfg) {
             Ok(s) => s,
             Err(e) => {
                 if let Err(se) = fs.shutdown() {
@@ -204,19 +234,38 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
                 return Err(e.into());
             }
         };
+        if let Some(n) = session.notifier() {
+            cache.set_notifier(n);
+        }
         if fs.offloaded() {
+            // Names are expired before a hand-back only with the epoch notification.
+            let epoch = match session.device() {
+                Some(d) if cache.kernel_has_epoch() => Some(crate::invalidate::EpochNotifier::new(d)),
+                _ => {
+                    info!("no FUSE_NOTIFY_INC_EPOCH (kernel before 6.16, or mounted by fusermount3): names are cached for 1 s");
+                    None
+                }
+            };
             match session.notifier() {
                 Some(n) => {
-                    if let Err(e) = crate::invalidate::start(&fs, n) {
-                        warn!(error = %e, "cannot start the kernel cache invalidation thread");
+                    if let Err(e) = crate::invalidate::start(&fs, n, epoch, cache) {
+                        warn!(error = %e, "cannot start the kernel cache invalidation thread; kernel caches stay short");
                     }
                 }
-                None => warn!("no FUSE notifier: kernel caches are not invalidated when leases move"),
+                None => warn!("no FUSE notifier: kernel caches are not invalidated when leases move; they stay short"),
             }
         }
         (Backend::Linefs(fs), session)
     };
     let mountpoint = session.mountpoint().to_path_buf();
+    if let Backend::Linefs(_) = backend {
+        let kb = cfg.read_ahead_kb.unwrap_or(READ_AHEAD_KB_DEFAULT);
+        match mount::set_read_ahead(&mountpoint, kb) {
+            Ok(()) => info!(read_ahead_kb = kb, "readahead window set"),
+            // Not root (a fusermount3 mount): the kernel's default stays.
+            Err(e) => warn!(read_ahead_kb = kb, error = %e, "cannot set the readahead window"),
+        }
+    }
     info!(backend = backend.name(), mountpoint = %mountpoint.display(), "serving");
     if let Some(status) = &args.status_file {
         write_status(status, &backend, &mountpoint, &args);

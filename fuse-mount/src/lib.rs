@@ -5,6 +5,8 @@
 //! - [`adapter`]: [`LinefsFuse`], a thin `fuser::Filesystem` adapter over [`libfs::Fs`]. Each
 //!   method opens a tracing span, calls libfs, converts the result and replies. libfs decides
 //!   every errno; the adapter only adds `EINVAL`/`ENOSYS` for requests it cannot express.
+//!   [`cache`] decides what the kernel may cache and for how long; [`invalidate`] drops the
+//!   kernel's caches of what another client of the node is about to change (offload).
 //! - [`passthrough`]: [`Passthrough`], a FUSE file system forwarding every call to a source
 //!   directory. It exists as the "FUSE passthrough" benchmark baseline (DESIGN section 8).
 //! - [`mount`]: mounting and unmounting a session (our own `mount(2)` so that the mount shows as
@@ -16,6 +18,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod adapter;
+pub mod cache;
 pub mod creds;
 pub mod daemon;
 pub mod invalidate;

@@ -55,6 +55,9 @@ pub struct MountedSession {
     mountpoint: PathBuf,
     /// True when we mounted with `mount(2)` ourselves (and so must unmount ourselves).
     own_mount: bool,
+    /// A duplicate of the session's `/dev/fuse` descriptor (own mounts only), for the
+    /// notifications fuser does not send ([`crate::invalidate::EpochNotifier`]).
+    device: Option<OwnedFd>,
 }
 
 /// fuser's session configuration for `cfg`.
@@ -114,23 +117,46 @@ pub fn mount<FS: Filesystem>(fs: FS, mountpoint: &Path, cfg: &MountConfig) -> Re
             let session = Session::new(fs, &mountpoint, &config)
                 .and_then(Session::spawn)
                 .map_err(io_err(&mountpoint, "mount via fusermount3"))?;
-            return Ok(MountedSession { session: Some(session), mountpoint, own_mount: false });
+            return Ok(MountedSession { session: Some(session), mountpoint, own_mount: false, device: None });
         }
         Err(e) => return Err(MountError::Io { path: mountpoint, what: "mount(2)", source: e.into() }),
     }
     info!(mountpoint = %mountpoint.display(), %fstype, options = %data, "mounted");
+    let device = match dev.try_clone() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            warn!(error = %e, "cannot duplicate the /dev/fuse descriptor");
+            None
+        }
+    };
     let session = Session::from_fd(fs, dev, config.acl, config).and_then(Session::spawn).map_err(|e| {
         // The kernel side exists but nobody serves it: take it away again.
         let _ = rustix::mount::unmount(&mountpoint, UnmountFlags::DETACH);
         MountError::Io { path: mountpoint.clone(), what: "FUSE handshake", source: e }
     })?;
-    Ok(MountedSession { session: Some(session), mountpoint, own_mount: true })
+    Ok(MountedSession { session: Some(session), mountpoint, own_mount: true, device })
+}
+
+/// Sets the readahead window of the mount at `mountpoint`: the `read_ahead_kb` of its
+/// backing device (an anonymous one, `0:N`) in sysfs. The kernel sends sequential reads in
+/// requests of up to `max_pages` (1 MiB here) and keeps up to this much of them in flight;
+/// its default, 128 KiB, keeps a sequential reader waiting on round trips.
+pub fn set_read_ahead(mountpoint: &Path, kb: u32) -> io::Result<()> {
+    let dev = std::fs::metadata(mountpoint)?.dev();
+    let major = rustix::fs::major(dev);
+    let minor = rustix::fs::minor(dev);
+    std::fs::write(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"), format!("{kb}\n"))
 }
 
 impl MountedSession {
     /// What sends the kernel cache invalidations of this session.
     pub fn notifier(&self) -> Option<fuser::Notifier> {
         self.session.as_ref().map(|s| s.notifier())
+    }
+
+    /// A new duplicate of the session's `/dev/fuse` descriptor, when we mounted it ourselves.
+    pub fn device(&self) -> Option<OwnedFd> {
+        self.device.as_ref().and_then(|d| d.try_clone().ok())
     }
 
     /// The (canonical) mount point.

@@ -4,8 +4,11 @@
 //! `allow_other`, `default_permissions`, `nosuid`, `nodev`. Options that turn these off:
 //! `nosubtype` (plain `fuse`, as xfstests needs), `noallow_other`, `nodefault_permissions`,
 //! `suid`, `dev`. Mount flags (`ro`, `rw`, `noexec`, `noatime`, ...) become `mount(2)` flags.
-//! Kernel FUSE options (`max_read=N`, `blksize=N`) are passed through. Anything else is
-//! rejected with its name, so that a typo does not silently mount with the wrong semantics.
+//! Kernel FUSE options (`max_read=N`, `blksize=N`) are passed through. `writeback_cache` /
+//! `no_writeback_cache` turn the kernel's writeback cache on or off for a linefs mount
+//! (default: [`MountConfig::writeback_cache`]); `read_ahead_kb=N` sets the mount's readahead
+//! window. Anything else is rejected with its name, so
+//! that a typo does not silently mount with the wrong semantics.
 
 use libfs::AtimePolicy;
 use thiserror::Error;
@@ -43,6 +46,12 @@ pub struct MountConfig {
     pub kernel_options: Vec<String>,
     /// Request-serving threads.
     pub threads: usize,
+    /// The kernel's writeback cache (`FUSE_WRITEBACK_CACHE`): `Some` when an option chose;
+    /// `None` leaves it to the mount's mode (see `crate::daemon`).
+    pub writeback_cache: Option<bool>,
+    /// `read_ahead_kb=N`: the mount's readahead window (its backing device's
+    /// `read_ahead_kb` in sysfs); `None` leaves it to the backend (see `crate::daemon`).
+    pub read_ahead_kb: Option<u32>,
 }
 
 impl Default for MountConfig {
@@ -63,6 +72,8 @@ impl Default for MountConfig {
             dirsync: false,
             kernel_options: Vec::new(),
             threads: 4,
+            writeback_cache: None,
+            read_ahead_kb: None,
         }
     }
 }
@@ -160,6 +171,14 @@ impl MountConfig {
             "max_read" | "blksize" => match value.and_then(|v| v.parse::<u32>().ok()) {
                 Some(n) if n > 0 => self.kernel_options.push(format!("{key}={n}")),
                 _ => return Err(bad(opt, "a positive number")),
+            },
+            "writeback_cache" | "no_writeback_cache" => {
+                flag(value)?;
+                self.writeback_cache = Some(key == "writeback_cache");
+            }
+            "read_ahead_kb" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) if n <= 1 << 20 => self.read_ahead_kb = Some(n),
+                _ => return Err(bad(opt, "read_ahead_kb=N with N <= 1048576")),
             },
             "threads" => match value.and_then(|v| v.parse::<usize>().ok()) {
                 Some(n) if (1..=256).contains(&n) => self.threads = n,
@@ -290,6 +309,20 @@ mod tests {
         assert_eq!(policies("strictatime,nodiratime"), (AtimePolicy::Strict, AtimePolicy::Never));
         assert_eq!(policies("noatime"), (AtimePolicy::Never, AtimePolicy::Never));
         assert_eq!(policies("ro,strictatime"), (AtimePolicy::Never, AtimePolicy::Never));
+    }
+
+    #[test]
+    fn writeback_cache_option() {
+        let mut c = MountConfig::default();
+        assert_eq!(c.writeback_cache, None);
+        c.apply_options(&["writeback_cache"]).unwrap();
+        assert_eq!(c.writeback_cache, Some(true));
+        c.apply_options(&["no_writeback_cache"]).unwrap();
+        assert_eq!(c.writeback_cache, Some(false));
+        assert!(matches!(c.apply_options(&["writeback_cache=1"]), Err(OptionError::Unknown(_))));
+        c.apply_options(&["read_ahead_kb=128"]).unwrap();
+        assert_eq!(c.read_ahead_kb, Some(128));
+        assert!(matches!(c.apply_options(&["read_ahead_kb=x"]), Err(OptionError::BadValue { .. })));
     }
 
     #[test]

@@ -151,6 +151,61 @@ fn linefs_mount_works_and_persists() {
     fs2.shutdown().unwrap();
 }
 
+/// The writeback cache (host-only): the same operations; writes gathered by the kernel reach
+/// libfs by fsync, close or unmount at the latest, with the size and times the kernel kept;
+/// privileges dropped by another user's write. Everything is there after a remount.
+#[test]
+fn linefs_mount_with_the_writeback_cache_works_and_persists() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let pm = tmp.path().join("node0.pm");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    linefs_pm::mkfs::format_dir(&pm, &linefs_pm::layout::FormatParams::for_size(64 << 20)).unwrap();
+    let open = || Arc::new(Fs::mount(FsOptions { pm_path: pm.clone(), ..FsOptions::default() }).unwrap());
+
+    let fs1 = open();
+    let session = mount(LinefsFuse::new(fs1.clone()).with_writeback_cache(true), &mnt, &config()).unwrap();
+    let mnt = session.mountpoint().to_path_buf();
+    exercise(&mnt);
+    // Small writes, read back before anything is pushed; then fsync.
+    let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(mnt.join("wb")).unwrap();
+    for i in 0..256u64 {
+        f.write_all_at(&[i as u8; 1000], i * 1000).unwrap();
+    }
+    let mut back = vec![0u8; 256_000];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back.chunks(1000).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)));
+    f.sync_all().unwrap();
+    let written = fs::metadata(mnt.join("wb")).unwrap();
+    assert_eq!(written.len(), 256_000);
+    // Not fsynced: close pushes it.
+    f.write_all_at(b"tail", 256_000).unwrap();
+    drop(f);
+    assert_eq!(
+        fs1.getattr(fs1.lookup(&libfs::Cred::root(), libfs::ROOT_INO, b"wb").unwrap().ino).unwrap().size,
+        256_004
+    );
+    fs::write(mnt.join("unsynced"), b"pushed at unmount").unwrap();
+    let mtime = fs::metadata(mnt.join("wb")).unwrap().modified().unwrap();
+    session.unmount(Duration::from_secs(10)).unwrap();
+    fs1.shutdown().unwrap();
+    drop(fs1);
+
+    let fs2 = open();
+    let session = mount(LinefsFuse::new(fs2.clone()), &mnt, &config()).unwrap();
+    let got = fs::read(mnt.join("wb")).unwrap();
+    assert_eq!(got.len(), 256_004);
+    assert_eq!(&got[256_000..], b"tail");
+    assert_eq!(fs::metadata(mnt.join("wb")).unwrap().modified().unwrap(), mtime, "the kernel's mtime was lost");
+    assert_eq!(fs::read(mnt.join("unsynced")).unwrap(), b"pushed at unmount");
+    session.unmount(Duration::from_secs(10)).unwrap();
+    fs2.shutdown().unwrap();
+}
+
 #[test]
 fn passthrough_mount_works() {
     if !fuse_available() {

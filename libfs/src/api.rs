@@ -196,3 +196,31 @@ pub enum AtimePolicy {
     /// `strictatime`: on every access.
     Strict,
 }
+
+/// An inode whose lease this client lost (offload): another client is about to change it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostInode {
+    pub ino: Ino,
+    /// Whether it is a directory, as this client's view has it; `None` when the view could
+    /// not be looked at without waiting (a front end must then assume it may be one).
+    pub dir: Option<bool>,
+    /// A directory's names in this client's view (those a front end may have cached);
+    /// filled in only for [`LeaseObserver::after_handback`].
+    pub names: Vec<Vec<u8>>,
+}
+
+/// What a front end that caches libfs's answers outside libfs (the FUSE adapter: the
+/// kernel's attribute, page and name caches) is told when this client loses a lease, in the
+/// offload mode. See `docs/ARCHITECTURE.md`, "Kernel caches and leases".
+pub trait LeaseObserver: Send + Sync {
+    /// Called on the client's revoke thread once no call uses the inode any more and before
+    /// nicfs hears that the lease is back (so before the other client can change anything);
+    /// calls that need the inode wait meanwhile. It must not wait for any call of this client,
+    /// nor for anything such a call may hold (the kernel may hold a directory's lock or a
+    /// page's while its request waits for this lease): only non-blocking work, such as
+    /// notifications that take no lock of the kernel's.
+    fn before_handback(&self, lost: &LostInode);
+    /// Called after the lease is handed back, on the same thread; may block (on the kernel's
+    /// locks too: the calls holding them go on with the lease's next grant).
+    fn after_handback(&self, lost: LostInode);
+}

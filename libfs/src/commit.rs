@@ -126,7 +126,15 @@ impl Front {
         self.view.apply(&records, loc.lsn);
         // Offload: a number this client frees is not reused by it: another client may hold
         // the inode open, and then nicfs keeps it (nicfs's `opens`); nicfs hands the number
-        // out again once it is free.
+        // out again once it is free — and forgets this client's lease on it, so this
+        // client forgets it too.
+        if let Some(remote) = self.publication.remote() {
+            for r in &records {
+                if let Record::FreeInode { ino } = r {
+                    remote.leases.freed(*ino);
+                }
+            }
+        }
         self.reserved += est_blocks;
         self.publication.pending.lock().push_back(Pending { end: loc.end, est_blocks });
         Ok(records)

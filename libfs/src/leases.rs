@@ -18,10 +18,14 @@
 //!   answers by itself (fsync, space, inode numbers): so revokes always complete.
 //! * **Revoke** (nicfs's request, handled by the revoke thread, never by the reader of the
 //!   control connection, which must go on delivering replies to pinned calls): wait for the
-//!   pins, then answer `RevokeDone` with the end of the committed log (every update made
-//!   under the lease is before it; nicfs publishes that far before granting the inode
+//!   pins; if the lease goes entirely (not `keep_read`), tell the observer *before* the
+//!   hand-back, still with new calls on the inode waiting ([`crate::LeaseObserver`]: the
+//!   FUSE adapter expires the kernel's cached attributes and names, which takes no lock of
+//!   the kernel's); then answer `RevokeDone` with the end of the committed log (every update
+//!   made under the lease is before it; nicfs publishes that far before granting the inode
 //!   elsewhere), keep a read lease if nicfs allows it, else forget the lease and tell the
-//!   invalidator (the FUSE adapter drops the kernel's cached pages, attributes and names).
+//!   observer again after the hand-back (the adapter drops the kernel's cached pages, which
+//!   may wait for the kernel's page locks).
 
 use crate::error::{FsError, FsResult};
 use parking_lot::{Condvar, Mutex};
@@ -54,6 +58,9 @@ struct Held {
     revoking: bool,
     /// The view has read the inode since the lease was granted.
     loaded: bool,
+    /// A number in this client's pool of free numbers (granted by nicfs, or freed here):
+    /// held for writing so that a create may use it ([`Leases::claim`]).
+    pooled: bool,
 }
 
 /// What a granted request tells [`Leases::granted`].
@@ -72,6 +79,9 @@ pub(crate) struct Leases {
     /// one of them arriving afterwards is not recorded. nicfs sends each client a lease's
     /// grant before its revoke, so this only guards against a peer that does not.
     answered_unheld: Mutex<std::collections::VecDeque<(u64, u64)>>,
+    /// Set (under the table's lock) once the session has ended: nothing is held any more,
+    /// and a grant that still arrives is not recorded ([`Leases::drop_all`]).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// How many [`Leases::answered_unheld`] remembers.
@@ -91,6 +101,10 @@ impl Leases {
     /// upgrade from read to write keeps what the view has (nobody could write meanwhile).
     pub(crate) fn granted(&self, g: Grant) {
         let mut t = self.table.lock();
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::debug!(ino = g.ino, lease = g.lease, "grant after the session ended: not recorded");
+            return;
+        }
         {
             let mut answered = self.answered_unheld.lock();
             if let Some(i) = answered.iter().position(|&a| a == (g.ino, g.lease)) {
@@ -105,14 +119,59 @@ impl Leases {
                 h.lease = g.lease;
             }
             None => {
-                t.insert(g.ino, Held { write: g.write, lease: g.lease, pins: 0, revoking: false, loaded: false });
+                t.insert(
+                    g.ino,
+                    Held { write: g.write, lease: g.lease, pins: 0, revoking: false, loaded: false, pooled: false },
+                );
             }
         }
     }
 
-    /// An inode this client just created: held for writing, and the view has it.
+    /// An inode this client just created: held for writing, and the view has it (the pin
+    /// [`Leases::claim`] took stays until the call unpins it).
     pub(crate) fn created(&self, ino: u64) {
-        self.table.lock().insert(ino, Held { write: true, lease: 0, pins: 0, revoking: false, loaded: true });
+        let mut t = self.table.lock();
+        let h = t.entry(ino).or_insert(Held {
+            write: true,
+            lease: 0,
+            pins: 0,
+            revoking: false,
+            loaded: true,
+            pooled: false,
+        });
+        h.write = true;
+        h.loaded = true;
+        h.pooled = false;
+    }
+
+    /// A free number this client may create with: nicfs granted it (an implicit write lease)
+    /// or this client freed it (under its write lease). Held for writing until a revoke
+    /// takes it: another client asked for it (it still knew the number), and from then on
+    /// it is no longer this client's to create with.
+    pub(crate) fn pool(&self, ino: u64) {
+        let mut t = self.table.lock();
+        let h = t.entry(ino).or_insert(Held {
+            write: true,
+            lease: 0,
+            pins: 0,
+            revoking: false,
+            loaded: true,
+            pooled: true,
+        });
+        h.pooled = true;
+    }
+
+    /// Pins a pooled number for the create that is about to use it, if it is still held for
+    /// writing; `false` when a revoke has taken it (the number must not be used).
+    pub(crate) fn claim(&self, ino: u64) -> bool {
+        let mut t = self.table.lock();
+        match t.get_mut(&ino) {
+            Some(h) if h.write && !h.revoking => {
+                h.pins += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Of `need`, the inodes held but not yet read by the view.
@@ -146,6 +205,15 @@ impl Leases {
         ok
     }
 
+    /// This client freed `ino` (offload): nicfs forgets its lease on the number once the
+    /// free is published (and may hand the number to another client), so it is not this
+    /// client's any more — a later call naming it must ask nicfs again, not trust a lease
+    /// nicfs no longer knows.
+    pub(crate) fn freed(&self, ino: u64) {
+        self.table.lock().remove(&ino);
+        self.cond.notify_all();
+    }
+
     pub(crate) fn unpin(&self, need: &[Need]) {
         let mut t = self.table.lock();
         for n in need {
@@ -158,19 +226,36 @@ impl Leases {
     }
 
     /// nicfs takes `ino` back: waits until no call pins it, then keeps a read lease
-    /// (`keep_read`) or forgets it. `committed` is read once the pins are gone: the end of
-    /// the log that every update under the lease is before. Returns it, and whether the
-    /// lease is gone entirely (the caches of the inode must go too).
-    pub(crate) fn revoke(&self, ino: u64, lease: u64, keep_read: bool, committed: impl Fn() -> u64) -> (u64, bool) {
+    /// (`keep_read`) or forgets it. When the lease goes entirely, `before_gone` runs once the
+    /// pins are gone and before anything else, without the table's lock and with new calls
+    /// on the inode still waiting. `committed` is read after it: the end of the log that
+    /// every update under the lease is before. Returns that, and whether the lease is gone
+    /// entirely (the caches of the inode must go too).
+    pub(crate) fn revoke(
+        &self,
+        ino: u64,
+        lease: u64,
+        keep_read: bool,
+        committed: impl Fn() -> u64,
+        before_gone: impl FnOnce(),
+    ) -> (u64, bool) {
         let mut t = self.table.lock();
         let Some(h) = t.get_mut(&ino) else {
             // Not held (already handed back, or a number granted for creation and never
-            // used): nothing is logged under it beyond what is committed now.
-            let mut answered = self.answered_unheld.lock();
-            if answered.len() == ANSWERED_UNHELD {
-                answered.pop_front();
+            // used): nothing is logged under it beyond what is committed now, and nothing
+            // was answered under it since its caches were last dropped; dropping them again
+            // costs little.
+            {
+                let mut answered = self.answered_unheld.lock();
+                if answered.len() == ANSWERED_UNHELD {
+                    answered.pop_front();
+                }
+                answered.push_back((ino, lease));
             }
-            answered.push_back((ino, lease));
+            drop(t);
+            if !keep_read {
+                before_gone();
+            }
             return (committed(), true);
         };
         if h.lease != 0 && h.lease != lease {
@@ -185,6 +270,12 @@ impl Leases {
         while t.get(&ino).is_some_and(|h| h.pins > 0) {
             self.cond.wait(&mut t);
         }
+        if !keep_read {
+            // `revoking` stays set meanwhile: no call pins the inode.
+            drop(t);
+            before_gone();
+            t = self.table.lock();
+        }
         let covered = committed();
         let gone = !keep_read;
         if gone {
@@ -198,11 +289,26 @@ impl Leases {
         (covered, gone)
     }
 
-    /// Leases held (for status): (readers, writers).
+    /// The session has ended (failed, fenced, or nicfs gone): nicfs passes this client's
+    /// leases on, so none is held from now on and none is recorded again. Returns the inodes
+    /// that were held (not the pooled free numbers): whatever caches them outside libfs must
+    /// drop it.
+    pub(crate) fn drop_all(&self) -> Vec<u64> {
+        let mut t = self.table.lock();
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        let held = t.iter().filter(|(_, h)| !h.pooled).map(|(&ino, _)| ino).collect();
+        t.clear();
+        drop(t);
+        self.cond.notify_all();
+        held
+    }
+
+    /// Leases held on inodes (for status; pooled free numbers left out): (readers, writers).
     pub(crate) fn counts(&self) -> (u64, u64) {
         let t = self.table.lock();
-        let w = t.values().filter(|h| h.write).count() as u64;
-        (t.len() as u64 - w, w)
+        let w = t.values().filter(|h| h.write && !h.pooled).count() as u64;
+        let r = t.values().filter(|h| !h.write).count() as u64;
+        (r, w)
     }
 }
 
@@ -293,11 +399,27 @@ mod tests {
     fn a_grant_arriving_after_its_revoke_was_answered_is_not_recorded() {
         let l = Leases::default();
         // Revoked before the grant was seen: answered at once, as handed back.
-        assert_eq!(l.revoke(7, 40, false, || 123), (123, true));
+        assert_eq!(l.revoke(7, 40, false, || 123, || {}), (123, true));
         l.granted(Grant { ino: 7, write: true, lease: 40 });
         assert_eq!(l.missing(&[Need::write(7)]).len(), 1, "the late grant must not count as held");
         // The next grant of the inode is recorded as usual.
         l.granted(Grant { ino: 7, write: true, lease: 41 });
         assert!(l.missing(&[Need::write(7)]).is_empty());
+    }
+
+    #[test]
+    fn nothing_is_held_after_the_session_ends() {
+        let l = Leases::default();
+        l.granted(Grant { ino: 3, write: true, lease: 1 });
+        l.granted(Grant { ino: 4, write: false, lease: 2 });
+        l.pool(9);
+        let mut held = l.drop_all();
+        held.sort_unstable();
+        assert_eq!(held, [3, 4], "pooled free numbers are not caches to drop");
+        assert_eq!(l.missing(&[Need::read(3), Need::read(4)]).len(), 2);
+        assert!(!l.try_pin(&[Need::read(3)]));
+        // A grant still in flight when the session ended is not recorded.
+        l.granted(Grant { ino: 5, write: true, lease: 3 });
+        assert_eq!(l.missing(&[Need::write(5)]).len(), 1);
     }
 }

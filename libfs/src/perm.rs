@@ -54,10 +54,28 @@ pub fn open_mask(flags: i32) -> u32 {
     m
 }
 
-/// Mode after a write or truncate by `cred`: Linux clears setuid, and setgid when the group
-/// may execute, unless the writer is root.
-pub fn killpriv(cred: &Cred, mode: u32) -> u32 {
-    if cred.uid == 0 {
+/// Mode of `img` after a write, truncate or fallocate by `cred`, as Linux's
+/// `setattr_should_drop_suidgid` has it (root standing for CAP_FSETID): setuid goes, and
+/// setgid when the group may execute or the writer is not in the file's group; nothing goes
+/// for root. (A FUSE kernel with `FUSE_HANDLE_KILLPRIV_V2`, as linefs mounts ask for, leaves
+/// this to the file system.)
+pub fn killpriv(cred: &Cred, img: &InodeImage) -> u32 {
+    let mode = img.mode;
+    if cred.uid == 0 || mode & libc::S_IFMT != libc::S_IFREG {
+        return mode;
+    }
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 || !cred.in_group(img.gid) {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
+/// Mode after a chown or chgrp of anything but a directory, whoever makes it and whether or
+/// not the owner changes (Linux's `chown_common`): setuid goes, and setgid when the group may
+/// execute.
+pub fn chown_killpriv(mode: u32) -> u32 {
+    if mode & libc::S_IFMT == libc::S_IFDIR {
         return mode;
     }
     let mut m = mode & !libc::S_ISUID;
@@ -95,8 +113,16 @@ mod tests {
         let u = Cred { uid: 10, gid: 10, groups: vec![] };
         assert!(!sticky_allows(&u, &dir, &img(0o644, 11, 0)));
         assert!(sticky_allows(&u, &dir, &img(0o644, 10, 0)));
-        assert_eq!(killpriv(&u, libc::S_IFREG | 0o6755) & 0o7777, 0o0755);
-        assert_eq!(killpriv(&u, libc::S_IFREG | 0o6745) & 0o7777, 0o2745);
-        assert_eq!(killpriv(&Cred::root(), libc::S_IFREG | 0o6755) & 0o7777, 0o6755);
+        // img() makes regular files owned by (uid, gid).
+        assert_eq!(killpriv(&u, &img(0o6755, 11, 10)) & 0o7777, 0o0755);
+        // setgid without group exec stays for a writer in the file's group...
+        assert_eq!(killpriv(&u, &img(0o6745, 11, 10)) & 0o7777, 0o2745);
+        // ...and goes for one outside it (Linux's setattr_should_drop_sgid).
+        assert_eq!(killpriv(&u, &img(0o6745, 11, 12)) & 0o7777, 0o0745);
+        assert_eq!(killpriv(&Cred::root(), &img(0o6755, 11, 12)) & 0o7777, 0o6755);
+        // chown: setuid always, setgid with group exec, root's chown too; not directories.
+        assert_eq!(chown_killpriv(libc::S_IFREG | 0o6744) & 0o7777, 0o2744);
+        assert_eq!(chown_killpriv(libc::S_IFREG | 0o6754) & 0o7777, 0o0754);
+        assert_eq!(chown_killpriv(libc::S_IFDIR | 0o6755) & 0o7777, 0o6755);
     }
 }

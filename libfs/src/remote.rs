@@ -71,14 +71,19 @@ pub(crate) struct Remote {
     pub(crate) leases: Leases,
     /// The end of the committed log (what a revoke's `covered_lsn` says).
     pub(crate) committed: AtomicU64,
-    /// Called with an inode whose lease is gone (the FUSE adapter drops kernel caches).
-    invalidator: Mutex<Option<Invalidator>>,
+    /// Told of inodes whose lease is gone (the FUSE adapter drops kernel caches).
+    observer: Mutex<Option<Observer>>,
     /// nicfs's revokes, for the revoke thread.
     revokes: Mutex<Option<mpsc::Sender<(u64, Revoke)>>>,
 }
 
-/// What is told of an inode whose lease this client lost.
-pub type Invalidator = Arc<dyn Fn(u64) + Send + Sync>;
+/// What is told of an inode whose lease this client lost: before the hand-back (must not
+/// block) and after it. Both take the inode number.
+#[derive(Clone)]
+pub(crate) struct Observer {
+    pub(crate) before: Arc<dyn Fn(u64) + Send + Sync>,
+    pub(crate) after: Arc<dyn Fn(u64) + Send + Sync>,
+}
 
 /// What attaching hands back besides the link: the log file and the public file.
 pub(crate) struct Files {
@@ -146,7 +151,7 @@ impl Remote {
             detaching: AtomicBool::new(false),
             leases: Leases::default(),
             committed: AtomicU64::new(start),
-            invalidator: Mutex::new(None),
+            observer: Mutex::new(None),
             revokes: Mutex::new(None),
         });
         tracing::info!(session = attached.session, slot = attached.slot, start_lsn = start, "attached to nicfs");
@@ -178,8 +183,8 @@ impl Remote {
     }
 
     /// Sets what is told of inodes whose lease is gone.
-    pub(crate) fn set_invalidator(&self, f: Invalidator) {
-        *self.invalidator.lock() = Some(f);
+    pub(crate) fn set_observer(&self, o: Observer) {
+        *self.observer.lock() = Some(o);
     }
 
     /// Asks nicfs for a lease and records it.
@@ -213,20 +218,25 @@ impl Remote {
     /// The revoke thread: hands leases back as nicfs asks, one at a time, in order.
     fn revoker(self: Arc<Self>, revokes: mpsc::Receiver<(u64, Revoke)>) {
         while let Ok((id, r)) = revokes.recv() {
+            let observer = self.observer.lock().clone();
+            let before = || {
+                if let Some(o) = &observer {
+                    (o.before)(r.inode);
+                }
+            };
             let (covered, gone) =
-                self.leases.revoke(r.inode, r.lease, r.keep_read, || self.committed.load(Ordering::Acquire));
+                self.leases.revoke(r.inode, r.lease, r.keep_read, || self.committed.load(Ordering::Acquire), before);
             let done = LeaseHandback { inode: r.inode, lease: r.lease, covered_lsn: covered };
             tracing::debug!(ino = r.inode, covered, keep_read = r.keep_read, "lease handed back");
             if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg: Control::RevokeDone(done) }) {
                 tracing::debug!(error = %e, "cannot answer a revoke");
             }
-            // After the answer: the invalidator must not hold up the lease's next holder
-            // (the kernel may be waiting, with its own locks held, for a call of ours that
-            // needs that holder to finish).
+            // What may block comes after the answer: it must not hold up the lease's next
+            // holder (the kernel may be waiting, with its own locks held, for a call of ours
+            // that needs that holder to finish).
             if gone {
-                let f = self.invalidator.lock().clone();
-                if let Some(f) = f {
-                    f(r.inode);
+                if let Some(o) = &observer {
+                    (o.after)(r.inode);
                 }
             }
         }
@@ -257,7 +267,30 @@ impl Remote {
         }
         drop(p);
         self.failed.store(true, Ordering::Release);
+        self.drop_leases();
         wakeup.kick();
+    }
+
+    /// The session has ended: nicfs passes this client's leases on (after publishing what it
+    /// committed), so none is held any more — calls that need one fail from now on — and
+    /// the front end's caches of the inodes held go too, as when a lease is revoked: from a
+    /// thread of their own, since the front end may wait on the kernel.
+    fn drop_leases(&self) {
+        let held = self.leases.drop_all();
+        if held.is_empty() || self.detaching.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(o) = self.observer.lock().clone() else { return };
+        tracing::info!(inodes = held.len(), "the session ended: its leases and the caches of their inodes are dropped");
+        let spawned = std::thread::Builder::new().name("drop-leases".into()).spawn(move || {
+            for ino in held {
+                (o.before)(ino);
+                (o.after)(ino);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the thread that drops the kernel's caches");
+        }
     }
 
     /// Sends a request and waits for its reply (an Error reply is returned as such).
@@ -347,9 +380,8 @@ impl Remote {
             }
         };
         // Dropping the senders fails every waiting call at once; the revoke thread ends.
-        // The leases stay: with nicfs gone nothing else can change the node, so what this
-        // client holds stays true and reads of it go on; a lease not held can no longer be
-        // had.
+        // The leases go with the session ([`Remote::drop_leases`]): a restarted nicfs, or
+        // the one that hung up, passes them on to other clients.
         self.waiters.lock().clear();
         *self.revokes.lock() = None;
         self.fail(why, &wakeup);

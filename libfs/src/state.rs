@@ -168,24 +168,36 @@ impl Front {
 }
 
 impl Fs {
-    /// Offload: `f` is told of every inode whose lease this client loses (another client
-    /// will change it), with the names a directory had in this client's view (those the
-    /// kernel may have cached): the FUSE adapter drops the kernel's caches of them. Called
-    /// from the client's revoke thread once the calls using the inode have finished and the
-    /// lease is handed back; it must not wait on the kernel (queue the work instead).
-    pub fn on_lease_lost(&self, f: std::sync::Arc<dyn Fn(Ino, Vec<Vec<u8>>) + Send + Sync>) {
+    /// Offload: `observer` is told of every inode whose lease this client loses (another
+    /// client will change it), before and after the hand-back ([`LeaseObserver`]); the FUSE
+    /// adapter drops the kernel's caches of it. Nothing happens in the host-only mode, where
+    /// nothing but this client changes the node.
+    pub fn observe_leases(&self, observer: Arc<dyn LeaseObserver>) {
         let Some(remote) = self.client.publication.remote() else { return };
-        let client = Arc::downgrade(&self.client);
-        remote.set_invalidator(Arc::new(move |ino| {
-            let names = client
-                .upgrade()
-                .and_then(|c| {
-                    let front = c.front.read();
-                    front.view.node(ino).and_then(|n| n.dir.as_ref()).map(|d| d.names.keys().cloned().collect())
-                })
-                .unwrap_or_default();
-            f(ino, names)
-        }));
+        let (c1, c2) = (Arc::downgrade(&self.client), Arc::downgrade(&self.client));
+        let (o1, o2) = (observer.clone(), observer);
+        remote.set_observer(crate::remote::Observer {
+            before: Arc::new(move |ino| {
+                // Without waiting: a call holding the front end's lock may itself wait.
+                let dir = c1.upgrade().and_then(|c| {
+                    let front = c.front.try_read()?;
+                    Some(front.view.node(ino).is_some_and(|n| n.is_dir()))
+                });
+                o1.before_handback(&LostInode { ino, dir, names: Vec::new() });
+            }),
+            after: Arc::new(move |ino| {
+                let (dir, names) = c2
+                    .upgrade()
+                    .and_then(|c| {
+                        let front = c.front.read();
+                        let n = front.view.node(ino)?;
+                        let names = n.dir.as_ref().map(|d| d.names.keys().cloned().collect()).unwrap_or_default();
+                        Some((Some(n.is_dir()), names))
+                    })
+                    .unwrap_or((None, Vec::new()));
+                o2.after_handback(LostInode { ino, dir, names });
+            }),
+        });
     }
 
     /// Whether nicfs publishes for this client (offload) rather than the client itself.

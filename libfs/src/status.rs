@@ -67,7 +67,13 @@ impl Fs {
             entries_published: ps.entries,
             publish_batches: ps.batches,
             recovered_entries: front.recovered,
-            publish_error: publication.failure(),
+            // Not publication.failure(): in the host-only mode it takes `public` for reading
+            // again, and a publisher queued for writing between the two reads deadlocks all
+            // three (the status thread, the publisher, and every call waiting for `front`).
+            publish_error: match publication.remote() {
+                Some(r) => r.failure(),
+                None => ps.failed.clone(),
+            },
             offload: publication.remote().is_some(),
             read_leases: publication.remote().map_or(0, |r| r.leases.counts().0),
             write_leases: publication.remote().map_or(0, |r| r.leases.counts().1),

@@ -2,7 +2,9 @@
 //! change in the writer's name (xfstests generic/684, 685: fallocate by an unprivileged user
 //! on a setuid file failed with EPERM). Allowed to whoever may write the file, only when it
 //! clears nothing but those bits. Likewise the file capabilities (security.capability),
-//! which the kernel removes before another user's write or fallocate (generic/688).
+//! which the kernel removes before another user's write or fallocate (generic/688) — unless
+//! the mount asks for FUSE_HANDLE_KILLPRIV_V2, as linefs mounts do: then libfs drops them
+//! itself on every write, truncate and fallocate, whoever the writer.
 
 use libfs::*;
 use linefs_pm::layout::{FormatParams, Geometry};
@@ -71,4 +73,37 @@ fn a_writer_may_remove_file_capabilities_but_no_other_security_attribute() {
     fs.setxattr(&root, g.ino, caps, b"\x01\x00\x00\x02", 0).unwrap();
     assert!(matches!(fs.removexattr(&user, g.ino, caps), Err(FsError::Perm)));
     assert!(fs.getxattr(&root, g.ino, caps).is_ok());
+}
+
+#[test]
+fn every_write_truncate_and_fallocate_drops_file_capabilities_and_nothing_else() {
+    let fs = fresh(32 << 20);
+    let root = Cred::root();
+    let caps = b"security.capability";
+    let (f, fh) = fs.create(&root, ROOT_INO, b"f", 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(f.ino, fh);
+    let set = |fs: &Fs| {
+        fs.setxattr(&root, f.ino, caps, b"\x01\x00\x00\x02", 0).unwrap();
+        fs.setxattr(&root, f.ino, b"user.keep", b"k", 0).unwrap();
+    };
+    let check = |fs: &Fs, what: &str| {
+        assert!(matches!(fs.getxattr(&root, f.ino, caps), Err(FsError::NoAttr)), "{what} kept the capabilities");
+        assert_eq!(fs.getxattr(&root, f.ino, b"user.keep").unwrap(), b"k", "{what}");
+    };
+    set(&fs);
+    fs.write(&root, f.ino, 0, b"data").unwrap();
+    check(&fs, "a write by root");
+    set(&fs);
+    fs.setattr(&root, f.ino, &SetAttr { size: Some(1), ..Default::default() }).unwrap();
+    check(&fs, "a truncate");
+    set(&fs);
+    fs.fallocate(&root, f.ino, 0, 8192, 0).unwrap();
+    check(&fs, "a fallocate");
+    set(&fs);
+    let fh = fs.open(&root, f.ino, libc::O_RDWR | libc::O_TRUNC).unwrap();
+    fs.release(f.ino, fh);
+    check(&fs, "an open with O_TRUNC");
+    // Nothing to drop: a write leaves the other attributes alone.
+    fs.write(&root, f.ino, 0, b"more").unwrap();
+    assert_eq!(fs.getxattr(&root, f.ino, b"user.keep").unwrap(), b"k");
 }

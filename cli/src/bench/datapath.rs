@@ -1,7 +1,8 @@
 //! `linefs bench datapath`: linefs's data path against the strongest baselines a user has,
 //! all over the same node-local (tmpfs) directory: the directory itself (no FUSE), the
 //! project's fuser passthrough, Debian's bindfs with its best options ([`super::bindfs`]), and
-//! linefs host-only.
+//! linefs both host-only and with nicfs offload (the default mode of `linefs up`; a node of
+//! its own with its nicfs and kworker, the mount one nicfs client).
 //!
 //! Workloads ([`Workload`]), each target using files of its own (`<target>-seq.dat`, ...):
 //! - seqwrite: 16 KiB sequential writes of a `--size` file, fsync at the end (timed); MB/s.
@@ -24,11 +25,13 @@
 //! (A, B, C, D, A, B, C, D, ...) within each of `--runs` runs, and the report gives medians
 //! (of each figure separately for latency).
 //!
-//! Ratios are *speed* ratios, >1 meaning linefs is faster: linefs's figure over the faster
-//! passthrough's for throughput, the faster passthrough's mean latency over linefs's for
-//! fsync. The goal column is the issue's (report only): every read workload ≥ 1.2× the faster
-//! passthrough, sequential 16 KiB writes ≥ 2× (meant with the writeback cache on), and for
-//! write+fsync linefs's own p99.9 ≤ 3× its p50; random writes have no goal.
+//! Ratios are *speed* ratios over the faster passthrough, >1 meaning faster than it: a
+//! target's figure over the faster passthrough's for throughput, the faster passthrough's mean
+//! latency over the target's for fsync; every row has one, and the summary gives both linefs
+//! rows'. The goal column is the issue's (report only), judged for each linefs row: every read
+//! workload ≥ 1.2× the faster passthrough, sequential 16 KiB writes ≥ 2× (meant with the
+//! writeback cache on), and for write+fsync linefs's own p99.9 ≤ 3× its p50; random writes
+//! have no goal.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -41,7 +44,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::{bindfs, pending_json, BenchArgs, Header, Target, Testbed};
+use super::{bindfs, pending_json_with_offload, BenchArgs, Header, Target, Testbed};
 use crate::cluster;
 use crate::clusterdir::ClusterDir;
 use crate::util::{fail, human_size, CliResult, Context};
@@ -365,21 +368,25 @@ impl Row {
             },
         )
     }
-    /// linefs's speed relative to `s` (>1: linefs faster).
-    fn speed_ratio(&self, s: &Sample) -> f64 {
-        let Some(l) = self.median(Target::Linefs) else { return f64::NAN };
-        let (l, x) = (l.headline(self.w), s.headline(self.w));
+    /// Sample `t`'s speed relative to `s` (>1: `t` faster).
+    fn speed(&self, t: &Sample, s: &Sample) -> f64 {
+        let (l, x) = (t.headline(self.w), s.headline(self.w));
         if self.w.higher_is_better() {
             l / x.max(1e-12)
         } else {
             x / l.max(1e-12)
         }
     }
-    /// Whether the issue's goal for this workload is reached, given linefs's `speed`.
-    fn goal_reached(&self, speed: Option<f64>) -> Option<bool> {
+    /// Target `t`'s speed over the faster passthrough (>1: `t` faster).
+    fn speed_vs_passthrough(&self, t: Target) -> Option<f64> {
+        let (_, p) = self.faster_passthrough()?;
+        Some(self.speed(&self.median(t)?, &p))
+    }
+    /// Whether the issue's goal for this workload is reached by linefs target `t`.
+    fn goal_reached(&self, t: Target) -> Option<bool> {
         match self.w.goal()? {
-            Goal::Speed(min) => speed.map(|r| r >= min),
-            Goal::Tail(k) => self.median(Target::Linefs).map(|l| l.p999 <= k * l.p50),
+            Goal::Speed(min) => self.speed_vs_passthrough(t).map(|r| r >= min),
+            Goal::Tail(k) => self.median(t).map(|l| l.p999 <= k * l.p50),
         }
     }
 }
@@ -394,7 +401,7 @@ pub(super) fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     let pm_size = args.pm_size.unwrap_or_else(|| {
         working.saturating_add(size).saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
     });
-    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size)?;
+    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, true, &args.options)?;
     let header = Header::new(&bed);
     let say = |m: String| {
         if !args.json {
@@ -460,7 +467,6 @@ impl Report {
                 results.push(json!({ "target": t.key(), "status": why }));
             }
             let fp = row.faster_passthrough();
-            let ratio = fp.map(|(_, s)| row.speed_ratio(&s));
             let goal = w.goal();
             workloads.insert(
                 w.key().to_string(),
@@ -470,9 +476,11 @@ impl Report {
                     "higher_is_better": w.higher_is_better(),
                     "results": results,
                     "faster_passthrough": fp.map(|(t, _)| t.key()),
-                    "linefs_speed_vs_faster_passthrough": ratio,
+                    "linefs_speed_vs_faster_passthrough": row.speed_vs_passthrough(Target::Linefs),
+                    "linefs_offload_speed_vs_faster_passthrough": row.speed_vs_passthrough(Target::LinefsOffload),
                     "goal": goal.map(|g| g.text()),
-                    "goal_reached": row.goal_reached(ratio),
+                    "goal_reached": row.goal_reached(Target::Linefs),
+                    "goal_reached_offload": row.goal_reached(Target::LinefsOffload),
                 }),
             );
         }
@@ -484,11 +492,12 @@ impl Report {
             "ops": self.args.ops,
             "runs": self.args.runs,
             "bindfs_options": bindfs::OPTIONS.join(" "),
-            "ratio_meaning": "linefs speed / the faster passthrough's (>1: linefs faster); \
-                              for fsync the passthrough's mean latency / linefs's",
+            "ratio_meaning": "a target's speed / the faster passthrough's (>1: faster); \
+                              for fsync the passthrough's mean latency / the target's; \
+                              linefs is host-only, linefs_offload with nicfs offload",
             "pm": self.header.pm_json(),
             "workloads": workloads,
-            "pending": pending_json(),
+            "pending": pending_json_with_offload(),
         })
     }
 
@@ -508,17 +517,17 @@ impl Report {
             if w == Workload::Fsync {
                 o.push_str(&format!(
                     "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12}\n",
-                    "target (µs)", "avg", "p50", "p99", "p99.9", "ops/s", "linefs speed"
+                    "target (µs)", "avg", "p50", "p99", "p99.9", "ops/s", "speed vs pt"
                 ));
             } else {
                 o.push_str(&format!(
                     "{:<34} {:>10} {:>10} {:>22} {:>12}\n",
-                    "target", "MB/s", "IOPS", "runs (min–max)", "linefs speed"
+                    "target", "MB/s", "IOPS", "runs (min–max)", "speed vs pt"
                 ));
             }
             for (t, ss) in &row.samples {
                 let m = med(ss);
-                let ratio = row.speed_ratio(&m);
+                let ratio = row.speed_vs_passthrough(*t).unwrap_or(f64::NAN);
                 if w == Workload::Fsync {
                     o.push_str(&format!(
                         "{:<34} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>12.3}\n",
@@ -557,33 +566,48 @@ impl Report {
         o
     }
 
-    /// Side by side: every target's headline figure, the ratio and the goal.
+    /// Side by side: every target's headline figure, each linefs row's speed and goal.
     fn summary(&self) -> String {
-        let mut o =
-            String::from("summary (medians; linefs speed = linefs / the faster passthrough, >1: linefs faster)\n");
+        let mut o = String::from(
+            "summary (medians; speed = the target's / the faster passthrough's, >1: faster; \
+             host = linefs host-only, offload = linefs + nicfs offload)\n",
+        );
         let targets: Vec<Target> =
             self.rows.first().map(|r| r.samples.iter().map(|(t, _)| *t).collect()).unwrap_or_default();
         o.push_str(&format!("{:<10} {:>7}", "workload", "figure"));
         for t in &targets {
-            o.push_str(&format!(" {:>16}", t.key()));
+            o.push_str(&format!(" {:>15}", t.key()));
         }
-        o.push_str(&format!(" {:>16} {:>12} {:>18} {:>11}\n", "faster pt", "linefs speed", "goal", "reached"));
+        o.push_str(&format!(
+            " {:>16} {:>10} {:>13} {:>18} {:>14}\n",
+            "faster pt", "host speed", "offload speed", "goal", "reached h/o"
+        ));
+        let yes_no = |r: Option<bool>| match r {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
         for row in &self.rows {
             o.push_str(&format!("{:<10} {:>7}", row.w.key(), row.w.unit()));
             for t in &targets {
                 let v = row.median(*t).map_or(f64::NAN, |s| s.headline(row.w));
-                o.push_str(&format!(" {v:>16.1}"));
+                o.push_str(&format!(" {v:>15.1}"));
             }
             match row.faster_passthrough() {
-                Some((t, s)) => {
-                    let r = row.speed_ratio(&s);
+                Some((t, _)) => {
+                    let speed = |x: Target| row.speed_vs_passthrough(x).unwrap_or(f64::NAN);
                     let goal = row.w.goal().map_or("-".to_string(), |g| g.text());
-                    let reached = match row.goal_reached(Some(r)) {
-                        Some(true) => "yes",
-                        Some(false) => "no",
-                        None => "-",
-                    };
-                    o.push_str(&format!(" {:>16} {r:>12.3} {goal:>18} {reached:>11}\n", t.key()));
+                    let reached = format!(
+                        "{}/{}",
+                        yes_no(row.goal_reached(Target::Linefs)),
+                        yes_no(row.goal_reached(Target::LinefsOffload))
+                    );
+                    o.push_str(&format!(
+                        " {:>16} {:>10.3} {:>13.3} {goal:>18} {reached:>14}\n",
+                        t.key(),
+                        speed(Target::Linefs),
+                        speed(Target::LinefsOffload)
+                    ));
                 }
                 None => o.push_str(&format!(" {:>16}\n", "-")),
             }

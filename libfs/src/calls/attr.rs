@@ -9,7 +9,7 @@ use crate::perm;
 use crate::state::Fs;
 use crate::time::{now, to_ts};
 use linefs_pm::layout::BLOCK_SIZE;
-use linefs_pm::record::{EntryBuilder, InodeImage, MAX_FILE_SIZE};
+use linefs_pm::record::{EntryBuilder, InodeImage, Timespec, MAX_FILE_SIZE};
 
 /// `relatime` also updates an access time older than this, however it compares with
 /// mtime and ctime (as Linux does).
@@ -30,7 +30,29 @@ fn drops_only_privs(old: u32, new: u32) -> bool {
     new & !old == 0 && dropped != 0 && dropped & !(libc::S_ISUID | libc::S_ISGID) == 0
 }
 
+/// Whether an access at `t` updates the access time of `img` under `policy`.
+fn atime_due(img: &InodeImage, policy: AtimePolicy, t: Timespec) -> bool {
+    match policy {
+        AtimePolicy::Never => false,
+        AtimePolicy::Strict => img.atime != t,
+        AtimePolicy::Relative => {
+            img.atime <= img.mtime || img.atime <= img.ctime || img.atime.sec + RELATIME_SECS <= t.sec
+        }
+    }
+}
+
 impl Fs {
+    /// Whether a read of `ino` now would update its access time under `policy` (what
+    /// [`Fs::touch_atime`] would do). A front end that serves reads from a cache of its own
+    /// (the kernel's page cache) must send such a read to libfs.
+    pub fn atime_due(&self, ino: Ino, policy: AtimePolicy) -> FsResult<bool> {
+        if policy == AtimePolicy::Never {
+            return Ok(false);
+        }
+        let _l = self.leased(&[Need::read(ino)])?;
+        Ok(atime_due(&self.rlock().node(ino)?.img, policy, now()))
+    }
+
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
         let _l = self.leased(&[Need::read(ino)])?;
         self.rlock().attr_of(ino)
@@ -42,13 +64,7 @@ impl Fs {
     /// read again after its access time was set) only takes the read lock.
     pub fn touch_atime(&self, ino: Ino, policy: AtimePolicy) -> FsResult<bool> {
         let t = now();
-        let due = |img: &InodeImage| match policy {
-            AtimePolicy::Never => false,
-            AtimePolicy::Strict => img.atime != t,
-            AtimePolicy::Relative => {
-                img.atime <= img.mtime || img.atime <= img.ctime || img.atime.sec + RELATIME_SECS <= t.sec
-            }
-        };
+        let due = |img: &InodeImage| atime_due(img, policy, t);
         {
             let _l = self.leased(&[Need::read(ino)])?;
             if !due(&self.rlock().node(ino)?.img) {
@@ -100,15 +116,16 @@ impl Fs {
                     return Err(FsError::Perm);
                 }
             }
-            let changed = new_uid != img.uid || new_gid != img.gid;
             img.uid = new_uid;
             img.gid = new_gid;
-            // chown clears setuid/setgid on non-directories (setgid only with group exec).
-            if (changed || cred.uid != 0) && img.mode & libc::S_IFMT != libc::S_IFDIR && set.mode.is_none() {
-                img.mode &= !libc::S_ISUID;
-                if img.mode & libc::S_IXGRP != 0 {
-                    img.mode &= !libc::S_ISGID;
-                }
+            // chown clears setuid/setgid on non-directories (setgid only with group exec),
+            // whoever makes it and whether or not the owner changes, and their capabilities.
+            // A kernel without FUSE_HANDLE_KILLPRIV_V2 sends the new mode with the chown.
+            if set.mode.is_none() {
+                img.mode = perm::chown_killpriv(img.mode);
+            }
+            if img.mode & libc::S_IFMT != libc::S_IFDIR {
+                front.drop_caps(&mut b, ino);
             }
         }
         if let Some(size) = set.size {
@@ -125,7 +142,8 @@ impl Fs {
                 return Err(FsError::TooBig);
             }
             front.truncate_records(&mut b, &mut img, size);
-            img.mode = perm::killpriv(cred, img.mode);
+            img.mode = perm::killpriv(cred, &img);
+            front.drop_caps(&mut b, ino);
             img.mtime = t;
             est = 1;
         }

@@ -13,7 +13,9 @@ use linefs_pm::record::{EntryBuilder, InodeImage, MAX_FILE_SIZE};
 use std::sync::atomic::Ordering;
 
 impl Front {
-    pub(crate) fn write_data(&mut self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<u32> {
+    /// Writes `data` at `off`; returns the bytes written and whether the mode changed
+    /// (setuid/setgid dropped, [`perm::killpriv`]).
+    pub(crate) fn write_data(&mut self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<(u32, bool)> {
         let n = self.node(ino)?;
         if n.is_dir() {
             return Err(FsError::IsDir);
@@ -26,10 +28,11 @@ impl Front {
             return Err(FsError::TooBig);
         }
         if data.is_empty() {
-            return Ok(0);
+            return Ok((0, false));
         }
         let max = (self.publication.log.max_payload() as usize).saturating_sub(1024).min(1 << 20);
         let mut done = 0usize;
+        let mut mode_changed = false;
         while done < data.len() {
             let piece = &data[done..(done + max).min(data.len())];
             let pos = off + done as u64;
@@ -39,13 +42,18 @@ impl Front {
             let t = now();
             img.mtime = t;
             img.ctime = t;
-            img.mode = perm::killpriv(cred, img.mode);
+            img.mode = perm::killpriv(cred, &img);
+            let dropped = img.mode != n.img.mode;
             let est = self.estimate_blocks(ino, pos, piece.len() as u64)?;
             let mut b = EntryBuilder::by(&cred.caller());
+            self.drop_caps(&mut b, ino);
             b.write(ino, pos, piece);
             b.inode(&img, false);
             match self.commit(&b, est) {
-                Ok(_) => done += piece.len(),
+                Ok(_) => {
+                    done += piece.len();
+                    mode_changed |= dropped;
+                }
                 // A short write is success for what was written.
                 Err(e) if done > 0 => {
                     tracing::debug!(error = %e, "short write");
@@ -54,7 +62,7 @@ impl Front {
                 Err(e) => return Err(e),
             }
         }
-        Ok(done as u32)
+        Ok((done as u32, mode_changed))
     }
 
     pub(crate) fn read_data(&self, ino: Ino, off: u64, size: u32) -> FsResult<Vec<u8>> {
@@ -100,6 +108,13 @@ impl Front {
 
 impl Fs {
     pub fn open(&self, cred: &Cred, ino: Ino, flags: i32) -> FsResult<u64> {
+        self.open_noting_mode(cred, ino, flags).map(|(fh, _)| fh)
+    }
+
+    /// [`Fs::open`], also telling whether an `O_TRUNC` dropped setuid/setgid (see
+    /// [`Fs::write_noting_mode`]).
+    pub fn open_noting_mode(&self, cred: &Cred, ino: Ino, flags: i32) -> FsResult<(u64, bool)> {
+        let mut mode_changed = false;
         let trunc = flags & libc::O_TRUNC != 0;
         let _l = self.leased(&[Need { ino, write: trunc }])?;
         let mut front = self.wlock();
@@ -128,12 +143,14 @@ impl Fs {
             let t = now();
             img.mtime = t;
             img.ctime = t;
-            img.mode = perm::killpriv(cred, img.mode);
+            img.mode = perm::killpriv(cred, &img);
+            mode_changed = img.mode != n.img.mode;
+            front.drop_caps(&mut b, ino);
             b.inode(&img, false);
             front.commit(&b, 0)?;
         }
         front.opened(ino);
-        Ok(self.next_fh.fetch_add(1, Ordering::Relaxed))
+        Ok((self.next_fh.fetch_add(1, Ordering::Relaxed), mode_changed))
     }
 
     pub fn release(&self, ino: Ino, _fh: u64) {
@@ -151,11 +168,17 @@ impl Fs {
     }
 
     pub fn write(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<u32> {
+        self.write_noting_mode(cred, ino, off, data).map(|(n, _)| n)
+    }
+
+    /// [`Fs::write`], also telling whether the write dropped setuid/setgid: a front end
+    /// that caches attributes (the kernel, which leaves that to libfs) must forget the mode.
+    pub fn write_noting_mode(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<(u32, bool)> {
         let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
-        let n = front.write_data(cred, ino, off, data)?;
+        let done = front.write_data(cred, ino, off, data)?;
         self.kick(&front);
-        Ok(n)
+        Ok(done)
     }
 
     /// Every update is durable in the log when its call returns, so fsync has nothing left
@@ -171,6 +194,12 @@ impl Fs {
 
     /// fallocate through an open handle: the open checked write permission.
     pub fn fallocate(&self, cred: &Cred, ino: Ino, off: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.fallocate_noting_mode(cred, ino, off, len, mode).map(|_| ())
+    }
+
+    /// [`Fs::fallocate`], also telling whether it dropped setuid/setgid (see
+    /// [`Fs::write_noting_mode`]).
+    pub fn fallocate_noting_mode(&self, cred: &Cred, ino: Ino, off: u64, len: u64, mode: i32) -> FsResult<bool> {
         if len == 0 {
             return Err(FsError::Invalid("fallocate of zero bytes"));
         }
@@ -199,9 +228,11 @@ impl Fs {
         let mut img = n.img;
         // Like a write, fallocate by someone other than root drops setuid/setgid (Linux's
         // file_modified).
-        img.mode = perm::killpriv(cred, img.mode);
+        img.mode = perm::killpriv(cred, &img);
+        let mode_changed = img.mode != n.img.mode;
         let t = now();
         let mut b = EntryBuilder::by(&cred.caller());
+        front.drop_caps(&mut b, ino);
         let mut est = 0;
         if punch || zero {
             // Only what lies inside the file needs zeroing.
@@ -226,7 +257,7 @@ impl Fs {
         b.inode(&img, false);
         front.commit(&b, est)?;
         self.kick(&front);
-        Ok(())
+        Ok(mode_changed)
     }
 
     /// SEEK_DATA / SEEK_HOLE: linefs reports the whole file as data (allowed by POSIX).

@@ -156,9 +156,15 @@ impl Front {
         };
         loop {
             while let Some(ino) = self.ino_pool.pop() {
+                // Pinned until the create is logged (`created_here`) or fails
+                // (`give_back_ino`); a number a revoke took is dropped.
+                if !remote.leases.claim(ino) {
+                    continue;
+                }
                 if self.view.inos.set(ino) {
                     return Ok(ino);
                 }
+                remote.leases.unpin(&[Need::write(ino)]);
             }
             match remote.call(Control::AllocInodes(AllocInodes { count: INODE_GRANT }))? {
                 Control::InodeRange(r) => self.grant_inodes(r.first, r.count),
@@ -175,21 +181,29 @@ impl Front {
     pub(crate) fn grant_inodes(&mut self, first: u64, count: u64) {
         let end = first.saturating_add(count).min(self.view.inos.len());
         self.ino_pool.extend((first..end).rev());
+        if let Some(remote) = self.publication.remote() {
+            for ino in first..end {
+                remote.leases.pool(ino);
+            }
+        }
     }
 
     /// Offload: an inode this client just created is held for writing (the number came
-    /// from nicfs's grant, which is a write lease on it).
+    /// from nicfs's grant, which is a write lease on it, or was freed here under one); the
+    /// pin [`Front::alloc_ino`] took goes now that the creation is logged.
     pub(crate) fn created_here(&self, ino: u64) {
         if let Some(remote) = self.publication.remote() {
             remote.leases.created(ino);
+            remote.leases.unpin(&[Need::write(ino)]);
         }
     }
 
     /// Returns a number taken by [`Front::alloc_ino`] whose entry failed.
     pub(crate) fn give_back_ino(&mut self, ino: u64) {
         self.view.inos.clear(ino);
-        if self.publication.remote().is_some() {
+        if let Some(remote) = self.publication.remote() {
             self.ino_pool.push(ino);
+            remote.leases.unpin(&[Need::write(ino)]);
         }
     }
 

@@ -5,7 +5,7 @@ use crate::api::*;
 use crate::error::{FsError, FsResult};
 use crate::leases::Need;
 use crate::perm;
-use crate::state::Fs;
+use crate::state::{Front, Fs};
 use crate::time::now;
 use crate::view::Node;
 use linefs_pm::public::{xattr_chain_blocks, XATTR_SPACE};
@@ -20,6 +20,22 @@ enum XattrOp {
     Read,
     Set,
     Remove,
+}
+
+impl Front {
+    /// Drops the file's capabilities (`security.capability`), if it has any, in entry `b`:
+    /// Linux does so on every write, truncate and fallocate, whoever the writer
+    /// (`file_remove_privs`). A FUSE kernel without `FUSE_HANDLE_KILLPRIV_V2` removes them
+    /// itself before it sends the call (a removexattr, after asking for them before every
+    /// write); with it, as linefs mounts, that is the file system's job.
+    pub(crate) fn drop_caps(&self, b: &mut EntryBuilder, ino: Ino) {
+        let Some(n) = self.view.node(ino) else { return };
+        if !n.xattrs.contains_key(XATTR_CAPS) {
+            return;
+        }
+        let rest = n.xattrs.iter().filter(|(k, _)| k.as_slice() != XATTR_CAPS);
+        b.xattrs(ino, rest.map(|(k, v)| (k.as_slice(), v.as_slice())));
+    }
 }
 
 impl Fs {
