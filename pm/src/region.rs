@@ -354,8 +354,9 @@ impl PmRegion {
 
     /// [`PmRegion::create`] of a file that must not exist yet, created with permission bits
     /// `mode` (less the umask) — never readable or writable by anyone else, even for an
-    /// instant — mapped; returns the region and a descriptor of the file (for fsync or a
-    /// lock).
+    /// instant — mapped; returns the region and a descriptor of the file (for fsync). The
+    /// descriptor shares the mapping's open file description, so a `flock` taken on it
+    /// lasts as long as the mapping.
     pub fn create_new(path: &Path, size: u64, mode: u32) -> Result<(PmRegion, File), PmError> {
         use std::os::unix::fs::OpenOptionsExt;
         check_new_size(path, size)?;

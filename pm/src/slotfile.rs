@@ -102,9 +102,11 @@ pub fn prepare(dir: &Path, geo: &Geometry, slot: u32, lsns: SlotLsns) -> Result<
 }
 
 impl FreshLog {
-    /// The fresh file (to lock it before it is installed).
-    pub fn file(&self) -> &File {
-        &self.file
+    /// Where the fresh file is until it is installed (to open it for a lock of its own:
+    /// a lock taken on the descriptor behind [`FreshLog::region`]'s mapping would last as
+    /// long as the mapping does).
+    pub fn path(&self) -> &Path {
+        &self.tmp
     }
 
     /// The fresh file's mapping.
