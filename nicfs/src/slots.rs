@@ -26,19 +26,22 @@
 //! claim manages to replace it (logged both times).
 //!
 //! **The header comes from nicfs, not from the old file.** The fresh header's published
-//! LSN is nicfs's own record of the slot's checkpoint — set by recovery, by every
-//! publication and by a dropped suffix, all under the public area's mutex — not what the
-//! old file says: the old client could write its header until the end, and must not choose
-//! where the next session starts. The replicated LSN is set to the same value: a node has no
-//! replicas yet, so publication raises it with the checkpoint and only the smaller of the
-//! two matters (replication will have to carry its own LSN over, and replace a slot only
-//! once the replicas hold its log). Scans that end a session (the fence, the dropped
-//! suffix) start from the same record.
+//! LSN is nicfs's own record of the slot's checkpoint — set by recovery (before anything
+//! else runs), then by every publication and every dropped suffix under the public area's
+//! mutex — not what the old file says: the old client could write its header until the
+//! end, and must not choose where the next session starts. The replicated LSN is set to
+//! the same value: a node has no replicas yet, so publication raises it with the
+//! checkpoint and only the smaller of the two matters (replication will have to carry its
+//! own LSN over, and replace a slot only once the replicas hold its log). The next
+//! session's `start_lsn` and the scans that end a session (the fence, the dropped suffix)
+//! start from the same record.
 //!
 //! **Locks across the replacement.** The fresh file is locked before it is renamed into
-//! place, and both the old file's lock and the fresh one are dropped only under the claim
-//! table's mutex, after the slot is marked free: at no moment does a claimed slot's file
-//! stand unlocked, and a claim never finds a free slot still locked by its replacement.
+//! place — on a descriptor of its own: one sharing the mapping's open file description
+//! would keep the lock as long as the mapping lives — and both the old file's lock and the
+//! fresh one are dropped only under the claim table's mutex, after the slot is marked free:
+//! at no moment does a claimed slot's file stand unlocked, and a claim never finds a free
+//! slot still locked by its replacement.
 //! nicfs's mapping is an `Arc` behind a lock, swapped whole: a reader that took the old one
 //! finishes on it (none does once the session is settled: its fetches and publications are
 //! all answered before it ends).
