@@ -32,13 +32,23 @@
 //! file mapped read-write with pm's persist primitives. It does no locking on the mapped
 //! bytes: the caller must not run two lists that write the same range with different data
 //! at once.
+//!
+//! **A slot's file can change.** nicfs replaces a slot's log file with a fresh one between
+//! two sessions (pm's `slotfile`: a new inode renamed over `log-NN.pm`), so that the
+//! previous client's descriptor writes into a file nobody reads. A descriptor opened before
+//! would read that old file too. So the first entry of a list that reads a slot looks the
+//! slot's name up again (a `stat`) and, if it names another file than the one open, opens
+//! that one instead. That is enough: nicfs replaces a slot only once its session is settled
+//! — no list reading the slot is in flight — and sends the next session's lists after the
+//! rename, so every list reads the file its entries were validated against.
 
 use linefs_pm::layout::{Superblock, BLOCK_SIZE};
 use linefs_pm::node::{log_file_name, PUBLIC_FILE};
 use linefs_pm::{PmError, PmRegion};
 use linefs_proto::{CopyEntry, CopyList, CopySource};
+use parking_lot::Mutex;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// Most bytes copied through the bounce buffer at a time.
@@ -69,7 +79,25 @@ pub struct NodeFiles {
     public: PmRegion,
     /// Bytes from the start of the public file to the first data block.
     data_start: u64,
-    logs: Vec<(File, u64)>,
+    dir: PathBuf,
+    /// Held for a whole list: lists run one at a time.
+    logs: Mutex<Vec<LogFile>>,
+}
+
+/// One slot's log file, opened read-only.
+struct LogFile {
+    file: File,
+    len: u64,
+    /// Which file it is (device, inode).
+    id: (u64, u64),
+}
+
+impl LogFile {
+    fn open(path: &Path) -> std::io::Result<LogFile> {
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        Ok(LogFile { file, len: meta.len(), id: (meta.dev(), meta.ino()) })
+    }
 }
 
 impl NodeFiles {
@@ -81,11 +109,28 @@ impl NodeFiles {
         let mut logs = Vec::with_capacity(geometry.log_slots as usize);
         for slot in 0..geometry.log_slots {
             let path = dir.join(log_file_name(slot));
-            let opened = File::open(&path).and_then(|f| Ok((f.metadata()?.len(), f)));
-            let (len, file) = opened.map_err(|source| OpenError::Log { path, source })?;
-            logs.push((file, len));
+            logs.push(LogFile::open(&path).map_err(|source| OpenError::Log { path, source })?);
         }
-        Ok(NodeFiles { public, data_start: geometry.data_start * BLOCK_SIZE, logs })
+        Ok(NodeFiles {
+            public,
+            data_start: geometry.data_start * BLOCK_SIZE,
+            dir: dir.to_path_buf(),
+            logs: Mutex::new(logs),
+        })
+    }
+
+    /// Makes `slot`'s entry of `logs` the file its name gives now (see the module notes).
+    fn follow(&self, logs: &mut [LogFile], slot: usize) -> Result<(), (i32, String)> {
+        let path = self.dir.join(log_file_name(slot as u32));
+        let fail = |what: &str, e: std::io::Error| {
+            (e.raw_os_error().unwrap_or(libc::EIO), format!("{what} {}: {e}", path.display()))
+        };
+        let meta = std::fs::metadata(&path).map_err(|e| fail("stat", e))?;
+        if (meta.dev(), meta.ino()) != logs[slot].id {
+            logs[slot] = LogFile::open(&path).map_err(|e| fail("open", e))?;
+            tracing::debug!(slot, path = %path.display(), "log file replaced: reading the new one");
+        }
+        Ok(())
     }
 
     /// Executes `list` (see the module notes for what is checked and guaranteed).
@@ -96,9 +141,20 @@ impl NodeFiles {
     /// As [`NodeFiles::execute`], calling `before(i)` before entry `i` (kworker's test hook
     /// slows lists down with it).
     pub fn execute_observed(&self, list: &CopyList, mut before: impl FnMut(usize)) -> Result<(), ListFailure> {
+        let mut guard = self.logs.lock();
+        let logs = guard.as_mut_slice();
+        let mut followed = vec![false; logs.len()];
         for (i, e) in list.entries.iter().enumerate() {
             before(i);
-            if let Err((errno, why)) = self.check(e).and_then(|()| self.copy(e)) {
+            let mut done = Ok(());
+            if let CopySource::Slot(s) = e.source {
+                if followed.get(s as usize) == Some(&false) {
+                    followed[s as usize] = true;
+                    done = self.follow(logs, s as usize);
+                }
+            }
+            let done = done.and_then(|()| self.check(e, logs)).and_then(|()| self.copy(e, logs));
+            if let Err((errno, why)) = done {
                 // The entries before this one were persisted: make them durable.
                 self.public.fence();
                 return Err(ListFailure { entry: u32::try_from(i).unwrap_or(u32::MAX), errno, why });
@@ -109,7 +165,7 @@ impl NodeFiles {
     }
 
     /// Checks one entry against the files.
-    fn check(&self, e: &CopyEntry) -> Result<(), (i32, String)> {
+    fn check(&self, e: &CopyEntry, logs: &[LogFile]) -> Result<(), (i32, String)> {
         let dst_end = e.dst_offset.checked_add(e.len);
         match dst_end {
             Some(end) if e.dst_offset >= self.data_start && end <= self.public.len() => {}
@@ -130,8 +186,8 @@ impl NodeFiles {
             }
             CopySource::Zero => Ok(()),
             CopySource::Slot(s) => {
-                let Some((_, len)) = self.logs.get(s as usize) else {
-                    return Err((libc::EINVAL, format!("no log slot {s} (the node has {})", self.logs.len())));
+                let Some(LogFile { len, .. }) = logs.get(s as usize) else {
+                    return Err((libc::EINVAL, format!("no log slot {s} (the node has {})", logs.len())));
                 };
                 match e.src_offset.checked_add(e.len) {
                     Some(end) if end <= *len => Ok(()),
@@ -145,7 +201,7 @@ impl NodeFiles {
     }
 
     /// Copies one checked entry and persists its destination.
-    fn copy(&self, e: &CopyEntry) -> Result<(), (i32, String)> {
+    fn copy(&self, e: &CopyEntry, logs: &[LogFile]) -> Result<(), (i32, String)> {
         if e.len == 0 {
             return Ok(());
         }
@@ -160,7 +216,7 @@ impl NodeFiles {
         match e.source {
             CopySource::Zero => self.public.zero(e.dst_offset, e.len).map_err(|err| pm("zero fill", err))?,
             CopySource::Slot(s) => {
-                let (file, _) = &self.logs[s as usize];
+                let file = &logs[s as usize].file;
                 let mut buf = vec![0u8; PIECE.min(usize::try_from(e.len).unwrap_or(PIECE))];
                 let mut done = 0u64;
                 while done < e.len {

@@ -15,7 +15,8 @@
 //!   with backoff when nicfs goes away; exit 0 on SIGTERM/SIGINT.
 //!
 //! kworker is stateless: it keeps nothing between lists but its open files, which it
-//! reopens on every connection, so killing and restarting it at any moment loses nothing
+//! reopens on every connection (and a slot's log file whenever nicfs has put a new one in
+//! its place, see [`exec`]), so killing and restarting it at any moment loses nothing
 //! (nicfs redoes a list that was in flight; lists are idempotent).
 #![deny(clippy::undocumented_unsafe_blocks)]
 

@@ -219,16 +219,12 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let Some(claim) = node.claim() else { return refuse(libc::EBUSY, "every log slot is in use") };
     let slot = claim.slot;
     let files = node.client_files(slot).and_then(|f| Ok((f, stream.try_clone()?)));
-    let checkpoint = node.checkpoint(slot);
-    let ((log, public), writer, start) = match (files, checkpoint) {
-        (Ok((f, w)), Ok(c)) => (f, w, c),
-        (Err(e), _) => {
+    let start = node.checkpoint(slot);
+    let ((log, public), writer) = match files {
+        Ok(f) => f,
+        Err(e) => {
             node.release(claim);
             return refuse(libc::EIO, &format!("cannot open the slot's files: {e}"));
-        }
-        (_, Err(e)) => {
-            node.release(claim);
-            return refuse(libc::EIO, &format!("log slot {slot} is unreadable: {e}"));
         }
     };
     let sid = ctx.sessions.new_id();

@@ -15,11 +15,13 @@
 //!   exit 1), pm's recovery of the node, the socket (mode 0666, a stale one replaced), a
 //!   thread per connection; SIGTERM/SIGINT publish every attached client's committed log,
 //!   write the last status, remove the socket and exit 0.
-//! * **sessions** ([`conn`], [`control`], [`session`], [`bulk`]): a control Hello claims a
-//!   free log slot (an exclusive `flock` of its log file, held for the session), records the
-//!   peer's SO_PEERCRED, and answers `Attached` with the log file read-write and the public
-//!   file read-only — the kernel enforces that a client writes only its own log. No free
-//!   slot: EBUSY. The bulk Hello names the session; the same process only, one per session.
+//! * **sessions** ([`conn`], [`control`], [`session`], [`bulk`], [`slots`]): a control Hello
+//!   claims a free log slot (an exclusive `flock` of its log file, held for the session),
+//!   records the peer's SO_PEERCRED, and answers `Attached` with the log file read-write and
+//!   the public file read-only — the kernel enforces that a client writes only its own log.
+//!   No free slot: EBUSY. The bulk Hello names the session; the same process only, one per
+//!   session. When a session ends its slot's log file is replaced by a fresh one before the
+//!   slot is claimed again, so that the descriptor the client keeps reaches nothing.
 //! * **the publishing pipeline** ([`pipeline`], [`stage`], [`publisher`], [`copylist`],
 //!   [`node`]): each session's sequencer keeps the client's order and asks for its committed
 //!   log to be fetched; **fetch** copies chunks of it (4 MiB) out of the client's log file
@@ -32,7 +34,8 @@
 //!   sessions. A refused entry fails its session and nothing else.
 //! * **client death**: the end of the control connection ends the session: nicfs publishes
 //!   what the slot has committed, drops a refused suffix (the checkpoint moves past it, so
-//!   the next client of the slot starts clean), and frees the slot.
+//!   the next client of the slot starts clean), replaces the slot's log file and frees the
+//!   slot.
 //! * **bad input**: a frame that does not decode gets an Error reply and a log line; the
 //!   connection closes when the stream is out of step or after [`conn::MAX_BAD_FRAMES`].
 //!   Nothing a peer sends panics the daemon.
@@ -92,5 +95,6 @@ pub mod perms;
 pub mod pipeline;
 pub mod publisher;
 pub mod session;
+pub mod slots;
 pub mod stage;
 pub mod status;

@@ -1,12 +1,12 @@
 //! What nicfs owns of its node: the exclusive lock of the public file, the mapped PM, the
 //! public area (one publisher at a time: a mutex), the log slots and which of them sessions
-//! hold, and the publication counters.
+//! hold ([`crate::slots`]: claims, and a fresh log file for every session), and the
+//! publication counters.
 //!
-//! A slot is *claimed* by an exclusive `flock` of its log file, taken on a descriptor of
-//! nicfs's own and held for the session, so that nothing else that follows the convention
-//! (a host-only mount of that slot, a second nicfs) can use it meanwhile. The descriptors
-//! handed to the client are opened separately: a lock belongs to an open file description,
-//! and a client sharing ours could unlock it.
+//! Opening the node takes the lock, removes the fresh log files a crash left before their
+//! rename (pm's `slotfile::remove_stray`), recovers the node, and then replaces every slot's
+//! log file, so that no process holding a descriptor from before can write a log that
+//! counts.
 //!
 //! Publication works on *chunks*: [`Node::fetch`] copies up to [`CHUNK_BYTES`] of a slot's
 //! committed log out of the client's log file into nicfs's memory (counted: that is the
@@ -25,7 +25,7 @@ use crate::leasefile::LeaseFile;
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
-use linefs_pm::oplog::{LogCopy, LogSlot};
+use linefs_pm::oplog::LogCopy;
 use linefs_pm::public::{Permissions, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch_checked, Batch, Published, SlotError};
 use linefs_pm::record::InodeImage;
@@ -33,6 +33,9 @@ use linefs_pm::record::Record;
 use linefs_pm::recovery::{recover_with, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{flock, FlockOperation};
+
+pub use crate::slots::Claim;
+use crate::slots::Slots;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,20 +61,12 @@ pub enum StartError {
     Leases { dir: PathBuf, why: String },
 }
 
-/// A claimed slot: released (lock dropped, slot free again) by [`Node::release`].
-#[derive(Debug)]
-pub struct Claim {
-    pub slot: u32,
-    lock: File,
-}
-
 /// The node nicfs serves.
 pub struct Node {
     pub dir: PathBuf,
     pub geometry: Geometry,
     area: Mutex<PublicArea>,
-    logs: Vec<LogSlot>,
-    claimed: Mutex<Vec<bool>>,
+    slots: Slots,
     /// Most log one fetch copies ([`CHUNK_BYTES`] unless `--chunk-bytes` says otherwise).
     chunk_bytes: AtomicU64,
     pub counters: Counters,
@@ -81,7 +76,8 @@ pub struct Node {
     pub opens: crate::opens::Opens,
     /// The write leases, recorded in PM for the next start's recovery.
     pub leases: Arc<LeaseFile>,
-    /// Keeps the PM mapped (the area and slots hold their own references too).
+    /// Keeps the public file mapped (the area holds its own reference too; the slots hold
+    /// the log files).
     _pm: NodePm,
     /// The exclusive flock of public.pm, held for the process's life.
     _lock: File,
@@ -99,7 +95,8 @@ impl Node {
         if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
             return Err(StartError::Busy(dir.to_path_buf()));
         }
-        let pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
+        let mut pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
+        linefs_pm::slotfile::remove_stray(dir, &pm.geometry);
         // The log suffixes are admitted by the write leases recorded before the restart; a
         // node without a record (new, or run host-only until now) trusts its logs.
         let (leases, recorded) = LeaseFile::open(dir, pm.geometry.inode_count)
@@ -127,13 +124,13 @@ impl Node {
         );
         let geometry = rec.geometry;
         let alloc = Alloc::new(PublicReader::shared(pm.public.clone(), geometry), rec.loaded.inodes.keys().copied());
-        let logs = pm.logs.iter().enumerate().map(|(s, r)| LogSlot::new(r.clone(), &geometry, s as u32)).collect();
+        let checkpoints: Vec<u64> = rec.slots.iter().map(|s| s.published).collect();
+        let slots = Slots::open(dir, geometry, std::mem::take(&mut pm.logs), &checkpoints);
         Ok(Node {
             dir: dir.to_path_buf(),
             geometry,
             area: Mutex::new(rec.area),
-            logs,
-            claimed: Mutex::new(vec![false; geometry.log_slots as usize]),
+            slots,
             chunk_bytes: AtomicU64::new(CHUNK_BYTES),
             counters: Counters::default(),
             alloc,
@@ -150,35 +147,20 @@ impl Node {
 
     /// Claims a free slot, or None when every slot is held.
     pub fn claim(&self) -> Option<Claim> {
-        let mut claimed = self.claimed.lock();
-        for slot in 0..self.geometry.log_slots {
-            if claimed[slot as usize] {
-                continue;
-            }
-            let path = self.log_path(slot);
-            let lock = match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::error!(slot, path = %path.display(), error = %e, "cannot open log file");
-                    continue;
-                }
-            };
-            if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-                tracing::warn!(slot, "log file locked by another process; skipping the slot");
-                continue;
-            }
-            claimed[slot as usize] = true;
-            return Some(Claim { slot, lock });
-        }
-        None
+        self.slots.claim()
     }
 
-    /// Frees a claimed slot (its lock is dropped with the claim) once its log is settled:
-    /// its session's reservations end and the inode numbers it did not use go back.
+    /// Frees a claimed slot once its log is settled: its session's reservations end, the
+    /// inode numbers it did not use go back, and its log file is replaced by a fresh one
+    /// before anyone may claim it again ([`crate::slots`]).
     pub fn release(&self, claim: Claim) {
         self.alloc.end_session(claim.slot);
-        self.claimed.lock()[claim.slot as usize] = false;
-        drop(claim.lock);
+        self.slots.release(claim);
+    }
+
+    /// Log files replaced since start (one per session ended, and every slot at start).
+    pub fn log_files_replaced(&self) -> u64 {
+        self.slots.replaced()
     }
 
     /// The descriptors a client of `slot` is handed: its log file read-write, the public
@@ -189,9 +171,10 @@ impl Node {
         Ok((log, public))
     }
 
-    /// The slot's durable checkpoint.
-    pub fn checkpoint(&self, slot: u32) -> Result<u64, FormatError> {
-        self.logs[slot as usize].published_lsn()
+    /// The slot's durable checkpoint, as nicfs recorded it (not as the client's writable
+    /// file may say).
+    pub fn checkpoint(&self, slot: u32) -> u64 {
+        self.slots.checkpoint(slot)
     }
 
     /// The public area's free data blocks now, pending frees included.
@@ -201,7 +184,10 @@ impl Node {
     }
 
     pub fn ring_bytes(&self) -> u64 {
-        self.logs.first().map_or(0, |l| l.ring_bytes())
+        if self.geometry.log_slots == 0 {
+            return 0;
+        }
+        self.slots.log(0).ring_bytes()
     }
 
     /// Sets the most log one fetch copies.
@@ -214,7 +200,7 @@ impl Node {
     pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
         let (copy, read) =
-            self.logs[slot as usize].fetch(from, until, max).map_err(|source| SlotError::Log { slot, source })?;
+            self.slots.log(slot).fetch(from, until, max).map_err(|source| SlotError::Log { slot, source })?;
         self.counters.fetched(read);
         Ok(copy)
     }
@@ -229,12 +215,16 @@ impl Node {
         host: &HostLink,
         perms: Option<&mut dyn Permissions>,
     ) -> (Result<Published, SlotError>, Copied) {
-        let log = &self.logs[batch.slot as usize];
+        let log = self.slots.log(batch.slot);
         let mut copied = Copied::default();
         let r = {
             let mut area = self.area.lock();
             let mut mover = copylist::mover(host, batch.slot, log.region().len(), &mut copied);
-            publish_batch_checked(&mut area, log, batch, plan, &mut mover, perms)
+            let r = publish_batch_checked(&mut area, &log, batch, plan, &mut mover, perms);
+            if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &r {
+                self.slots.set_checkpoint(batch.slot, p.upto);
+            }
+            r
         };
         match &r {
             Ok(p) | Err(SlotError::Rejected { published: p, .. }) => self.counters.published(p),
@@ -252,7 +242,7 @@ impl Node {
 
     /// Where `slot`'s log space may be reused up to (published and replicated).
     pub fn reclaim_lsn(&self, slot: u32) -> Result<u64, FormatError> {
-        self.logs[slot as usize].reclaim_lsn()
+        self.slots.log(slot).reclaim_lsn()
     }
 
     /// Frees orphan `ino` (no link left; its last opener closed it): as recovery frees
@@ -287,13 +277,14 @@ impl Node {
     /// the writer of refused entries is gone, so that the slot's next client starts clean
     /// and a restart's recovery does not stop at them. Returns the dropped range.
     pub fn discard_unpublished(&self, slot: u32) -> Result<(u64, u64), FormatError> {
-        let log = &self.logs[slot as usize];
+        let log = self.slots.log(slot);
         // The area's mutex orders this with every publication.
         let _area = self.area.lock();
-        let from = log.published_lsn()?;
+        let from = self.slots.checkpoint(slot);
         let end = log.scan(from)?.end;
         if end > from {
             log.set_published_lsn(end)?;
+            self.slots.set_checkpoint(slot, end);
         }
         Ok((from, end))
     }
@@ -302,10 +293,9 @@ impl Node {
     /// the area's mutex, so that the checkpoint does not move (nor the client reuse the log
     /// space before it) during the scan.
     pub fn committed_end(&self, slot: u32) -> Result<u64, FormatError> {
-        let log = &self.logs[slot as usize];
+        let log = self.slots.log(slot);
         let _area = self.area.lock();
-        let from = log.published_lsn()?;
-        Ok(log.scan(from)?.end)
+        Ok(log.scan(self.slots.checkpoint(slot))?.end)
     }
 
     /// Holds the public area: no publication runs while the guard lives (shutdown holds it
@@ -319,6 +309,7 @@ impl Node {
 mod tests {
     use super::*;
     use linefs_pm::layout::FormatParams;
+    use linefs_pm::oplog::LogSlot;
     use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
     use linefs_pm::PmRegion;
     use std::sync::Arc;

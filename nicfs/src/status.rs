@@ -20,6 +20,9 @@ pub struct Status {
     /// Where `GET /metrics` is served (`--metrics-addr`, its port resolved), if anywhere.
     pub metrics_addr: Option<String>,
     pub log_slots: u32,
+    /// Log files replaced by fresh ones since start: every slot at start, then one per
+    /// session ended ([`crate::slots`]).
+    pub log_files_replaced: u64,
     pub stopping: bool,
     pub sessions: Vec<SessionStatus>,
     /// The mode (normal / isolated) and the kworker.
@@ -64,6 +67,7 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         socket: ctx.socket.display().to_string(),
         metrics_addr: ctx.metrics_addr.map(|a| a.to_string()),
         log_slots: ctx.node.geometry.log_slots,
+        log_files_replaced: ctx.node.log_files_replaced(),
         stopping: ctx.stopping(),
         sessions: ctx
             .sessions

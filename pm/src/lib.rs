@@ -16,6 +16,8 @@
 //! * [`recovery`]: recovery of a node from PM alone (every slot re-published, orphans freed).
 //! * [`node`]: a node's PM as files (public file, one log file per slot), or packed in one
 //!   region for tests.
+//! * [`slotfile`]: replacing a settled slot's log file with a fresh one, so that an old
+//!   writer's descriptor writes into a file nobody reads.
 //! * [`mkfs`]: formatting a node.
 //! * [`bitmap`]: the DRAM bitmap allocator (data blocks, inode numbers).
 //! * [`signals`], [`cpus`]: what every linefs process shares besides PM: signals taken
@@ -39,6 +41,7 @@ pub mod record;
 pub mod recovery;
 pub mod region;
 pub mod signals;
+pub mod slotfile;
 pub mod trace;
 
 pub use region::{Backing, PersistMethod, PmError, PmRegion, PmStats};

@@ -180,6 +180,14 @@ impl LogSlot {
 
     /// Write an empty slot: header with published_lsn 0 and a zeroed first ring block.
     pub fn format(&self) -> Result<(), FormatError> {
+        self.format_at(0, 0)
+    }
+
+    /// Write an empty slot whose log starts at `published` (and is replicated up to
+    /// `replicated`): the header, and a zeroed first ring block; persisted, not fenced. The
+    /// log is empty only if the ring holds no entry of the lap at `published`: a fresh
+    /// file's ring is all zeros ([`crate::slotfile`]).
+    pub fn format_at(&self, published: u64, replicated: u64) -> Result<(), FormatError> {
         use slot_off as o;
         let mut h = [0u8; 128];
         h[o::MAGIC..o::MAGIC + SLOT_MAGIC.len()].copy_from_slice(SLOT_MAGIC);
@@ -187,6 +195,8 @@ impl LogSlot {
         put_le64(&mut h, o::RING_BYTES, self.ring_bytes);
         let crc = crc32c::crc32c(&h[..o::CRC]);
         put_le32(&mut h, o::CRC, crc);
+        put_le64(&mut h, o::PUBLISHED_LSN, published);
+        put_le64(&mut h, o::REPLICATED_LSN, replicated);
         self.region.write(self.hdr_off, &h)?;
         self.region.zero(self.ring_off, BLOCK_SIZE)?;
         self.region.persist(self.hdr_off, 128)?;

@@ -326,19 +326,22 @@ fn detect_backing(file: &File, path: &Path) -> Backing {
     }
 }
 
+/// The sizes [`PmRegion::create`] accepts.
+fn check_new_size(path: &Path, size: u64) -> Result<(), PmError> {
+    if size < MIN_REGION_SIZE || !size.is_multiple_of(PAGE_SIZE) {
+        let reason = "must be a multiple of 4096 and at least 256 KiB";
+        return Err(PmError::BadSize { path: path.to_path_buf(), size, reason });
+    }
+    Ok(())
+}
+
 impl PmRegion {
     /// Create (or truncate-extend) the file at `path` to exactly `size` bytes and map it
     /// shared. `size` must be a multiple of 4096 and at least 256 KiB. Existing content up to
     /// `size` is kept (set_len); on a disk file the blocks are also reserved with
     /// posix_fallocate, so later stores cannot fault for lack of space.
     pub fn create(path: &Path, size: u64) -> Result<PmRegion, PmError> {
-        if size < MIN_REGION_SIZE || !size.is_multiple_of(PAGE_SIZE) {
-            return Err(PmError::BadSize {
-                path: path.to_path_buf(),
-                size,
-                reason: "must be a multiple of 4096 and at least 256 KiB",
-            });
-        }
+        check_new_size(path, size)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -346,6 +349,30 @@ impl PmRegion {
             .truncate(false)
             .open(path)
             .map_err(io_err(format!("create PM file {}", path.display())))?;
+        Self::size_and_map(file, path, size)
+    }
+
+    /// [`PmRegion::create`] of a file that must not exist yet, created with permission bits
+    /// `mode` (less the umask) — never readable or writable by anyone else, even for an
+    /// instant — mapped; returns the region and a descriptor of the file (for fsync). The
+    /// descriptor shares the mapping's open file description, so a `flock` taken on it
+    /// lasts as long as the mapping.
+    pub fn create_new(path: &Path, size: u64, mode: u32) -> Result<(PmRegion, File), PmError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        check_new_size(path, size)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .map_err(io_err(format!("create PM file {}", path.display())))?;
+        let keep = file.try_clone().map_err(io_err(format!("dup {}", path.display())))?;
+        Ok((Self::size_and_map(file, path, size)?, keep))
+    }
+
+    /// Sizes a file just opened for [`PmRegion::create`] and maps it.
+    fn size_and_map(file: File, path: &Path, size: u64) -> Result<PmRegion, PmError> {
         let meta = file.metadata().map_err(io_err(format!("stat {}", path.display())))?;
         if !meta.is_file() {
             return Err(PmError::NotRegularFile { path: path.to_path_buf() });

@@ -187,6 +187,26 @@ fn create_truncates_or_extends() {
 }
 
 #[test]
+fn create_new_makes_a_private_file_and_never_reuses_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("fresh.pm");
+    assert!(matches!(PmRegion::create_new(&p, 4096, 0o600), Err(PmError::BadSize { .. })));
+    assert!(!p.exists(), "a bad size creates nothing");
+    let (r, file) = PmRegion::create_new(&p, MIB, 0o600).unwrap();
+    assert_eq!((r.len(), file.metadata().unwrap().len()), (MIB, MIB));
+    assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(r.read_u64(MIB - 8).unwrap(), 0);
+    // The descriptor returned is the mapped file's.
+    r.write(0, b"same").unwrap();
+    let mut b = [0u8; 4];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut b, 0).unwrap();
+    assert_eq!(&b, b"same");
+    let exists = PmRegion::create_new(&p, MIB, 0o600).err().unwrap();
+    assert!(matches!(&exists, PmError::Io { source, .. } if source.kind() == io::ErrorKind::AlreadyExists));
+}
+
+#[test]
 fn open_errors_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.pm");
