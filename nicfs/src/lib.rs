@@ -70,9 +70,8 @@
 //!   (pm's permission rules; the caller as [`perms`] resolves it); otherwise it and what
 //!   follows are refused and the session fails. `OpenCheck` is answered by the modes.
 //!
-//! Not built yet: lease expiry and the recording (persistence, replication) of
-//! granted leases, replication, the MINOS engine. See
-//! docs/ARCHITECTURE.md, "nicfs".
+//! Not built yet: the replication of the lease record, replication of the logs, the MINOS
+//! engine. See docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod alloc;
