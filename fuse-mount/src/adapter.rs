@@ -25,8 +25,9 @@ use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use libfs::{AtimePolicy, Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
 use tracing::{debug, debug_span};
@@ -451,6 +452,24 @@ impl Filesystem for LinefsFuse {
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let _s = debug_span!("fsync", ino = ino.0, datasync).entered();
         reply_empty(reply, "fsync", self.fs.fsync(ino.0, datasync));
+    }
+
+    /// No ioctl is supported: ENOTTY, as a file system without any answers (a program's
+    /// `isatty` on a file it opened — Python's `open` asks TCGETS — is routine, not worth
+    /// fuser's default warning in the log on every open).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        debug!(ino = ino.0, cmd, "ioctl not supported");
+        reply.error(Errno::ENOTTY);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

@@ -134,6 +134,17 @@ fn linefs_mount_works_and_persists() {
     let mnt = session.mountpoint().to_path_buf();
     assert_eq!(mounted_type(&mnt).as_deref(), Some("fuse.linefs"));
     exercise(&mnt);
+    // An ioctl (here isatty's TCGETS, which Python's open asks) is refused with ENOTTY.
+    {
+        use std::os::fd::AsRawFd;
+        fs::write(mnt.join("tty"), b"not a terminal").unwrap();
+        let f = fs::File::open(mnt.join("tty")).unwrap();
+        let mut t = std::mem::MaybeUninit::<libc::termios>::uninit();
+        // SAFETY: a valid descriptor and a buffer the size TCGETS writes.
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TCGETS, t.as_mut_ptr()) };
+        assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOTTY)));
+        fs::remove_file(mnt.join("tty")).unwrap();
+    }
     fs::write(mnt.join("keep"), b"kept").unwrap();
     session.unmount(Duration::from_secs(10)).unwrap();
     fs1.shutdown().unwrap();
