@@ -415,7 +415,12 @@ impl Filesystem for LinefsFuse {
         reply: ReplyWrite,
     ) {
         let _s = debug_span!("write", ino = ino.0, offset, len = data.len()).entered();
-        match self.fs.write_noting_mode(&self.cred(req), ino.0, offset, data) {
+        let written = if self.writeback {
+            self.fs.writeback_noting_mode(&self.cred(req), ino.0, offset, data)
+        } else {
+            self.fs.write_noting_mode(&self.cred(req), ino.0, offset, data)
+        };
+        match written {
             Ok((n, mode_changed)) => {
                 if mode_changed {
                     self.cache.expire_attrs(ino.0);

@@ -14,8 +14,16 @@ use std::sync::atomic::Ordering;
 
 impl Front {
     /// Writes `data` at `off`; returns the bytes written and whether the mode changed
-    /// (setuid/setgid dropped, [`perm::killpriv`]).
-    pub(crate) fn write_data(&mut self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<(u32, bool)> {
+    /// (setuid/setgid dropped, [`perm::killpriv`]). `stamp`: set mtime and ctime to now
+    /// (not for a kernel's writeback, whose times arrive by their own setattr).
+    pub(crate) fn write_data(
+        &mut self,
+        cred: &Cred,
+        ino: Ino,
+        off: u64,
+        data: &[u8],
+        stamp: bool,
+    ) -> FsResult<(u32, bool)> {
         let n = self.node(ino)?;
         if n.is_dir() {
             return Err(FsError::IsDir);
@@ -39,9 +47,11 @@ impl Front {
             let n = self.node(ino)?;
             let mut img = n.img;
             img.size = img.size.max(pos + piece.len() as u64);
-            let t = now();
-            img.mtime = t;
-            img.ctime = t;
+            if stamp {
+                let t = now();
+                img.mtime = t;
+                img.ctime = t;
+            }
             img.mode = perm::killpriv(cred, &img);
             let dropped = img.mode != n.img.mode;
             let est = self.estimate_blocks(ino, pos, piece.len() as u64)?;
@@ -174,9 +184,22 @@ impl Fs {
     /// [`Fs::write`], also telling whether the write dropped setuid/setgid: a front end
     /// that caches attributes (the kernel, which leaves that to libfs) must forget the mode.
     pub fn write_noting_mode(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<(u32, bool)> {
+        self.write_with(cred, ino, off, data, true)
+    }
+
+    /// [`Fs::write_noting_mode`] for a kernel's writeback cache pushing dirty pages: the
+    /// modification and change times are left alone. The kernel keeps them and sends them
+    /// with a setattr of their own — which may reach libfs before the last write it covers
+    /// (a FUSE server answers requests on several threads), so a write stamping "now" would
+    /// overwrite the kernel's time with a later one.
+    pub fn writeback_noting_mode(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8]) -> FsResult<(u32, bool)> {
+        self.write_with(cred, ino, off, data, false)
+    }
+
+    fn write_with(&self, cred: &Cred, ino: Ino, off: u64, data: &[u8], stamp: bool) -> FsResult<(u32, bool)> {
         let _l = self.leased(&[Need::write(ino)])?;
         let mut front = self.wlock();
-        let done = front.write_data(cred, ino, off, data)?;
+        let done = front.write_data(cred, ino, off, data, stamp)?;
         self.kick(&front);
         Ok(done)
     }
