@@ -58,9 +58,16 @@ struct Held {
     revoking: bool,
     /// The view has read the inode since the lease was granted.
     loaded: bool,
-    /// A number in this client's pool of free numbers (granted by nicfs, or freed here):
-    /// held for writing so that a create may use it ([`Leases::claim`]).
+    /// A number in this client's pool of free numbers (granted by nicfs): held for writing
+    /// so that a create may use it ([`Leases::claim`]).
     pooled: bool,
+}
+
+impl Held {
+    /// A lease newly held: no call pins it, no revoke is under way.
+    fn new(write: bool, lease: u64, loaded: bool, pooled: bool) -> Held {
+        Held { write, lease, pins: 0, revoking: false, loaded, pooled }
+    }
 }
 
 /// What a granted request tells [`Leases::granted`].
@@ -119,10 +126,7 @@ impl Leases {
                 h.lease = g.lease;
             }
             None => {
-                t.insert(
-                    g.ino,
-                    Held { write: g.write, lease: g.lease, pins: 0, revoking: false, loaded: false, pooled: false },
-                );
+                t.insert(g.ino, Held::new(g.write, g.lease, false, false));
             }
         }
     }
@@ -131,34 +135,19 @@ impl Leases {
     /// [`Leases::claim`] took stays until the call unpins it).
     pub(crate) fn created(&self, ino: u64) {
         let mut t = self.table.lock();
-        let h = t.entry(ino).or_insert(Held {
-            write: true,
-            lease: 0,
-            pins: 0,
-            revoking: false,
-            loaded: true,
-            pooled: false,
-        });
+        let h = t.entry(ino).or_insert(Held::new(true, 0, true, false));
         h.write = true;
         h.loaded = true;
         h.pooled = false;
     }
 
-    /// A free number this client may create with: nicfs granted it (an implicit write lease)
-    /// or this client freed it (under its write lease). Held for writing until a revoke
+    /// A free number this client may create with: nicfs granted it (an implicit write
+    /// lease). Held for writing until a revoke
     /// takes it: another client asked for it (it still knew the number), and from then on
     /// it is no longer this client's to create with.
     pub(crate) fn pool(&self, ino: u64) {
         let mut t = self.table.lock();
-        let h = t.entry(ino).or_insert(Held {
-            write: true,
-            lease: 0,
-            pins: 0,
-            revoking: false,
-            loaded: true,
-            pooled: true,
-        });
-        h.pooled = true;
+        t.entry(ino).or_insert(Held::new(true, 0, true, true)).pooled = true;
     }
 
     /// Pins a pooled number for the create that is about to use it, if it is still held for
