@@ -379,12 +379,13 @@ impl Remote {
                 },
             }
         };
-        // Dropping the senders fails every waiting call at once; the revoke thread ends.
         // The leases go with the session ([`Remote::drop_leases`]): a restarted nicfs, or
-        // the one that hung up, passes them on to other clients.
+        // the one that hung up, passes them on to other clients. Then dropping the senders
+        // fails every waiting call at once (each finds the session failed and no lease
+        // held); the revoke thread ends.
+        self.fail(why, &wakeup);
         self.waiters.lock().clear();
         *self.revokes.lock() = None;
-        self.fail(why, &wakeup);
     }
 
     fn bulk_reader(self: Arc<Self>, stream: UnixStream, wakeup: Arc<Wakeup>) {

@@ -140,13 +140,15 @@ fn when_nicfs_dies_calls_fail_and_a_new_nicfs_recovers_the_log() {
     // Nothing published yet: the entries are only in the log.
     assert!(fs.status().published_lsn < fs.status().tail_lsn);
     n.kill();
+    // The client notices when its control connection ends (a call may fail on the closed
+    // socket a moment before): from then on it holds no lease.
     let mut refused = None;
     wait_until("the client to notice", || {
-        refused = create(&fs, "after").err();
+        refused = fs.read(ino, 0, 100).err();
         refused.is_some()
     });
     assert_eq!(refused.unwrap().errno(), libc::EIO);
-    assert_eq!(fs.read(ino, 0, 100).unwrap_err().errno(), libc::EIO);
+    assert_eq!(create(&fs, "after").unwrap_err().errno(), libc::EIO);
     drop(fs);
     n.restart();
     let fs = n.attach(FsOptions::default());
