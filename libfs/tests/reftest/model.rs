@@ -400,12 +400,13 @@ impl Model {
         if u.uid != 0 && (owner != n.uid || u.uid != n.uid || (owner != n.gid && !u.in_group(owner))) {
             return Err(libc::EPERM);
         }
-        let changed = owner != n.uid || owner != n.gid;
         let is_dir = self.is_dir(id);
         let n = &mut self.nodes[id];
         n.uid = owner;
         n.gid = owner;
-        if (changed || u.uid != 0) && !is_dir {
+        // As Linux's chown: setuid, and setgid with group exec, go from a non-directory
+        // whoever makes the call and whether or not the owner changes.
+        if !is_dir {
             n.perm &= !0o4000;
             if n.perm & 0o010 != 0 {
                 n.perm &= !0o2000;
