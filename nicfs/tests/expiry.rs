@@ -16,36 +16,6 @@ const TIMEOUT_MS: u64 = 300;
 /// publication of the expired client's log, a loaded machine).
 const SLACK: Duration = Duration::from_secs(2);
 
-fn creds() -> Creds {
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Creds { uid, gid, groups: vec![] }
-}
-
-/// Sends a LeaseRequest; returns its id (the answer comes later).
-fn ask(c: &mut Client, inode: u64, mode: LeaseMode) -> u64 {
-    let log_tail = c.tail;
-    c.send(Control::LeaseRequest(LeaseRequest { inode, mode, log_tail, creds: creds() }))
-}
-
-/// The next frame is the grant answering request `id`.
-fn granted(c: &Client, id: u64) -> LeaseGranted {
-    let f = c.recv_frame();
-    match f.msg {
-        Control::LeaseGranted(g) if f.id == id => g,
-        other => panic!("expected LeaseGranted for request {id}, got {other:?} (id {})", f.id),
-    }
-}
-
-/// The next frame is a Revoke; returns its frame id and it.
-fn revoked(c: &Client) -> (u64, Revoke) {
-    let f = c.recv_frame();
-    match f.msg {
-        Control::Revoke(r) => (f.id, r),
-        other => panic!("expected Revoke, got {other:?}"),
-    }
-}
-
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect()
 }

@@ -10,42 +10,6 @@ use linefs_proto::*;
 use std::time::{Duration, Instant};
 use support::*;
 
-fn creds() -> Creds {
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Creds { uid, gid, groups: vec![] }
-}
-
-/// Sends a LeaseRequest; returns its id (the answer comes later).
-fn ask(c: &mut Client, inode: u64, mode: LeaseMode) -> u64 {
-    let log_tail = c.tail;
-    c.send(Control::LeaseRequest(LeaseRequest { inode, mode, log_tail, creds: creds() }))
-}
-
-/// The next frame is the grant answering request `id`.
-fn granted(c: &Client, id: u64) -> LeaseGranted {
-    let f = c.recv_frame();
-    match f.msg {
-        Control::LeaseGranted(g) if f.id == id => g,
-        other => panic!("expected LeaseGranted for request {id}, got {other:?} (id {})", f.id),
-    }
-}
-
-/// The next frame is a Revoke; returns its frame id and it.
-fn revoked(c: &Client) -> (u64, Revoke) {
-    let f = c.recv_frame();
-    match f.msg {
-        Control::Revoke(r) => (f.id, r),
-        other => panic!("expected Revoke, got {other:?}"),
-    }
-}
-
-/// Answers the Revoke frame `id`.
-fn revoke_done(c: &Client, id: u64, inode: u64, lease: u64, covered_lsn: u64) {
-    let msg = Control::RevokeDone(LeaseHandback { inode, lease, covered_lsn });
-    write_frame(&c.control, &Frame { id, msg }).unwrap();
-}
-
 /// Nothing arrives on the control connection for a while.
 fn quiet(c: &Client, what: &str) {
     if let Some(f) = c.try_recv(Duration::from_millis(300)) {

@@ -469,3 +469,42 @@ pub fn expect_published(c: &Client) -> Published {
         other => panic!("expected Published, got {other:?}"),
     }
 }
+
+// Lease requests and their answers, as the lease tests speak them.
+
+/// The credentials this test process states in lease requests.
+pub fn creds() -> Creds {
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    Creds { uid, gid, groups: vec![] }
+}
+
+/// Sends a LeaseRequest; returns its id (the answer comes later).
+pub fn ask(c: &mut Client, inode: u64, mode: LeaseMode) -> u64 {
+    let log_tail = c.tail;
+    c.send(Control::LeaseRequest(LeaseRequest { inode, mode, log_tail, creds: creds() }))
+}
+
+/// The next frame is the grant answering request `id`.
+pub fn granted(c: &Client, id: u64) -> LeaseGranted {
+    let f = c.recv_frame();
+    match f.msg {
+        Control::LeaseGranted(g) if f.id == id => g,
+        other => panic!("expected LeaseGranted for request {id}, got {other:?} (id {})", f.id),
+    }
+}
+
+/// The next frame is a Revoke; returns its frame id and it.
+pub fn revoked(c: &Client) -> (u64, Revoke) {
+    let f = c.recv_frame();
+    match f.msg {
+        Control::Revoke(r) => (f.id, r),
+        other => panic!("expected Revoke, got {other:?}"),
+    }
+}
+
+/// Answers the Revoke frame `id`.
+pub fn revoke_done(c: &Client, id: u64, inode: u64, lease: u64, covered_lsn: u64) {
+    let msg = Control::RevokeDone(LeaseHandback { inode, lease, covered_lsn });
+    write_frame(&c.control, &Frame { id, msg }).unwrap();
+}
