@@ -295,12 +295,12 @@ impl LogSlot {
         let at = self.ring_off + lsn % self.ring_bytes;
         let h = header(lsn, len, KIND_RECORDS, payload);
         self.region.write(at, &h)?;
-        self.region.write(at + ENTRY_HEADER, payload)?;
+        self.region.persist(at, ENTRY_HEADER)?;
+        self.region.write_persist(at + ENTRY_HEADER, payload)?;
         let tail_pad = len - ENTRY_HEADER - payload.len() as u64;
         if tail_pad > 0 {
-            self.region.zero(at + ENTRY_HEADER + payload.len() as u64, tail_pad)?;
+            self.region.zero_persist(at + ENTRY_HEADER + payload.len() as u64, tail_pad)?;
         }
-        self.region.persist(at, len)?;
         self.region.fence();
         Ok(EntryLoc { lsn, end: lsn + len, payload_off: at + ENTRY_HEADER, payload_len: payload.len() as u64 })
     }

@@ -7,6 +7,8 @@
 //! * [`PmRegion::persist`] writes back the cache lines of a range (or msyncs its pages);
 //!   [`PmRegion::fence`] orders those write-backs: after it, everything persisted before is
 //!   durable. [`PmRegion::persist_now`] is both.
+//! * [`PmRegion::write_persist`] and [`PmRegion::zero_persist`] store and write back in one
+//!   call, streaming whole cache lines past the cache where that is cheaper (`durable`).
 //!
 //! # Backends and persist methods
 //!
@@ -245,6 +247,10 @@ impl fmt::Debug for PmRegion {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod durable;
+#[cfg(not(target_arch = "x86_64"))]
+mod durable_plain;
 #[cfg(target_arch = "x86_64")]
 mod flush;
 

@@ -282,8 +282,7 @@ impl PublicArea {
 
     pub(super) fn alloc_zeroed(&mut self, goal: Option<u64>) -> Result<u64> {
         let b = self.alloc.alloc(goal).ok_or(PublishError::NoSpace)?;
-        self.region.zero(b * BLOCK_SIZE, BLOCK_SIZE)?;
-        self.region.persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
+        self.region.zero_persist(b * BLOCK_SIZE, BLOCK_SIZE)?;
         Ok(b)
     }
 

@@ -98,16 +98,14 @@ impl DataMover for DirectMover<'_> {
         while done < len {
             let n = (len - done).min(BLOCK_SIZE);
             log.read(src + done, &mut buf[..n as usize])?;
-            public.write(dst + done, &buf[..n as usize])?;
-            public.persist(dst + done, n)?;
+            public.write_persist(dst + done, &buf[..n as usize])?;
             done += n;
         }
         Ok(())
     }
 
     fn zero(&mut self, public: &PmRegion, dst: u64, len: u64) -> Result<()> {
-        public.zero(dst, len)?;
-        public.persist(dst, len)?;
+        public.zero_persist(dst, len)?;
         Ok(())
     }
 
@@ -117,8 +115,7 @@ impl DataMover for DirectMover<'_> {
         let buf = self.buf();
         buf.fill(0);
         log.read(src, &mut buf[within as usize..(within + len) as usize])?;
-        public.write(dst, buf)?;
-        public.persist(dst, BLOCK_SIZE)?;
+        public.write_persist(dst, buf)?;
         Ok(())
     }
 

@@ -73,3 +73,57 @@ pub(super) fn sfence() {
     // SAFETY: sfence has no memory-safety preconditions; SSE is baseline on x86_64.
     unsafe { core::arch::x86_64::_mm_sfence() }
 }
+
+/// Copy `len` bytes from `src` to `dst` with non-temporal (streaming) stores, which bypass
+/// the cache and go to memory as whole lines: a copy and its write-back in one pass.
+/// Weakly ordered, so callers [`sfence`] before anything depends on the bytes.
+///
+/// # Safety
+/// `dst` must be 64-byte aligned, `len` a multiple of 64; `[dst, dst + len)` must be
+/// writable mapped memory and `[src, src + len)` readable, not overlapping it.
+#[inline]
+pub(super) unsafe fn stream_copy(dst: *mut u8, src: *const u8, len: usize) {
+    use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    let mut i = 0;
+    while i < len {
+        // SAFETY: i + 64 <= len (len is a multiple of 64), so the four loads lie in the
+        // caller's source range and the four stores in its destination range; dst + i is
+        // 16-aligned as _mm_stream_si128 requires (dst is 64-aligned, i a multiple of 64).
+        // SSE2 is baseline on x86_64.
+        unsafe {
+            let s = src.add(i).cast::<__m128i>();
+            let d = dst.add(i).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+        }
+        i += 64;
+    }
+}
+
+/// Store `len` zero bytes at `dst` with non-temporal stores (see [`stream_copy`]).
+///
+/// # Safety
+/// `dst` must be 64-byte aligned, `len` a multiple of 64, `[dst, dst + len)` writable
+/// mapped memory.
+#[inline]
+pub(super) unsafe fn stream_zero(dst: *mut u8, len: usize) {
+    use core::arch::x86_64::{__m128i, _mm_setzero_si128, _mm_stream_si128};
+    let z = _mm_setzero_si128();
+    let mut i = 0;
+    while i < len {
+        // SAFETY: as in stream_copy: the four 16-byte stores lie in [dst, dst + len) and
+        // are 16-aligned.
+        unsafe {
+            let d = dst.add(i).cast::<__m128i>();
+            _mm_stream_si128(d, z);
+            _mm_stream_si128(d.add(1), z);
+            _mm_stream_si128(d.add(2), z);
+            _mm_stream_si128(d.add(3), z);
+        }
+        i += 64;
+    }
+}

@@ -358,6 +358,8 @@ fn read_only_regions_refuse_every_store() {
         assert!(matches!(ro.zero(0, 64), Err(PmError::ReadOnly { .. })));
         assert!(matches!(ro.write_u64(8, 1), Err(PmError::ReadOnly { .. })));
         assert!(matches!(ro.persist(0, 64), Err(PmError::ReadOnly { .. })));
+        assert!(matches!(ro.write_persist(0, &[1; 4096]), Err(PmError::ReadOnly { .. })));
+        assert!(matches!(ro.zero_persist(0, 4096), Err(PmError::ReadOnly { .. })));
         let w = PmRegion::window(Arc::new(ro), 0, 4096).unwrap();
         assert!(matches!(w.write(0, b"x"), Err(PmError::ReadOnly { .. })));
         // Stores through the writable mapping show through the read-only one.
@@ -368,4 +370,68 @@ fn read_only_regions_refuse_every_store() {
     }
     // A read-only descriptor cannot be mapped for writing.
     assert!(PmRegion::from_file(std::fs::File::open(&p).unwrap(), &p, true).is_err());
+}
+
+/// Durable stores at every alignment and length around the streaming thresholds leave the
+/// same bytes as plain stores, on every flush method this CPU has and with msync, and are
+/// counted as written and persisted.
+#[test]
+fn durable_stores_match_plain_stores() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let mut r = PmRegion::create(&dir.path().join("d.pm"), MIB).unwrap();
+    let data: Vec<u8> = (0..24_000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut want = vec![0u8; MIB as usize];
+    let mut got = vec![0u8; MIB as usize];
+    for m in [PersistMethod::Clwb, PersistMethod::ClflushOpt, PersistMethod::Clflush, PersistMethod::Msync] {
+        if !m.is_available() {
+            continue;
+        }
+        r.method = m;
+        let mut at = 0u64;
+        for start in [0usize, 1, 63, 64, 65, 4095] {
+            for len in [0usize, 1, 64, 255, 256, 257, 319, 4096, 16_384 + 17] {
+                at = (at + 64 * 1024 + start as u64) % (MIB - 24_000);
+                let before = r.stats();
+                let src = &data[start..start + len];
+                r.write_persist(at, src).unwrap();
+                want[at as usize..at as usize + len].copy_from_slice(src);
+                let z = (len / 3) as u64;
+                r.zero_persist(at + 7, z).unwrap();
+                want[at as usize + 7..(at + 7 + z) as usize].fill(0);
+                let after = r.stats();
+                assert_eq!(after.bytes_written - before.bytes_written, len as u64 + z, "{m} {start} {len}");
+                assert_eq!(after.bytes_persisted - before.bytes_persisted, len as u64 + z, "{m} {start} {len}");
+            }
+        }
+        r.fence();
+        r.read(0, &mut got).unwrap();
+        assert!(got == want, "{m}: durable stores left different bytes than plain stores");
+    }
+    assert!(matches!(r.write_persist(MIB - 10, &[1; 11]), Err(PmError::OutOfBounds { .. })));
+    assert!(matches!(r.zero_persist(MIB - 10, 11), Err(PmError::OutOfBounds { .. })));
+}
+
+/// On a traced region a durable store is a store and a write-back: durable only after the
+/// next fence, line by line as the crash tests model it; through a window, in the parent.
+#[test]
+fn durable_stores_on_traced_regions_wait_for_the_fence() {
+    let parent = Arc::new(PmRegion::traced(64 << 10));
+    let w = PmRegion::window(parent.clone(), 4096, 32 << 10).unwrap();
+    for r in [&*parent, &w] {
+        let base = if std::ptr::eq(r, &*parent) { 0 } else { 4096 };
+        r.write_persist(100, &[9; 1000]).unwrap();
+        r.zero_persist(2000, 1000).unwrap();
+        let t = r.tracer().unwrap();
+        assert!(t.durable_image()[base + 100..base + 1100].iter().all(|&b| b == 0), "durable before the fence");
+        assert!(t.pending_lines().len() >= 16, "the stores are written back, waiting for the fence");
+        r.fence();
+        assert!(t.durable_image()[base + 100..base + 1100].iter().all(|&b| b == 9));
+        assert_eq!(r.stats().bytes_persisted, 2000);
+        parent.zero_persist(0, 64 << 10).unwrap();
+        parent.fence();
+    }
 }
