@@ -198,9 +198,14 @@ impl Node {
     /// Copies the committed entries of `slot` from `from` that start before `until`, at most
     /// a chunk of them (at least one entry), out of its log file.
     pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
+        self.fetch_into(slot, from, until, Vec::new())
+    }
+
+    /// [`Node::fetch`] into `buf`, the buffer of an earlier copy handed back for reuse.
+    pub fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
         let (copy, read) =
-            self.slots.log(slot).fetch(from, until, max).map_err(|source| SlotError::Log { slot, source })?;
+            self.slots.log(slot).fetch_into(from, until, max, buf).map_err(|source| SlotError::Log { slot, source })?;
         self.counters.fetched(read);
         Ok(copy)
     }

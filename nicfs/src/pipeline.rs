@@ -63,6 +63,9 @@ pub const VALIDATE_THREADS: (usize, usize) = (1, 4);
 pub const COALESCE_THREADS: (usize, usize) = (1, 4);
 pub const PUBLISH_THREADS: (usize, usize) = (1, 1);
 pub const EXTRA_THREADS: usize = 8;
+/// Fetch buffers kept for reuse once their chunk is decoded: a chunk's copy is megabytes,
+/// and a fresh allocation of that size is mapped, zeroed and faulted in page by page.
+const SPARE_BUFFERS: usize = 8;
 
 /// What the pipeline tells a session's sequencer.
 #[derive(Debug)]
@@ -135,6 +138,8 @@ pub struct Pipeline {
     coalesce: Option<Stage<Checked>>,
     publish: Stage<Checked>,
     order: Mutex<HashMap<u64, Order>>,
+    /// Buffers of decoded chunks, for the next fetches ([`SPARE_BUFFERS`] at most).
+    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Pipeline {
@@ -157,6 +162,7 @@ impl Pipeline {
                     .then(|| Stage::new("coalesce", cmin, cmax, budget.clone(), on(me, Pipeline::do_coalesce))),
                 publish: Stage::new("publish", pmin, pmax, budget.clone(), on(me, Pipeline::do_publish)),
                 order: Mutex::new(HashMap::new()),
+                spare: Mutex::new(Vec::new()),
             }
         });
         let me = Arc::downgrade(&p);
@@ -210,8 +216,12 @@ impl Pipeline {
         let (mut at, mut seq) = (req.from, req.seq);
         let mut error = None;
         while at < req.until {
-            match self.node.fetch(slot, at, req.until) {
-                Ok(copy) if copy.bytes.is_empty() => break,
+            let buf = self.spare.lock().pop().unwrap_or_default();
+            match self.node.fetch_into(slot, at, req.until, buf) {
+                Ok(copy) if copy.bytes.is_empty() => {
+                    self.give_back(copy.bytes);
+                    break;
+                }
                 Ok(copy) => {
                     at = copy.end();
                     self.validate.submit(Fetched { flow: req.flow.clone(), seq, copy });
@@ -232,9 +242,18 @@ impl Pipeline {
             tracing::warn!(slot = f.copy.slot, lsn = batch.end(), ?stop, "chunk ends short of what was fetched");
         }
         let checked = Checked { flow: f.flow, seq: f.seq, end: f.copy.end(), batch, plan: None };
+        self.give_back(f.copy.bytes);
         match &self.coalesce {
             Some(c) => c.submit(checked),
             None => self.publish.submit(checked),
+        }
+    }
+
+    /// Keeps a decoded chunk's buffer for a later fetch, if fewer than [`SPARE_BUFFERS`] are.
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut spare = self.spare.lock();
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buf);
         }
     }
 

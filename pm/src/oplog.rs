@@ -327,13 +327,8 @@ impl LogSlot {
         max_bytes: u64,
         f: impl FnMut(&EntryLoc, &[u8]),
     ) -> Result<Scan, FormatError> {
-        let region = &self.region;
-        let ring_off = self.ring_off;
-        let read = |pos: u64, buf: &mut [u8]| -> Result<bool, FormatError> {
-            region.read(ring_off + pos, buf)?;
-            Ok(true)
-        };
-        scan_ring(self.ring_off, self.ring_bytes, from, until, max_bytes, read, f)
+        let source = Ring::Pm { region: &self.region, ring_off: self.ring_off };
+        scan_ring(self.ring_off, self.ring_bytes, from, until, max_bytes, source, f)
     }
 
     /// Copies committed entries out of the log into memory, as a publisher that must not
@@ -345,6 +340,18 @@ impl LogSlot {
     /// checked — [`LogCopy::scan_with`] does that on the copy. Returns the copy and the
     /// bytes read from the log (the headers looked at, then the copy).
     pub fn fetch(&self, from: u64, until: u64, max_bytes: u64) -> Result<(LogCopy, u64), FormatError> {
+        self.fetch_into(from, until, max_bytes, Vec::new())
+    }
+
+    /// [`LogSlot::fetch`] into `buf`, a buffer of an earlier copy handed back for reuse: its
+    /// allocation is kept and only bytes beyond its old length are zeroed before the copy.
+    pub fn fetch_into(
+        &self,
+        from: u64,
+        until: u64,
+        max_bytes: u64,
+        mut buf: Vec<u8>,
+    ) -> Result<(LogCopy, u64), FormatError> {
         let mut lsn = from;
         let mut read = 0;
         let mut after_pad = false;
@@ -371,21 +378,24 @@ impl LogSlot {
             entries += u64::from(!after_pad);
             lsn += total;
         }
-        let mut bytes = Vec::new();
-        self.read_lsns(from, lsn - from, &mut bytes)?;
+        let len = (lsn - from) as usize;
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        buf.truncate(len);
+        self.read_lsns(from, &mut buf)?;
         read += lsn - from;
-        Ok((LogCopy { slot: self.slot, from, bytes, ring_off: self.ring_off, ring_bytes: self.ring_bytes }, read))
+        Ok((LogCopy { slot: self.slot, from, bytes: buf, ring_off: self.ring_off, ring_bytes: self.ring_bytes }, read))
     }
 
-    /// Appends the log bytes of LSNs `[lsn, lsn + len)` (at most a ring) to `out`.
-    fn read_lsns(&self, lsn: u64, len: u64, out: &mut Vec<u8>) -> Result<(), FormatError> {
-        let start = out.len();
-        out.resize(start + len as usize, 0);
+    /// Fills `out` with the log bytes of LSNs `[lsn, lsn + out.len())` (at most a ring).
+    fn read_lsns(&self, lsn: u64, out: &mut [u8]) -> Result<(), FormatError> {
+        let len = out.len() as u64;
         let pos = lsn % self.ring_bytes;
         let first = len.min(self.ring_bytes - pos);
-        self.region.read(self.ring_off + pos, &mut out[start..start + first as usize])?;
+        self.region.read(self.ring_off + pos, &mut out[..first as usize])?;
         if first < len {
-            self.region.read(self.ring_off, &mut out[start + first as usize..])?;
+            self.region.read(self.ring_off, &mut out[first as usize..])?;
         }
         Ok(())
     }
@@ -420,37 +430,52 @@ impl LogCopy {
     /// end: an entry that does not lie wholly in the copy ends the scan
     /// ([`ScanStop::Limit`]).
     pub fn scan_with(&self, f: impl FnMut(&EntryLoc, &[u8])) -> Scan {
-        let bytes = &self.bytes;
-        let from = self.from;
-        let ring_bytes = self.ring_bytes;
-        // Ring position -> LSN: the copy spans at most one ring, starting at `from`.
-        let read = |pos: u64, buf: &mut [u8]| -> Result<bool, FormatError> {
-            let lsn = from + (pos + ring_bytes - from % ring_bytes) % ring_bytes;
-            let at = (lsn - from) as usize;
-            match bytes.get(at..at + buf.len()) {
-                Some(b) => {
-                    buf.copy_from_slice(b);
-                    Ok(true)
-                }
-                None => Ok(false),
-            }
-        };
-        scan_ring(self.ring_off, self.ring_bytes, self.from, self.end(), u64::MAX, read, f)
+        let source = Ring::Copy { bytes: &self.bytes, from: self.from, ring_bytes: self.ring_bytes };
+        scan_ring(self.ring_off, self.ring_bytes, self.from, self.end(), u64::MAX, source, f)
             .expect("reading a copy cannot fail")
     }
 }
 
-/// The scan of a ring whose bytes `read(ring position, buf)` gives (false: not available,
-/// which ends the scan with [`ScanStop::Limit`]); see [`LogSlot::scan_bounded`].
+/// The bytes a scan reads: a slot's ring in PM, or a copy of part of it in memory, whose
+/// payloads the scan checks and hands on where they lie instead of copying them.
+enum Ring<'a> {
+    Pm { region: &'a PmRegion, ring_off: u64 },
+    Copy { bytes: &'a [u8], from: u64, ring_bytes: u64 },
+}
+
+impl<'a> Ring<'a> {
+    /// The `len` bytes at ring position `pos` (read into `scratch` from PM; in place from a
+    /// copy, None past its end).
+    fn get<'b>(&'b self, pos: u64, len: usize, scratch: &'b mut Vec<u8>) -> Result<Option<&'b [u8]>, FormatError> {
+        match *self {
+            Ring::Pm { region, ring_off } => {
+                scratch.clear();
+                scratch.resize(len, 0);
+                region.read(ring_off + pos, scratch)?;
+                Ok(Some(&scratch[..]))
+            }
+            Ring::Copy { bytes, from, ring_bytes } => {
+                // Ring position -> LSN: the copy spans at most one ring, starting at `from`.
+                let lsn = from + (pos + ring_bytes - from % ring_bytes) % ring_bytes;
+                let at = (lsn - from) as usize;
+                Ok(bytes.get(at..at + len))
+            }
+        }
+    }
+}
+
+/// The scan of a ring whose bytes `source` gives (bytes it does not have end the scan with
+/// [`ScanStop::Limit`]); see [`LogSlot::scan_bounded`].
 fn scan_ring(
     ring_off: u64,
     ring_bytes: u64,
     from: u64,
     until: u64,
     max_bytes: u64,
-    mut read: impl FnMut(u64, &mut [u8]) -> Result<bool, FormatError>,
+    source: Ring,
     mut f: impl FnMut(&EntryLoc, &[u8]),
 ) -> Result<Scan, FormatError> {
+    let mut scratch = Vec::new();
     let mut entries = Vec::new();
     let mut lsn = from;
     let stop = loop {
@@ -462,8 +487,9 @@ fn scan_ring(
         }
         let pos = lsn % ring_bytes;
         let mut h = [0u8; ENTRY_HEADER as usize];
-        if !read(pos, &mut h)? {
-            break ScanStop::Limit;
+        match source.get(pos, h.len(), &mut scratch)? {
+            Some(b) => h.copy_from_slice(b),
+            None => break ScanStop::Limit,
         }
         if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC || le64(&h, entry_off::LSN) != lsn
         {
@@ -483,16 +509,15 @@ fn scan_ring(
         } else if kind != KIND_RECORDS {
             break ScanStop::Invalid(format!("entry at lsn {lsn}: unknown kind {kind}"));
         }
-        let mut payload = vec![0u8; plen as usize];
-        if !read(pos + ENTRY_HEADER, &mut payload)? {
+        let Some(payload) = source.get(pos + ENTRY_HEADER, plen as usize, &mut scratch)? else {
             break ScanStop::Limit;
-        }
-        if entry_crc(&h, &payload) != le32(&h, entry_off::CRC) {
+        };
+        if entry_crc(&h, payload) != le32(&h, entry_off::CRC) {
             break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
         }
         if kind == KIND_RECORDS {
             let loc = EntryLoc { lsn, end: lsn + total, payload_off: ring_off + pos + ENTRY_HEADER, payload_len: plen };
-            f(&loc, &payload);
+            f(&loc, payload);
             entries.push(loc);
         }
         lsn += total;
