@@ -235,9 +235,7 @@ impl PublicArea {
             return Ok(());
         }
         self.region.fence();
-        for (idx, b) in new_links {
-            self.link(inode, idx, b)?;
-        }
+        self.link_all(inode, new_links)?;
         self.write_inode(inode)
     }
 
@@ -252,9 +250,7 @@ impl PublicArea {
         mover.flush(&self.region)?;
         while let Some((ino, links)) = self.pending_links.pop_first() {
             let mut inode = self.read_inode(ino)?;
-            for (idx, b) in links {
-                self.link(&mut inode, idx, b)?;
-            }
+            self.link_all(&mut inode, links)?;
             self.write_inode(&inode)?;
         }
         Ok(())
@@ -290,12 +286,43 @@ impl PublicArea {
     /// allocated, zeroed and fenced before being linked). The inode itself is written by
     /// the caller.
     pub(super) fn link(&mut self, inode: &mut PmInode, idx: u64, block: u64) -> Result<()> {
+        self.link_all(inode, [(idx, block)])
+    }
+
+    /// [`PublicArea::link`] for each `(idx, block)`, the pointers stored first and written
+    /// back after, each run of adjacent ones at once: a file's consecutive blocks have their
+    /// pointers side by side, eight to a cache line, and writing one back evicts the line
+    /// on many CPUs, so a write-back per pointer made the next store miss. Not durable
+    /// before the next fence either way.
+    pub(super) fn link_all(&mut self, inode: &mut PmInode, links: impl IntoIterator<Item = (u64, u64)>) -> Result<()> {
+        let mut run: Option<(u64, u64)> = None;
+        for (idx, block) in links {
+            let Some(slot) = self.link_slot(inode, idx, block)? else { continue };
+            run = match run {
+                Some((a, b)) if slot == b => Some((a, b + 8)),
+                Some((a, b)) => {
+                    self.region.persist(a, b - a)?;
+                    Some((slot, slot + 8))
+                }
+                None => Some((slot, slot + 8)),
+            };
+        }
+        if let Some((a, b)) = run {
+            self.region.persist(a, b - a)?;
+        }
+        Ok(())
+    }
+
+    /// Stores the pointer linking `block` as file block `idx` of `inode` (indirect blocks
+    /// made as needed, persisted and fenced); returns where it is in PM, for the caller to
+    /// write back (None: a root pointer, in the DRAM copy of the inode).
+    fn link_slot(&mut self, inode: &mut PmInode, idx: u64, block: u64) -> Result<Option<u64>> {
         let ino = inode.img.ino;
         let (root, sub, levels) =
             super::format::map_path(idx).ok_or_else(|| invalid(ino, "offset beyond the block map"))?;
         if levels == 0 {
             inode.roots[root] = block;
-            return Ok(());
+            return Ok(None);
         }
         if inode.roots[root] == 0 {
             let nb = self.alloc_zeroed(None)?;
@@ -307,8 +334,7 @@ impl PublicArea {
             let slot = p * BLOCK_SIZE + s * 8;
             if l + 1 == levels {
                 self.region.write_u64(slot, block)?;
-                self.region.persist(slot, 8)?;
-                break;
+                return Ok(Some(slot));
             }
             let mut next = self.region.read_u64(slot)?;
             if next == 0 {
@@ -319,7 +345,7 @@ impl PublicArea {
             }
             p = next;
         }
-        Ok(())
+        Ok(None)
     }
 
     pub(super) fn free_block(&mut self, ino: u64, block: u64, data: bool) {
