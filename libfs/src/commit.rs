@@ -105,8 +105,8 @@ impl Front {
         self.make_room(est_blocks)?;
         let loc = match self.publication.log.append(self.tail, self.reclaimed, b.payload()) {
             Ok(loc) => loc,
-            Err(AppendError::Full(_)) => {
-                self.publish_all()?;
+            Err(AppendError::Full(full)) => {
+                self.free_log(full.need)?;
                 match self.publication.log.append(self.tail, self.reclaimed, b.payload()) {
                     Ok(loc) => loc,
                     Err(AppendError::Full(_)) => return Err(FsError::NoSpace("operation log full")),
@@ -201,6 +201,17 @@ impl Front {
     }
 
     /// Publish everything in the log (an update that needs space, sync, shutdown).
+    /// Makes room in a full log for `need` bytes. Host-only publishes everything; offload
+    /// waits only until nicfs has published the oldest quarter of the log (or `need`, if
+    /// more) — chunks its pipeline already has in hand — and goes on writing while nicfs
+    /// publishes the rest, instead of waiting for all of it.
+    fn free_log(&mut self, need: u64) -> FsResult<()> {
+        let quarter = self.publication.log.ring_bytes() / 4;
+        self.publication.publish_through(self.reclaimed + need.max(quarter))?;
+        self.catch_up();
+        Ok(())
+    }
+
     pub(crate) fn publish_all(&mut self) -> FsResult<()> {
         self.publication.publish_batch(u64::MAX)?;
         self.catch_up();

@@ -210,6 +210,23 @@ impl Publication {
         Ok(ps.published)
     }
 
+    /// Frees the oldest part of a full log. Offload: waits until nicfs has published the
+    /// log through the first entry that ends at or past `lsn` (all of it if none does) and
+    /// lets it carry on with the rest in the background; host-only: publishes everything.
+    pub(crate) fn publish_through(&self, lsn: u64) -> FsResult<u64> {
+        let Mode::Remote(remote) = &self.mode else { return self.publish_batch(u64::MAX) };
+        let _one = self.publish.lock();
+        let until = {
+            let q = self.pending.lock();
+            let i = q.partition_point(|p| p.end < lsn);
+            q.get(i).or(q.back()).map(|p| p.end)
+        };
+        match until {
+            Some(until) => self.publish_remote(remote, until),
+            None => Ok(self.public.read().published),
+        }
+    }
+
     /// Offload: asks nicfs to publish everything up to `until` and waits until it has.
     fn publish_remote(&self, remote: &Remote, until: u64) -> FsResult<u64> {
         if self.public.read().published >= until {

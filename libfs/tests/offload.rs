@@ -291,3 +291,30 @@ fn a_freed_number_another_client_asked_for_is_not_reused_behind_its_back() {
         b.forget(new, 1);
     }
 }
+
+/// Far more written than a small log holds: the client reclaims its log as nicfs publishes
+/// chunks and, whenever it outpaces nicfs and the log fills, waits until nicfs has
+/// published the oldest part of it. Every byte arrives, in order, as another client reads
+/// it after the writer detaches.
+#[test]
+fn writes_far_beyond_a_small_log_lose_nothing() {
+    let n = Nicfs::start_with(&FormatParams { size: 128 << 20, log_size: 2 << 20, log_slots: 2, inodes: 256 });
+    // A long interval: chunk notices and full-log waits drive publication, not the timer.
+    let fs = n.attach(FsOptions { publish_interval: Duration::from_secs(5), ..Default::default() });
+    let ino = create(&fs, "big").unwrap();
+    let total = 48u64 << 20;
+    let piece = 16u64 << 10;
+    let content = |i: u64| -> Vec<u8> { (0..piece).map(|j| ((i * 31 + j * 7) % 253) as u8).collect() };
+    for i in 0..total / piece {
+        fs.write(&root(), ino, i * piece, &content(i)).unwrap();
+    }
+    drop(fs);
+    let fs = n.attach(FsOptions::default());
+    let a = fs.lookup(&root(), ROOT_INO, b"big").unwrap();
+    assert_eq!(a.size, total);
+    for i in 0..total / piece {
+        let got = fs.read(a.ino, i * piece, piece as u32).unwrap();
+        assert!(got == content(i), "piece {i} differs");
+    }
+    fs.forget(a.ino, 1);
+}
