@@ -171,7 +171,7 @@ impl Front {
             if remote {
                 ps.entries += entries;
             }
-            let ps = parking_lot::RwLockWriteGuard::downgrade(ps);
+            drop(ps);
             let mut inos: Vec<u64> =
                 if touched.contains(&u64::MAX) { self.view.nodes.keys().copied().collect() } else { touched };
             if remote {
@@ -181,7 +181,7 @@ impl Front {
             }
             for ino in inos {
                 if let Some(n) = self.view.node_mut(ino) {
-                    n.pub_blocks = ps.file_blocks(ino);
+                    n.pub_blocks.forget();
                 }
             }
         }
@@ -200,7 +200,6 @@ impl Front {
         self.reclaimed = published.min(reclaim);
     }
 
-    /// Publish everything in the log (an update that needs space, sync, shutdown).
     /// Makes room in a full log for `need` bytes. Host-only publishes everything; offload
     /// waits only until nicfs has published the oldest quarter of the log (or `need`, if
     /// more) — chunks its pipeline already has in hand — and goes on writing while nicfs
@@ -212,6 +211,7 @@ impl Front {
         Ok(())
     }
 
+    /// Publish everything in the log (an update that needs space, sync, shutdown).
     pub(crate) fn publish_all(&mut self) -> FsResult<()> {
         self.publication.publish_batch(u64::MAX)?;
         self.catch_up();

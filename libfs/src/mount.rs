@@ -199,7 +199,7 @@ fn build_view(loaded: &Loaded, geo: &Geometry) -> FsResult<(View, u32)> {
     let mut max_gen = 1;
     for (ino, li) in &loaded.inodes {
         let mut n = Node::new(li.img);
-        n.pub_blocks = li.blocks;
+        n.pub_blocks = crate::view::PubBlocks::known(li.blocks);
         n.xattrs = li.xattrs.iter().cloned().collect();
         view.inos.set(*ino);
         max_gen = max_gen.max(li.img.generation);

@@ -119,10 +119,11 @@ impl Front {
             // Nothing of this file is public yet.
             return pending;
         }
-        if pending == 0 || pending > EXACT_UP_TO {
-            return n.pub_blocks + pending;
-        }
         let public = self.publication.public.read();
+        let pub_blocks = n.pub_blocks.get_or(|| public.file_blocks(n.img.ino));
+        if pending == 0 || pending > EXACT_UP_TO {
+            return pub_blocks + pending;
+        }
         let mut new = 0;
         for idx in ranges.iter().flat_map(|&(a, b)| a..b) {
             // An unreadable block map (corrupt PM) counts the block as new.
@@ -130,7 +131,7 @@ impl Front {
                 new += 1;
             }
         }
-        n.pub_blocks + new
+        pub_blocks + new
     }
 
     pub(crate) fn attr(&self, n: &Node) -> Attr {

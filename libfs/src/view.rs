@@ -14,6 +14,7 @@ use linefs_pm::public::InodeReload;
 use linefs_pm::record::{InodeImage, Record, MAX_FILE_SIZE};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where a range of unpublished file bytes lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +186,43 @@ impl Dir {
     }
 }
 
+/// A file's count of data blocks mapped in the public area, or not known since a
+/// publication touched the file (counting walks its whole block map, which a client
+/// catching up after every published chunk of a large file cannot afford each time).
+#[derive(Debug)]
+pub struct PubBlocks(AtomicU64);
+
+impl PubBlocks {
+    const UNKNOWN: u64 = u64::MAX;
+
+    pub fn known(n: u64) -> PubBlocks {
+        PubBlocks(AtomicU64::new(n))
+    }
+
+    /// Not known any more: the next [`PubBlocks::get_or`] counts.
+    pub fn forget(&self) {
+        self.0.store(Self::UNKNOWN, Ordering::Relaxed);
+    }
+
+    /// The count, from `count` if it is not known (and kept).
+    pub fn get_or(&self, count: impl FnOnce() -> u64) -> u64 {
+        match self.0.load(Ordering::Relaxed) {
+            Self::UNKNOWN => {
+                let n = count();
+                self.0.store(n, Ordering::Relaxed);
+                n
+            }
+            n => n,
+        }
+    }
+}
+
+impl Clone for PubBlocks {
+    fn clone(&self) -> PubBlocks {
+        PubBlocks(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
 /// One inode in the view.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -196,8 +234,9 @@ pub struct Node {
     pub lookups: u64,
     /// Open file handles.
     pub opens: u64,
-    /// Data blocks mapped in the public area (as of the last catch-up), for `st_blocks`.
-    pub pub_blocks: u64,
+    /// Data blocks mapped in the public area, for `st_blocks`: known at load, then counted
+    /// again on the first stat after a publication touched the file.
+    pub pub_blocks: PubBlocks,
     /// Unpublished preallocations (fallocate), for `st_blocks`.
     pub allocs: Allocs,
     /// LSN of the unpublished entry that created this incarnation of the inode number: until
@@ -237,7 +276,7 @@ impl Node {
             overlay: Overlay::default(),
             lookups: 0,
             opens: 0,
-            pub_blocks: 0,
+            pub_blocks: PubBlocks::known(0),
             allocs: Allocs::default(),
             fresh: None,
         }
@@ -391,7 +430,7 @@ impl View {
             return;
         };
         let mut n = Node::new(li.img);
-        n.pub_blocks = li.blocks;
+        n.pub_blocks = PubBlocks::known(li.blocks);
         n.xattrs = li.xattrs.into_iter().collect();
         if let Some(o) = &old {
             n.lookups = o.lookups;
