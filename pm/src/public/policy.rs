@@ -285,7 +285,7 @@ fn check_entry(st: &Overlay, caller: &Caller, records: &[Record], who: &dyn Perm
                     return Err(format!("uid {} may not change trusted.* attributes of inode {ino}", caller.uid));
                 }
             }
-            Record::FreeInode { .. } => {}
+            Record::FreeInode { .. } | Record::OpenWrite { .. } => {}
         }
     }
     Ok(())
