@@ -240,6 +240,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
             // The log is settled and the publisher gone: whatever the session held is free,
             // and orphans kept only for it go.
             leases.session_ended(sid);
+            node.grants.session_ended(sid);
             for ino in node.opens.session_ended(sid) {
                 node.free_orphan(ino);
             }
