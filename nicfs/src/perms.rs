@@ -72,36 +72,3 @@ pub fn groups_of(pid: i32) -> Vec<u32> {
         .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_default()
 }
-
-/// An OpenCheck: the open `req.flags` of `req.inode` by `req.creds` is allowed by the public
-/// inode's mode (an errno and why if not). An open for writing allowed is recorded as a
-/// write grant. If the session holds the inode's write lease, its own log may hold
-/// changes not published yet, which the public inode does not show: the open is answered
-/// allowed without a grant (its writes are checked by mode when published).
-pub fn open_check(
-    ctx: &crate::daemon::Ctx,
-    session: &Session,
-    req: &linefs_proto::OpenCheck,
-) -> Result<(), (i32, String)> {
-    let linefs_proto::Creds { uid, gid, groups } = &req.creds;
-    let caller = resolve(session, Some((*uid, *gid, groups))).map_err(|why| (libc::EPERM, why))?;
-    if req.inode == 0 || req.inode >= ctx.node.geometry.inode_count {
-        return Err((libc::EINVAL, "no such inode number".into()));
-    }
-    let flags = req.flags as i32;
-    let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-    let read = flags & libc::O_ACCMODE != libc::O_WRONLY;
-    if ctx.leases.may_change(session.id, req.inode) {
-        return Ok(());
-    }
-    let img = ctx.node.inode(req.inode).map_err(|e| (libc::EIO, e.to_string()))?;
-    let Some(img) = img else { return Err((libc::ENOENT, "no such inode".into())) };
-    let want = if read { 4 } else { 0 } | if write { 2 } else { 0 };
-    if !linefs_pm::public::allows(&caller, &img, want) {
-        return Err((libc::EACCES, format!("uid {} may not open inode {} so", caller.uid, req.inode)));
-    }
-    if write {
-        ctx.node.grants.grant(session.id, req.inode);
-    }
-    Ok(())
-}
