@@ -10,7 +10,7 @@
 //! number and a file range out of range; an old entry replayed after its lease was handed
 //! back; an open for writing of root's file (and a write through it); a write to a file
 //! the session created, freed, and another session made again under the same number,
-//! read-only (a write grant does not outlive the number).
+//! read-only (a write grant does not outlive the number); a new inode made over root's file.
 
 mod support;
 
@@ -172,7 +172,7 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
 }
 
 /// How many cases `forger` runs (each prints `refused NAME: REASON`).
-const CASES: usize = 15;
+const CASES: usize = 16;
 
 /// Appends `e` (as is: no lease taken) and announces it; returns the reason of the Rejected
 /// that must follow, checking that nothing of it was published.
@@ -258,6 +258,14 @@ fn forger() {
     case("foreign owner", "owned by uid 0", &|c| {
         let mut e = EntryBuilder::new();
         file_as(&mut e, t.public_dir, c.attached.inodes.first, b"roots", 0, b"x");
+        refused(c, &e, true)
+    });
+    // A new inode under the number of one in use: root's file, made the forger's (its names
+    // would lead to it).
+    case("create over root's file", "over one in use", &|c| {
+        let mut e = EntryBuilder::new();
+        e.inode(&InodeImage { size: 5, ..image(t.rootfile, 1, libc::S_IFREG | 0o644, NOBODY) }, true);
+        e.write(t.rootfile, 0, b"owned");
         refused(c, &e, true)
     });
     // Out of range: an inode number (no lease can name it), a file range.

@@ -12,7 +12,9 @@
 //!   directory or the inode the name held;
 //! * a name that puts a directory inside one of its own descendants (a rename cycle) is
 //!   refused, for root too;
-//! * a new inode belongs to the caller, with its group or the parent directory's;
+//! * a new inode takes a free number (as the entries before it leave the numbers: never one
+//!   in use, which would replace another user's file under its names) and belongs to the
+//!   caller, with its group or the parent directory's;
 //! * an owner changes only for root; a group, for root or an owner in the new group;
 //! * mode bits change for root or the owner — anyone who may write the file may only clear
 //!   set-user-ID and set-group-ID (as the kernel does on a write);
@@ -210,6 +212,8 @@ fn check_entry(st: &Overlay, caller: &Caller, records: &[Record], who: &dyn Perm
     let root = caller.is_root();
     let owner = |img: &InodeImage| root || caller.uid == img.uid;
     let writable = |ino: u64, img: &InodeImage| allows(caller, img, 2) || who.may_write(ino);
+    // Numbers freed by the records before the current one in this entry.
+    let mut freed: HashSet<u64> = HashSet::new();
     for r in records {
         match r {
             // Checked against the state before the entry, like the records after it in the
@@ -249,6 +253,9 @@ fn check_entry(st: &Overlay, caller: &Caller, records: &[Record], who: &dyn Perm
             Record::Inode { fresh: true, img } => {
                 if root {
                     continue;
+                }
+                if st.inode(img.ino).is_some() && !freed.contains(&img.ino) {
+                    return Err(format!("uid {} may not create inode {} over one in use", caller.uid, img.ino));
                 }
                 if img.uid != caller.uid {
                     return Err(format!(
@@ -318,7 +325,9 @@ fn check_entry(st: &Overlay, caller: &Caller, records: &[Record], who: &dyn Perm
                     return Err(format!("uid {} may not change trusted.* attributes of inode {ino}", caller.uid));
                 }
             }
-            Record::FreeInode { .. } => {}
+            Record::FreeInode { ino } => {
+                freed.insert(*ino);
+            }
         }
     }
     Ok(())
@@ -505,6 +514,33 @@ mod tests {
         let mut s = Session::default();
         let (n, _) = check(&pa, &mut s, &[write(OTHER, FILE), open_write(0, FILE)]);
         assert_eq!((n, s.told.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_new_inode_needs_a_free_number() {
+        let pa = area();
+        // Another user's file "created" again under its own number: its names would then
+        // lead to the creator's file.
+        let mut over = by(OTHER);
+        over.inode(&InodeImage { parent: ROOT_INO, ..file(FILE, 0o644, OTHER) }, true);
+        over.write(FILE, 0, b"mine");
+        let (n, why) = check(&pa, &mut Session::default(), &[over]);
+        assert_eq!(n, 0);
+        assert!(why.contains("may not create inode 2 over one in use"), "{why}");
+        // Once freed — by an earlier entry or earlier in the same one — the number is free.
+        let mut unlink = by(OWNER);
+        unlink.dirent(ROOT_INO, b"file", 0, 0);
+        unlink.free_inode(FILE);
+        let mut create = by(OTHER);
+        create.inode(&InodeImage { parent: ROOT_INO, ..file(FILE, 0o644, OTHER) }, true);
+        create.dirent(ROOT_INO, b"again", FILE, crate::record::dtype::REG);
+        assert_eq!(check(&pa, &mut Session::default(), &[unlink.clone(), create]), (2, String::new()));
+        let mut both = by(OWNER);
+        both.dirent(ROOT_INO, b"file", 0, 0);
+        both.free_inode(FILE);
+        both.inode(&InodeImage { parent: ROOT_INO, ..file(FILE, 0o644, OWNER) }, true);
+        both.dirent(ROOT_INO, b"again", FILE, crate::record::dtype::REG);
+        assert_eq!(check(&pa, &mut Session::default(), &[both]), (1, String::new()));
     }
 
     #[test]
