@@ -26,6 +26,12 @@
 //!   elsewhere), keep a read lease if nicfs allows it, else forget the lease and tell the
 //!   observer again after the hand-back (the adapter drops the kernel's cached pages, which
 //!   may wait for the kernel's page locks).
+//! * **Opens for writing** (offload): an open for writing holds the file's write lease and
+//!   logs an OPEN_WRITE record, which nicfs checks and then lets this session write the
+//!   file through that open whatever its mode becomes. A lease remembers that one was
+//!   logged under it (or the file created), so that the next opens under the same lease
+//!   log none; the memory goes with the write lease, since only a client holding that lease
+//!   could free the number (and end nicfs's grant) meanwhile.
 
 use crate::error::{FsError, FsResult};
 use parking_lot::{Condvar, Mutex};
@@ -61,12 +67,17 @@ struct Held {
     /// A number in this client's pool of free numbers (granted by nicfs): held for writing
     /// so that a create may use it ([`Leases::claim`]).
     pooled: bool,
+    /// This client logged the inode's creation or an open of it for writing (an OPEN_WRITE
+    /// record) while holding this write lease: nicfs grants the session the file when it
+    /// publishes that, so later opens for writing need not log another
+    /// ([`Leases::open_logged`]).
+    open_logged: bool,
 }
 
 impl Held {
-    /// A lease newly held: no call pins it, no revoke is under way.
+    /// A lease newly held: no call pins it, no revoke is under way, no open is logged.
     fn new(write: bool, lease: u64, loaded: bool, pooled: bool) -> Held {
-        Held { write, lease, pins: 0, revoking: false, loaded, pooled }
+        Held { write, lease, pins: 0, revoking: false, loaded, pooled, open_logged: false }
     }
 }
 
@@ -139,6 +150,25 @@ impl Leases {
         h.write = true;
         h.loaded = true;
         h.pooled = false;
+        // nicfs grants the creator the file, as an open for writing does.
+        h.open_logged = true;
+    }
+
+    /// Whether an open of `ino` for writing needs no OPEN_WRITE record: this client logged
+    /// the file's creation or an open of it for writing and has held its write lease
+    /// without a break since. nicfs's grant of the file to this session then stands: it
+    /// ends only when the number is freed, which this client would have logged itself
+    /// (dropping the lease, [`Leases::freed`]) or another client, holding the write lease
+    /// meanwhile, would have.
+    pub(crate) fn open_logged(&self, ino: u64) -> bool {
+        self.table.lock().get(&ino).is_some_and(|h| h.write && h.open_logged)
+    }
+
+    /// An OPEN_WRITE record of `ino` is committed, under the write lease held (pinned).
+    pub(crate) fn note_open_logged(&self, ino: u64) {
+        if let Some(h) = self.table.lock().get_mut(&ino).filter(|h| h.write) {
+            h.open_logged = true;
+        }
     }
 
     /// A free number this client may create with: nicfs granted it (an implicit write
@@ -272,6 +302,8 @@ impl Leases {
         } else if let Some(h) = t.get_mut(&ino) {
             h.write = false;
             h.revoking = false;
+            // Another client may write it now, free its number and reuse it.
+            h.open_logged = false;
         }
         drop(t);
         self.cond.notify_all();
@@ -394,6 +426,34 @@ mod tests {
         // The next grant of the inode is recorded as usual.
         l.granted(Grant { ino: 7, write: true, lease: 41 });
         assert!(l.missing(&[Need::write(7)]).is_empty());
+    }
+
+    #[test]
+    fn an_open_logged_is_remembered_only_while_the_write_lease_is_held() {
+        let l = Leases::default();
+        l.granted(Grant { ino: 7, write: false, lease: 1 });
+        l.note_open_logged(7);
+        assert!(!l.open_logged(7), "not under a read lease");
+        l.granted(Grant { ino: 7, write: true, lease: 2 });
+        assert!(!l.open_logged(7));
+        l.note_open_logged(7);
+        assert!(l.open_logged(7));
+        // Downgraded to a read lease: forgotten, also once the write lease comes back.
+        l.revoke(7, 2, true, || 0, || {});
+        assert!(!l.open_logged(7));
+        l.granted(Grant { ino: 7, write: true, lease: 3 });
+        assert!(!l.open_logged(7));
+        l.note_open_logged(7);
+        l.revoke(7, 3, false, || 0, || {});
+        assert!(!l.open_logged(7), "handed back");
+        // A file created here counts as opened; freed here, or the session ended, forgotten.
+        l.created(8);
+        assert!(l.open_logged(8));
+        l.freed(8);
+        assert!(!l.open_logged(8));
+        l.created(9);
+        l.drop_all();
+        assert!(!l.open_logged(9));
     }
 
     #[test]

@@ -38,12 +38,11 @@ pub fn sticky_allows(cred: &Cred, dir: &InodeImage, victim: &InodeImage) -> bool
 pub const FMODE_EXEC: i32 = 0x20;
 
 /// The access mask an `open` with `flags` needs: an open to execute a file needs execute
-/// permission, not read permission (a mode 0711 program runs for everyone).
+/// permission, not read permission (a mode 0711 program runs for everyone); one that
+/// truncates needs write permission whatever else it asks.
 pub fn open_mask(flags: i32) -> u32 {
-    if flags & FMODE_EXEC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
-        return X_OK;
-    }
     let mut m = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY if flags & FMODE_EXEC != 0 => X_OK,
         libc::O_RDONLY => R_OK,
         libc::O_WRONLY => W_OK,
         _ => R_OK | W_OK,

@@ -22,7 +22,7 @@ use crate::leases::{Grant, Leases, Need};
 use crate::publication::Wakeup;
 use linefs_proto::{
     read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Creds, Frame, Hello, InodeSet,
-    LeaseHandback, LeaseMode, LeaseRequest, OpenCheck, Party, ReadError, Revoke, Role,
+    LeaseHandback, LeaseMode, LeaseRequest, Party, ReadError, Revoke, Role,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -201,17 +201,6 @@ impl Remote {
             Control::LeaseGranted(g) if g.inode == n.ino => Ok(()),
             Control::Error(e) => Err(crate::leases::refused(n.ino, e.errno, &e.message)),
             other => Err(FsError::PublicationFailed(format!("unexpected answer to LeaseRequest: {other:?}"))),
-        }
-    }
-
-    /// nicfs's check of an open of `ino` with `flags` by `cred` (see nicfs's `perms`).
-    pub(crate) fn open_check(&self, cred: &crate::Cred, ino: u64, flags: i32) -> FsResult<()> {
-        let creds = Creds { uid: cred.uid, gid: cred.gid, groups: cred.groups.clone() };
-        match self.call(Control::OpenCheck(OpenCheck { inode: ino, flags: flags as u32, creds }))? {
-            Control::Ok => Ok(()),
-            Control::Error(e) if e.errno == libc::EACCES || e.errno == libc::EPERM => Err(FsError::Access),
-            Control::Error(e) => Err(crate::leases::refused(ino, e.errno, &e.message)),
-            other => Err(FsError::PublicationFailed(format!("unexpected answer to OpenCheck: {other:?}"))),
         }
     }
 

@@ -387,6 +387,8 @@ impl View {
                 self.overlaid.remove(ino);
                 self.inos.clear(*ino);
             }
+            // For nicfs's permission checks; the view is unchanged.
+            Record::OpenWrite { .. } => {}
         }
     }
 

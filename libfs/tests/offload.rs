@@ -1,6 +1,7 @@
 //! libfs in the offload mode against a real nicfs process: publication in the background
 //! and on sync, the node's space and inode numbers handed out by nicfs (ENOSPC and their
-//! return), statfs, what a client sees when nicfs dies, and recovery by a new nicfs.
+//! return), statfs, what a client sees when nicfs dies, recovery by a new nicfs, and writes
+//! through a descriptor opened for writing that the mode no longer allows.
 //! (The reference-model property runs through nicfs too: `reftest.rs`.)
 
 #[path = "support/nicfs.rs"]
@@ -321,4 +322,112 @@ fn writes_far_beyond_a_small_log_lose_nothing() {
         assert!(got == content(i), "piece {i} differs");
     }
     fs.forget(a.ino, 1);
+}
+
+const OWNER: u32 = 1000;
+const OTHER: u32 = 2000;
+
+fn user(uid: u32) -> Cred {
+    Cred { uid, gid: uid, groups: Vec::new() }
+}
+
+/// A node with room for four clients at once.
+fn node() -> Nicfs {
+    Nicfs::start_with(&FormatParams { size: 64 << 20, log_size: 8 << 20, log_slots: 4, inodes: 4096 })
+}
+
+/// A client that states each call's caller, as a mount daemon does.
+fn daemon(n: &Nicfs) -> Fs {
+    n.attach(FsOptions { mount_daemon: true, background_publish: false, ..Default::default() })
+}
+
+/// `owner`'s file `name` in the root (made by root, given to `owner`), mode 0644,
+/// published and closed.
+fn file_of(fs: &Fs, owner: u32, name: &str) -> Ino {
+    let (a, fh) = fs.create(&root(), ROOT_INO, name.as_bytes(), 0o644, 0, libc::O_RDWR).unwrap();
+    fs.release(a.ino, fh);
+    fs.setattr(&root(), a.ino, &SetAttr { uid: Some(owner), gid: Some(owner), ..Default::default() }).unwrap();
+    fs.forget(a.ino, 1);
+    fs.sync_all().unwrap();
+    a.ino
+}
+
+/// Publishes everything `fs` logged, which must be accepted (the session stays healthy),
+/// and checks that a new client of the node reads `want` at the start of `ino`.
+fn published_whole(n: &Nicfs, fs: &Fs, ino: Ino, want: &[u8]) {
+    fs.sync_all().unwrap_or_else(|e| panic!("publication refused: {e}"));
+    let s = fs.status();
+    assert_eq!((s.publish_error, s.published_lsn), (None, s.tail_lsn));
+    let other = n.attach(FsOptions::default());
+    assert_eq!(other.read(ino, 0, want.len() as u32).unwrap(), want);
+}
+
+/// POSIX: a file opened for writing stays writable through that descriptor whoever uses it
+/// and whatever the mode says. A mount daemon's root opens another user's file (a session
+/// that did not create it: after a remount) and passes the descriptor to a user the mode
+/// does not let write: libfs accepts the write, and nicfs must publish it.
+#[test]
+fn a_write_through_roots_open_by_a_user_the_mode_refuses_is_published() {
+    let n = node();
+    let fs = daemon(&n);
+    let ino = file_of(&fs, OWNER, "f");
+    drop(fs);
+    let fs = daemon(&n);
+    let fh = fs.open(&root(), ino, libc::O_RDWR).unwrap();
+    assert_eq!(fs.write(&user(OTHER), ino, 0, b"through root's open").unwrap(), 19);
+    fs.release(ino, fh);
+    published_whole(&n, &fs, ino, b"through root's open");
+    // The session goes on: another write, by the owner this time.
+    fs.write(&user(OWNER), ino, 0, b"THROUGH").unwrap();
+    published_whole(&n, &fs, ino, b"THROUGH root's open");
+}
+
+/// The owner opens its file for writing, makes it read-only (chmod a-w) and writes through
+/// the descriptor it had: in a client that did not create the file (another client of the
+/// node, no remount), and in the creating client after a remount. The open and the chmod are
+/// not published before the write.
+#[test]
+fn the_owner_writes_through_its_open_after_chmod_a_minus_w() {
+    let n = node();
+    let creator = daemon(&n);
+    let ino = file_of(&creator, OWNER, "f");
+    let read_only = SetAttr { mode: Some(0o444), ..Default::default() };
+    for (round, fs) in [daemon(&n), {
+        drop(creator);
+        daemon(&n)
+    }]
+    .into_iter()
+    .enumerate()
+    {
+        let writable = SetAttr { mode: Some(0o644), ..Default::default() };
+        fs.setattr(&user(OWNER), ino, &writable).unwrap();
+        fs.sync_all().unwrap();
+        let fh = fs.open(&user(OWNER), ino, libc::O_WRONLY).unwrap();
+        fs.setattr(&user(OWNER), ino, &read_only).unwrap();
+        assert_eq!(fs.open(&user(OWNER), ino, libc::O_WRONLY).unwrap_err().errno(), libc::EACCES);
+        let data = format!("round {round}");
+        fs.write(&user(OWNER), ino, 0, data.as_bytes()).unwrap();
+        fs.release(ino, fh);
+        published_whole(&n, &fs, ino, data.as_bytes());
+        assert_eq!(fs.getattr(ino).unwrap().perm, 0o444);
+    }
+}
+
+/// A user the mode allows when it opens opens for writing while the client holds the
+/// file's write lease with the owner's chmod a+w unpublished; the owner then takes write
+/// away again and the user writes through its open. nicfs judged such an open on the
+/// published mode, which still said no (and granted nothing): the write was refused.
+#[test]
+fn an_open_allowed_by_an_unpublished_chmod_stays_writable() {
+    let n = node();
+    let fs = daemon(&n);
+    let ino = file_of(&fs, OWNER, "f");
+    drop(fs);
+    let fs = daemon(&n);
+    fs.setattr(&user(OWNER), ino, &SetAttr { mode: Some(0o666), ..Default::default() }).unwrap();
+    let fh = fs.open(&user(OTHER), ino, libc::O_RDWR | libc::O_TRUNC).unwrap();
+    fs.setattr(&user(OWNER), ino, &SetAttr { mode: Some(0o644), ..Default::default() }).unwrap();
+    fs.write(&user(OTHER), ino, 0, b"other's").unwrap();
+    fs.release(ino, fh);
+    published_whole(&n, &fs, ino, b"other's");
 }

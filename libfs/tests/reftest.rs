@@ -378,3 +378,23 @@ fn unprivileged_user_in_a_sticky_directory() {
         Op::Remount,
     ]);
 }
+
+#[test]
+fn regression_a_write_through_roots_open_by_another_user_is_published() {
+    // Shrunk by the offload property (about one run in 20): root's file, published; root
+    // opens it for writing (in a session that did not create it), then the user writes
+    // through that descriptor — allowed by POSIX whatever the mode says, so libfs did; nicfs
+    // refused the write at publication ("may not write inode N": it knew of no open for
+    // writing) and failed the session.
+    let ops = [
+        Op::Create(0),
+        Op::Remount,
+        Op::Open(0),
+        Op::Su(true),
+        Op::WriteHeld { h: 0, off: 0, len: 100, seed: 1 },
+        Op::Publish,
+    ];
+    if let Err(e) = run_on(Harness::offload(1), &ops) {
+        panic!("{e}");
+    }
+}

@@ -7,8 +7,9 @@
 //! [`crate::alloc`]), `Detach`, and the leases ([`crate::leases`]): `LeaseRequest` is fed
 //! to the lease table and answered `LeaseGranted` later, from the session's outbox, when
 //! the table grants it (the reader never waits for a grant); `LeaseRelease` is fed and
-//! answered `Ok`; `RevokeDone`, the answer to nicfs's `Revoke`, is fed. `OpenCheck` is
-//! answered `Ok` or with the errno that refuses the open ([`crate::perms::open_check`]).
+//! answered `Ok`; `RevokeDone`, the answer to nicfs's `Revoke`, is fed. (Opens for writing
+//! are not requests: a client logs them, and they are checked with its entries,
+//! [`crate::perms`].)
 //!
 //! A lease request must name an inode number of the node (EINVAL) and, from a direct API
 //! user, state the uid and gid SO_PEERCRED gave (EPERM); a failed or expired session gets
@@ -132,15 +133,6 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 }
             }
             Control::Closed(r) => ctx.node.opens.closed(session.id, r.inode),
-            Control::OpenCheck(o) => match crate::perms::open_check(ctx, &session, &o) {
-                Ok(()) => {
-                    let _ = session.send_control(&Frame { id, msg: Control::Ok });
-                }
-                Err((errno, why)) => {
-                    tracing::debug!(%peer, id, inode = o.inode, errno, "open refused: {why}");
-                    let _ = session.control_error(id, errno, &why);
-                }
-            },
             other => {
                 // Hello again, or what only nicfs sends (grants, revokes, replies).
                 tracing::debug!(%peer, id, kind = ?other.kind(), "not a request a client sends");
@@ -240,6 +232,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
             // The log is settled and the publisher gone: whatever the session held is free,
             // and orphans kept only for it go.
             leases.session_ended(sid);
+            node.grants.session_ended(sid);
             for ino in node.opens.session_ended(sid) {
                 node.free_orphan(ino);
             }

@@ -65,10 +65,11 @@
 //!   histograms — served to `GET /metrics` by a small HTTP/1.1 responder on a thread of its
 //!   own.
 //!
-//! * **admission** ([`leases`], [`perms`]): an entry is published only if its session
-//!   holds the write lease of every inode it changes and its caller may make the change
-//!   (pm's permission rules; the caller as [`perms`] resolves it); otherwise it and what
-//!   follows are refused and the session fails. `OpenCheck` is answered by the modes.
+//! * **admission** ([`leases`], [`perms`], [`grants`]): an entry is published only if its
+//!   session holds the write lease of every inode it changes and its caller may make the
+//!   change (pm's permission rules; the caller as [`perms`] resolves it, the files it may
+//!   write through an open for writing or as their creator as [`grants`] keeps them);
+//!   otherwise it and what follows are refused and the session fails.
 //!
 //! Not built yet: the replication of the lease record, replication of the logs, the MINOS
 //! engine. See docs/ARCHITECTURE.md, "nicfs".
@@ -82,6 +83,7 @@ pub mod control;
 pub mod copylist;
 pub mod counters;
 pub mod daemon;
+pub mod grants;
 pub mod hostlink;
 pub mod latency;
 pub mod lease;

@@ -74,6 +74,8 @@ pub struct Node {
     pub alloc: Alloc,
     /// Inodes the sessions hold open, and orphans kept for them.
     pub opens: crate::opens::Opens,
+    /// What each session may write whatever the modes say now ([`crate::grants`]).
+    pub grants: crate::grants::Grants,
     /// The write leases, recorded in PM for the next start's recovery.
     pub leases: Arc<LeaseFile>,
     /// Keeps the public file mapped (the area holds its own reference too; the slots hold
@@ -135,6 +137,7 @@ impl Node {
             counters: Counters::default(),
             alloc,
             opens: Default::default(),
+            grants: crate::grants::Grants::new(geometry.inode_count),
             leases: Arc::new(leases),
             _pm: pm,
             _lock: lock,
@@ -251,7 +254,8 @@ impl Node {
     }
 
     /// Frees orphan `ino` (no link left; its last opener closed it): as recovery frees
-    /// orphans, under the area's mutex, then its number is free again. An inode that is
+    /// orphans, under the area's mutex, then its number is free again (and nobody's write
+    /// grant of it survives). An inode that is
     /// free already, or linked, is left alone.
     pub fn free_orphan(&self, ino: u64) {
         let freed = {
@@ -273,6 +277,7 @@ impl Node {
         };
         if freed {
             tracing::debug!(ino, "kept orphan freed");
+            self.grants.freed(ino);
             self.alloc.freed(ino);
         }
     }

@@ -1,43 +1,47 @@
-//! Who a session's entries and open checks are checked for, and what it may write whatever
-//! the modes say now (pm's [`Permissions`], whose rules are in `linefs_pm::public::policy`).
+//! Who a session's entries are checked for, and what it may write whatever the modes say
+//! now (pm's [`Permissions`], whose rules are in `linefs_pm::public::policy`).
 //!
 //! * **The caller.** A client running as root — a mount daemon serving many users, or a
 //!   process using the libfs API as root — states the caller of each operation (an
-//!   entry's CALLER record, an OpenCheck's credentials) and is believed: root could do
-//!   anything anyway. An entry without a CALLER record is root's. Any other client is held
-//!   to what the kernel says it is: its uid and gid from SO_PEERCRED, its supplementary
-//!   groups read from `/proc/<pid>/status` when it attached; an entry or request stating
-//!   another uid is refused.
+//!   entry's CALLER record) and is believed: root could do anything anyway. An entry
+//!   without a CALLER record is root's. Any other client is held to what the kernel says it
+//!   is: its uid and gid from SO_PEERCRED, its supplementary groups read from
+//!   `/proc/<pid>/status` when it attached; an entry stating another uid is refused.
 //! * **Opens for writing.** POSIX lets a file opened for writing be written through that
-//!   open after its mode changes. A client that opens another user's file for writing
-//!   asks nicfs first (OpenCheck): nicfs checks the open against the public inode and
-//!   records the grant for the session, and the publication rules let the session write
-//!   that file's data from then on. Files the session created are granted the same way.
+//!   open after its mode changes. The client logs every open for writing (an OPEN_WRITE
+//!   record, in an entry committed before the open returns); pm's policy checks it in log
+//!   order, against the public state and the session's own entries before it — exactly
+//!   the state the client checked the open on — and an admitted one, like a create, grants
+//!   the session the file ([`crate::grants`]): the publication rules let the session write
+//!   that file's data from then on, until its number is freed.
 
-use crate::daemon::Ctx;
+use crate::grants::Grants;
 use crate::session::Session;
-use linefs_pm::public::{allows, Permissions};
+use linefs_pm::public::Permissions;
 use linefs_pm::record::Caller;
-use linefs_proto::{Creds, OpenCheck};
-
-/// Most inodes a session keeps write grants for; beyond, the oldest half is dropped (their
-/// writes are then checked by mode alone).
-pub const MAX_GRANTS: usize = 1 << 20;
 
 /// A session's side of the permission checks of its batches.
-pub struct SessionPerms<'a>(pub &'a Session);
+pub struct SessionPerms<'a> {
+    pub session: &'a Session,
+    /// The node's write grants.
+    pub grants: &'a Grants,
+}
 
 impl Permissions for SessionPerms<'_> {
     fn caller(&self, stated: Option<&Caller>) -> Result<Caller, String> {
-        resolve(self.0, stated.map(|c| (c.uid, c.gid, &c.groups[..])))
+        resolve(self.session, stated.map(|c| (c.uid, c.gid, &c.groups[..])))
     }
 
     fn may_write(&self, ino: u64) -> bool {
-        self.0.write_grants.lock().contains(&ino)
+        self.grants.holds(self.session.id, ino)
     }
 
-    fn created(&mut self, ino: u64) {
-        grant(self.0, ino);
+    fn granted(&mut self, ino: u64) {
+        self.grants.grant(self.session.id, ino);
+    }
+
+    fn freed(&mut self, ino: u64) {
+        self.grants.freed(ino);
     }
 }
 
@@ -58,15 +62,6 @@ fn resolve(session: &Session, stated: Option<(u32, u32, &[u32])>) -> Result<Call
     Ok(Caller { uid: peer.uid, gid: peer.gid, groups: session.groups.clone() })
 }
 
-fn grant(session: &Session, ino: u64) {
-    let mut g = session.write_grants.lock();
-    if g.len() >= MAX_GRANTS {
-        tracing::warn!(session = session.id, "too many write grants; dropping them");
-        g.clear();
-    }
-    g.insert(ino);
-}
-
 /// The supplementary groups of process `pid` (the `Groups:` line of its status file);
 /// empty if it cannot be read.
 pub fn groups_of(pid: i32) -> Vec<u32> {
@@ -76,33 +71,4 @@ pub fn groups_of(pid: i32) -> Vec<u32> {
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_default()
-}
-
-/// An OpenCheck: the open `req.flags` of `req.inode` by `req.creds` is allowed by the public
-/// inode's mode (an errno and why if not). An open for writing allowed is recorded as a
-/// write grant. If the session holds the inode's write lease, its own log may hold
-/// changes not published yet, which the public inode does not show: the open is answered
-/// allowed without a grant (its writes are checked by mode when published).
-pub fn open_check(ctx: &Ctx, session: &Session, req: &OpenCheck) -> Result<(), (i32, String)> {
-    let Creds { uid, gid, groups } = &req.creds;
-    let caller = resolve(session, Some((*uid, *gid, groups))).map_err(|why| (libc::EPERM, why))?;
-    if req.inode == 0 || req.inode >= ctx.node.geometry.inode_count {
-        return Err((libc::EINVAL, "no such inode number".into()));
-    }
-    let flags = req.flags as i32;
-    let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-    let read = flags & libc::O_ACCMODE != libc::O_WRONLY;
-    if ctx.leases.may_change(session.id, req.inode) {
-        return Ok(());
-    }
-    let img = ctx.node.inode(req.inode).map_err(|e| (libc::EIO, e.to_string()))?;
-    let Some(img) = img else { return Err((libc::ENOENT, "no such inode".into())) };
-    let want = if read { 4 } else { 0 } | if write { 2 } else { 0 };
-    if !allows(&caller, &img, want) {
-        return Err((libc::EACCES, format!("uid {} may not open inode {} so", caller.uid, req.inode)));
-    }
-    if write {
-        grant(session, req.inode);
-    }
-    Ok(())
 }

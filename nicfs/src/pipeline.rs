@@ -332,7 +332,7 @@ impl Pipeline {
             batch = &without;
             plan = None;
         }
-        let mut perms = SessionPerms(&flow.session);
+        let mut perms = SessionPerms { session: &flow.session, grants: &self.node.grants };
         let perms = self.leases.is_some().then_some(&mut perms as &mut dyn Permissions);
         match self.node.publish_batch(batch, plan, &self.host, perms) {
             (Err(SlotError::Stale { from, checkpoint, .. }), _) => {

@@ -28,7 +28,7 @@ use crate::leases::Leases;
 use crate::publisher::Job;
 use linefs_proto::{Codec, Control, Frame, PeerCred, Role, SendError};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -40,9 +40,6 @@ pub struct Session {
     pub cred: PeerCred,
     /// The client process's supplementary groups when it attached ([`crate::perms`]).
     pub groups: Vec<u32>,
-    /// Inodes whose data the session may write whatever their mode says now: opened for
-    /// writing (checked by nicfs then) or created by it ([`crate::perms`]).
-    pub write_grants: Mutex<HashSet<u64>>,
     pub role: Role,
     control: Mutex<UnixStream>,
     bulk: Mutex<Option<UnixStream>>,
@@ -86,7 +83,6 @@ impl Session {
             id,
             slot,
             groups: crate::perms::groups_of(cred.pid),
-            write_grants: Mutex::new(HashSet::new()),
             cred,
             role,
             control: Mutex::new(control),

@@ -8,7 +8,9 @@
 //! root-owned file (data, mode), names in a root-owned directory, another user's name in a
 //! sticky directory; a rename cycle; a caller stated falsely; a corrupt checksum; an inode
 //! number and a file range out of range; an old entry replayed after its lease was handed
-//! back.
+//! back; an open for writing of root's file (and a write through it); a write to a file
+//! the session created, freed, and another session made again under the same number,
+//! read-only (a write grant does not outlive the number); a new inode made over root's file.
 
 mod support;
 
@@ -170,13 +172,20 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
 }
 
 /// How many cases `forger` runs (each prints `refused NAME: REASON`).
-const CASES: usize = 13;
+const CASES: usize = 16;
 
 /// Appends `e` (as is: no lease taken) and announces it; returns the reason of the Rejected
 /// that must follow, checking that nothing of it was published.
 fn refused(c: &mut Client, e: &EntryBuilder, lease_first: bool) -> String {
+    refused_first(c, &[e], lease_first)
+}
+
+/// [`refused`] for several entries, appended in order and announced together: the first
+/// is refused, and nothing of any is published.
+fn refused_first(c: &mut Client, entries: &[&EntryBuilder], lease_first: bool) -> String {
     let from = c.log.published_lsn().unwrap();
-    let lsn = if lease_first { c.append(e) } else { c.append_unleased(e) };
+    let lsns: Vec<u64> = entries.iter().map(|e| if lease_first { c.append(e) } else { c.append_unleased(e) }).collect();
+    let lsn = lsns[0];
     c.chunk_ready();
     loop {
         match c.recv_frame().msg {
@@ -251,6 +260,14 @@ fn forger() {
         file_as(&mut e, t.public_dir, c.attached.inodes.first, b"roots", 0, b"x");
         refused(c, &e, true)
     });
+    // A new inode under the number of one in use: root's file, made the forger's (its names
+    // would lead to it).
+    case("create over root's file", "over one in use", &|c| {
+        let mut e = EntryBuilder::new();
+        e.inode(&InodeImage { size: 5, ..image(t.rootfile, 1, libc::S_IFREG | 0o644, NOBODY) }, true);
+        e.write(t.rootfile, 0, b"owned");
+        refused(c, &e, true)
+    });
     // Out of range: an inode number (no lease can name it), a file range.
     case("inode out of range", "inode 1099511627776", &|c| refused(c, &write(1 << 40, b"x"), false));
     case("range out of range", "beyond the largest file", &|c| {
@@ -282,6 +299,49 @@ fn forger() {
             other => panic!("expected an Error for the fsync, got {other:?}"),
         };
         assert_eq!(c.log.published_lsn().unwrap(), from);
+        why
+    });
+
+    // An open for writing of root's file (leases are granted whatever the modes say), and a
+    // write after it that only the open could allow.
+    case("open root's file for writing", "may not open inode", &|c| {
+        let mut open = EntryBuilder::new();
+        open.open_write(t.rootfile);
+        refused_first(c, &[&open, &write(t.rootfile, b"through a forged open")], true)
+    });
+    // A write grant ends with the number. The forger creates a file (which grants it the
+    // file), frees it, and another session of the forger makes a file under the same
+    // number, read-only for its owner: the first session's write to it is refused, as a
+    // write to a file it never created. The second session removes it again afterwards.
+    case("write to a reused number", "may not write inode", &|c| {
+        let ino = c.attached.inodes.first;
+        let mut create = EntryBuilder::new();
+        file_as(&mut create, t.public_dir, ino, b"reused", NOBODY, b"first file");
+        let mut free = EntryBuilder::new();
+        free.dirent(t.public_dir, b"reused", 0, 0);
+        free.free_inode(ino);
+        for e in [&create, &free] {
+            c.append(e);
+            c.chunk_ready();
+            expect_published(c);
+        }
+        c.release_all();
+        let mut other = wait_for("a slot", || Client::try_attach(&socket).ok());
+        let mut again = EntryBuilder::new();
+        let img = image(ino, t.public_dir, libc::S_IFREG | 0o444, NOBODY);
+        again.inode(&InodeImage { size: 11, ..img }, true);
+        again.dirent(t.public_dir, b"reused", ino, dtype::REG);
+        again.write(ino, 0, b"second file");
+        other.append(&again);
+        other.chunk_ready();
+        expect_published(&other);
+        other.release_all();
+        let why = refused(c, &write(ino, b"forged"), true);
+        assert_eq!(read_file(&other.public(), ino, 11), b"second file");
+        // Put back as it was (the failed session's leases ended with it).
+        other.append(&free);
+        other.chunk_ready();
+        expect_published(&other);
         why
     });
 

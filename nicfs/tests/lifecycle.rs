@@ -67,12 +67,13 @@ fn garbage_and_oversized_frames_get_an_error_and_nicfs_stays_up() {
     }
     let e = errors_until_closed(&c.control);
     assert!(!e.is_empty() && e.len() <= 8, "{} errors before the disconnect", e.len());
-    // What only nicfs sends, and an open check of no inode, get EINVAL, not a crash.
+    // What only nicfs sends, and a lease request of no inode, get an error, not a crash.
     let mut c2 = Client::attach(&d.socket);
-    let check = OpenCheck { inode: 1 << 40, flags: 0, creds: Creds { uid: 0, gid: 0, groups: vec![] } };
+    let creds = Creds { uid: 0, gid: 0, groups: vec![] };
+    let request = LeaseRequest { inode: 1 << 40, mode: LeaseMode::Read, log_tail: 0, creds };
     let revoke = Revoke { inode: 1, lease: 1, keep_read: false };
     // (The decoder refuses a message of the wrong direction with EOPNOTSUPP.)
-    for (msg, errno) in [(Control::OpenCheck(check), libc::EINVAL), (Control::Revoke(revoke), libc::EOPNOTSUPP)] {
+    for (msg, errno) in [(Control::LeaseRequest(request), libc::EINVAL), (Control::Revoke(revoke), libc::EOPNOTSUPP)] {
         match c2.request(msg) {
             Control::Error(e) => assert_eq!(e.errno, errno, "{e:?}"),
             other => panic!("expected Error, got {other:?}"),

@@ -22,7 +22,7 @@
 //!   post-image of every attribute) and an earlier `XATTRS` record (the whole set) are
 //!   dropped.
 //!
-//! Everything else is kept, in order. The resulting state is the same as publishing the
+//! Everything else is kept, in order (OPEN_WRITE too, which changes nothing). The resulting state is the same as publishing the
 //! records one by one: the same inodes with the same attributes and xattrs, the same
 //! directory entries in the same slots, the same file blocks mapped holding the same bytes
 //! (`pm/tests/coalesce.rs` checks it on random batches). What may differ is which physical
@@ -177,6 +177,8 @@ pub fn plan<'a>(entries: impl IntoIterator<Item = &'a [Record]>) -> Plan {
                 *later.entry(*ino).or_default() = Later { killed: true, ..Later::default() };
                 Some(vec![Step::Apply(rec.clone())])
             }
+            // Changes nothing, so nothing later makes it moot; kept as it is.
+            Record::OpenWrite { .. } => Some(vec![Step::Apply(rec.clone())]),
             Record::Dirent { dir, .. } => {
                 let killed = later.get(dir).is_some_and(|l| l.killed);
                 (!killed).then(|| vec![Step::Apply(rec.clone())])

@@ -72,7 +72,9 @@ pub const BLOCK_SIZE: u64 = 4096;
 /// (log_start) are reserved; WRITE records name offsets in the writer's log file.
 /// 5: CALLER records (record kind 9: who an entry was logged for, checked by nicfs) may
 /// open a log entry; a version 4 reader would refuse them as corrupt.
-pub const FORMAT_VERSION: u32 = 5;
+/// 6: OPEN_WRITE records (record kind 10: the entry's caller opened a file for writing,
+/// checked by nicfs); a version 5 reader would refuse them as corrupt.
+pub const FORMAT_VERSION: u32 = 6;
 /// Magic at offset 0 of a linefs PM file.
 pub const MAGIC: &[u8; 8] = b"LINEFSPM";
 /// Size of one on-PM inode.

@@ -37,6 +37,7 @@
 //! FREE_INODE          0 ino u64
 //! CALLER              0 uid u32 | 4 gid u32 | 8 ngroups u32 | 12 reserved u32
 //!                     16 groups: ngroups × u32 (at most CALLER_MAX_GROUPS)
+//! OPEN_WRITE          0 ino u64
 //! ```
 //!
 //! CALLER (format version 5) is not a change but the entry's metadata: who the entry was
@@ -44,6 +45,14 @@
 //! FUSE server is told it). At most one per entry, and first; an entry without one was
 //! logged for the client process itself. [`decode_entry`] returns it apart from the
 //! records; [`decode_records`] skips it.
+//!
+//! OPEN_WRITE (format version 6) changes nothing either: it says that the entry's caller
+//! opened regular file `ino` for writing. POSIX lets a file be written through such an open
+//! whatever its mode becomes later, so a publisher that checks permissions (nicfs,
+//! [`crate::public::Permissions`]) checks the open itself, in log order, and then lets the
+//! session write the file's data. Applying it, replaying it and coalescing it change no
+//! state; it is a record (not entry metadata like CALLER) because its inode is one the
+//! writer must hold the write lease of, as for every record that names an inode.
 //!
 //! The offsets are the constants of [`rec_off`] (framing and each kind's fixed fields),
 //! [`inode_off`] and [`time_off`] (the INODE payload, [`InodeImage`], which the public area's
@@ -120,6 +129,12 @@ pub mod rec_off {
     }
     /// FREE_INODE.
     pub mod free_inode {
+        pub const INO: usize = 0;
+        /// Payload length.
+        pub const END: usize = 8;
+    }
+    /// OPEN_WRITE.
+    pub mod open_write {
         pub const INO: usize = 0;
         /// Payload length.
         pub const END: usize = 8;
@@ -371,13 +386,16 @@ pub enum RecordKind {
     Xattrs = 7,
     FreeInode = 8,
     Caller = 9,
+    OpenWrite = 10,
 }
 
 impl RecordKind {
     /// The kind stored as `k`, if any.
     pub fn from_u8(k: u8) -> Option<RecordKind> {
         use RecordKind::*;
-        [Inode, Dirent, Write, Truncate, Punch, Alloc, Xattrs, FreeInode, Caller].into_iter().find(|&r| r as u8 == k)
+        [Inode, Dirent, Write, Truncate, Punch, Alloc, Xattrs, FreeInode, Caller, OpenWrite]
+            .into_iter()
+            .find(|&r| r as u8 == k)
     }
 }
 
@@ -385,6 +403,7 @@ impl RecordKind {
 pub const INODE_FRESH: u8 = 1;
 
 /// A decoded record. Write data is not copied: it is named by its offset in the PM region.
+/// `OpenWrite`: the entry's caller opened `ino` for writing (it changes nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Inode { fresh: bool, img: InodeImage },
@@ -395,10 +414,12 @@ pub enum Record {
     Alloc { ino: u64, off: u64, len: u64 },
     Xattrs { ino: u64, attrs: Vec<(Vec<u8>, Vec<u8>)> },
     FreeInode { ino: u64 },
+    OpenWrite { ino: u64 },
 }
 
 impl Record {
-    /// The inode this record changes (for DIRENT, the directory).
+    /// The inode this record changes (for DIRENT, the directory; for OPEN_WRITE, the file
+    /// opened, which it does not change): the writer must hold its write lease.
     pub fn target(&self) -> u64 {
         match self {
             Record::Inode { img, .. } => img.ino,
@@ -408,8 +429,14 @@ impl Record {
             | Record::Punch { ino, .. }
             | Record::Alloc { ino, .. }
             | Record::Xattrs { ino, .. }
-            | Record::FreeInode { ino } => *ino,
+            | Record::FreeInode { ino }
+            | Record::OpenWrite { ino } => *ino,
         }
+    }
+
+    /// Whether applying the record changes the public state (every kind but OPEN_WRITE).
+    pub fn changes_state(&self) -> bool {
+        !matches!(self, Record::OpenWrite { .. })
     }
 }
 
@@ -546,6 +573,13 @@ impl EntryBuilder {
         put_le64(b, o::INO, ino);
     }
 
+    /// The entry's caller opened regular file `ino` for writing.
+    pub fn open_write(&mut self, ino: u64) {
+        use rec_off::open_write as o;
+        let b = self.record(RecordKind::OpenWrite, 0, o::END);
+        put_le64(b, o::INO, ino);
+    }
+
     /// A builder of an entry logged for `caller` (its CALLER record first). A caller with
     /// more than [`CALLER_MAX_GROUPS`] groups is not stated: the entry is then taken as the
     /// client process's own.
@@ -675,6 +709,11 @@ pub fn decode_entry(payload: &[u8], payload_off: u64) -> Result<(Option<Caller>,
                 need(o::END)?;
                 Record::FreeInode { ino: le64(b, o::INO) }
             }
+            RecordKind::OpenWrite => {
+                use rec_off::open_write as o;
+                need(o::END)?;
+                Record::OpenWrite { ino: le64(b, o::INO) }
+            }
             RecordKind::Caller => {
                 use rec_off::caller as o;
                 if p != 0 || b.len() < o::GROUPS {
@@ -715,8 +754,9 @@ mod tests {
         b.alloc(5, 0, 4096);
         b.xattrs(5, [(&b"user.a"[..], &b"v"[..]), (&b"user.b"[..], &b""[..])]);
         b.free_inode(5);
+        b.open_write(5);
         let recs = decode_records(b.payload(), 1000).unwrap();
-        assert_eq!(recs.len(), 8);
+        assert_eq!(recs.len(), 9);
         assert_eq!(recs[0], Record::Inode { fresh: true, img });
         assert_eq!(recs[1], Record::Dirent { dir: 1, ino: 5, dtype: dtype::REG, name: b"hello".to_vec() });
         let (pos, len) = b.write_data()[0];
@@ -727,6 +767,8 @@ mod tests {
             Record::Xattrs { ino: 5, attrs: vec![(b"user.a".to_vec(), b"v".to_vec()), (b"user.b".to_vec(), vec![])] }
         );
         assert_eq!(recs[7], Record::FreeInode { ino: 5 });
+        assert_eq!(recs[8], Record::OpenWrite { ino: 5 });
+        assert!(!recs[8].changes_state() && recs[..8].iter().all(Record::changes_state));
     }
 
     #[test]
@@ -743,12 +785,53 @@ mod tests {
         p[0] = 99;
         assert!(decode_records(&p, 0).is_err());
         assert!(decode_records(&[1, 2, 3], 0).is_err());
+        // OPEN_WRITE: exactly 8 payload bytes.
+        let mut b = EntryBuilder::new();
+        b.open_write(7);
+        for len in [0u32, 4, 16] {
+            let mut p = b.payload().to_vec();
+            p[rec_off::LEN..rec_off::PAYLOAD].copy_from_slice(&len.to_le_bytes());
+            p.resize(rec_off::PAYLOAD + (len as usize).next_multiple_of(rec_off::ALIGN), 0);
+            assert!(decode_records(&p, 0).is_err(), "OPEN_WRITE of length {len}");
+        }
+        assert!(decode_records(&b.payload()[..rec_off::PAYLOAD + 4], 0).is_err());
+    }
+
+    /// A valid entry with one record of every kind (OPEN_WRITE included), after its caller.
+    fn every_kind() -> Vec<u8> {
+        let mut b = EntryBuilder::by(&Caller { uid: 5, gid: 6, groups: vec![7] });
+        b.inode(&InodeImage { ino: 5, mode: 0o100644, nlink: 1, ..Default::default() }, true);
+        b.dirent(1, b"n", 5, dtype::REG);
+        b.open_write(5);
+        b.write(5, 1, b"xyz");
+        b.truncate(5, 2);
+        b.punch(5, 0, 1);
+        b.alloc(5, 0, 9);
+        b.xattrs(5, [(&b"user.a"[..], &b"v"[..])]);
+        b.free_inode(5);
+        b.payload().to_vec()
     }
 
     proptest::proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let _ = decode_records(&bytes, 0);
+        }
+
+        /// Valid entries of every kind with bytes changed and cut short: decoding gives an
+        /// error or records, never a panic.
+        #[test]
+        fn decode_of_damaged_entries_never_panics(
+            changes in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 0..8),
+            cut in proptest::num::usize::ANY,
+        ) {
+            let mut p = every_kind();
+            for (at, v) in changes {
+                let i = at % p.len();
+                p[i] = v;
+            }
+            p.truncate(cut % (p.len() + 1));
+            let _ = decode_entry(&p, 0);
         }
     }
 }

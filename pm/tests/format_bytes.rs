@@ -1,4 +1,4 @@
-//! Pins the bytes of every persisted structure of format version 5.
+//! Pins the bytes of every persisted structure of format version 6.
 //!
 //! Each expected image below was written by hand from the byte tables in the module docs
 //! (`pm/src/layout.rs`, `oplog.rs`, `record.rs`, `public/format.rs`), one line per field,
@@ -48,15 +48,15 @@ fn le32_at(b: &[u8], off: usize) -> u32 {
 
 /// The test changes if the version does: a new version needs new literals.
 #[test]
-fn format_version_is_5() {
-    assert_eq!(FORMAT_VERSION, 5);
+fn format_version_is_6() {
+    assert_eq!(FORMAT_VERSION, 6);
 }
 
 // ---------------------------------------------------------------- superblock
 
 const SUPERBLOCK: &str = "
     4c494e454653504d                  #   0 magic b\"LINEFSPM\"
-    05000000                          #   8 version 5
+    06000000                          #   8 version 6
     00100000                          #  12 block_size 4096
     4200000000000000                  #  16 total_blocks 66 (of the public file)
     01000000                          #  24 log_slots 1
@@ -70,7 +70,7 @@ const SUPERBLOCK: &str = "
     000102030405060708090a0b0c0d0e0f  #  80 uuid
     0102030405060708                  #  96 format_time 0x0807060504030201
     00*148                            # 104 reserved
-    0d188d1c                          # 252 crc32c over 0..252
+    5ff4d44a                          # 252 crc32c over 0..252
 ";
 
 /// The smallest geometry `Geometry::compute` allows: one log file of 64 blocks; a public
@@ -95,7 +95,7 @@ fn superblock_bytes() {
     old[8] = 2;
     let crc = crc32c::crc32c(&old[..252]);
     old[252..].copy_from_slice(&crc.to_le_bytes());
-    assert!(matches!(Superblock::decode(&old, 66 * BLOCK_SIZE), Err(FormatError::Version { found: 2, expected: 5 })));
+    assert!(matches!(Superblock::decode(&old, 66 * BLOCK_SIZE), Err(FormatError::Version { found: 2, expected: 6 })));
 }
 
 // ---------------------------------------------------------------- log slot header
@@ -346,6 +346,8 @@ const RECORDS: &str = "
     757365722e61 7879                 #  24 name b\"user.a\", value b\"xy\"
     08 00 0000 08000000               # FREE_INODE, len 8
     0900000000000000                  #   0 ino 9
+    0a 00 0000 08000000               # OPEN_WRITE, len 8 (version 6)
+    0900000000000000                  #   0 ino 9
 ";
 
 fn records_literal() -> Vec<u8> {
@@ -374,8 +376,9 @@ fn record_bytes() {
     b.alloc(9, 0x30, 0x40);
     b.xattrs(9, [(&b"user.a"[..], &b"xy"[..])]);
     b.free_inode(9);
+    b.open_write(9);
     assert_eq!(b.payload(), &expect[..]);
-    assert_eq!(b.count(), 8);
+    assert_eq!(b.count(), 9);
     assert_eq!(b.write_data(), &[(192, 3)]);
 
     let recs = decode_records(&expect, 1000).unwrap();
@@ -390,6 +393,7 @@ fn record_bytes() {
             Record::Alloc { ino: 9, off: 0x30, len: 0x40 },
             Record::Xattrs { ino: 9, attrs: vec![(b"user.a".to_vec(), b"xy".to_vec())] },
             Record::FreeInode { ino: 9 },
+            Record::OpenWrite { ino: 9 },
         ]
     );
     // CALLER: entry metadata, first; not counted as a record and not decoded as one.

@@ -1,21 +1,23 @@
-//! A stored PM image of format version 5, opened by the current code, and the stored images
-//! of versions 4 and 3, refused.
+//! A stored PM image of format version 6, opened by the current code, and the stored images
+//! of versions 5, 4 and 3, refused.
 //!
-//! `tests/data/format-v5.img.hex` is a whole node of the smallest geometry
+//! `tests/data/format-v6.img.hex` is a whole node of the smallest geometry
 //! `Geometry::compute` allows (one log file of 64 blocks; a public file of 66 blocks: the
 //! superblock, 16 inodes, 64 data blocks; 520 KiB in all), packed in one image (the public
 //! file, then the log file), made by [`make_format_image`] through pm's own API the way a
 //! node is formatted and run: log file, public area with the root, superblock last; then five
 //! entries appended, published and checkpointed (a directory, a file whose data spans two
-//! blocks and a block behind a single-indirect pointer, an xattr, a symlink), and three
-//! more entries committed to the log but not published, one of them stating its caller (a
-//! CALLER record, new in version 5). [`check_image`] states what the image holds, field by
-//! field.
+//! blocks and a block behind a single-indirect pointer, an xattr, a symlink), and four
+//! more entries committed to the log but not published, two of them stating their caller (a
+//! CALLER record, new in version 5), the last one an open for writing (an OPEN_WRITE
+//! record, new in version 6). [`check_image`] states what the image holds, field by field.
 //!
-//! `tests/data/format-v4.img.hex` is the same tree in version 4 (no CALLER record; a
-//! version 4 reader refuses one), refused by version 5 ([`stored_v4_image_is_refused`]):
-//! its logs would be read by this build, but a node this build wrote must not be opened by
-//! a version 4 build, which cannot read CALLER records; the superblock says which.
+//! `tests/data/format-v5.img.hex` is the same tree in version 5 with three unpublished
+//! entries (no OPEN_WRITE record; a version 5 reader refuses one), refused by version 6
+//! ([`stored_v5_image_is_refused`]): its logs would be read by this build, but a node this
+//! build wrote must not be opened by a version 5 build, which cannot read OPEN_WRITE
+//! records; the superblock says which. `tests/data/format-v4.img.hex` is the same tree in
+//! version 4 (no CALLER record), refused for the same reason ([`stored_v4_image_is_refused`]).
 //! `tests/data/format-v3.img.hex` is the same tree in version 3's single PM file (logs
 //! inside it), refused as well ([`stored_v3_image_is_refused`]).
 //!
@@ -27,12 +29,12 @@
 //!
 //! # At the next format version bump
 //!
-//! * Keep `format-v5.img.hex` and this file's v5 expectations: the new code must either
-//!   refuse the v5 image with a clear error (change [`stored_v5_image_opens`] into a test of
-//!   that refusal, as [`stored_v4_image_is_refused`] does for version 4) or upgrade it on
+//! * Keep `format-v6.img.hex` and this file's v6 expectations: the new code must either
+//!   refuse the v6 image with a clear error (change [`stored_v6_image_opens`] into a test of
+//!   that refusal, as [`stored_v5_image_is_refused`] does for version 5) or upgrade it on
 //!   purpose (then test that the upgraded image holds exactly the tree [`check_image`]
 //!   describes). Never regenerate an old image with the new code.
-//! * Make `format-v6.img.hex` with the generator for the new version (point [`IMAGE`] at the
+//! * Make `format-v7.img.hex` with the generator for the new version (point [`IMAGE`] at the
 //!   new name, run `cargo test -p linefs-pm --test format_image -- --ignored
 //!   make_format_image`), and open it in a test like this one.
 //! * Update the byte pins in `format_bytes.rs`.
@@ -46,13 +48,15 @@ use linefs_pm::PmRegion;
 use std::sync::Arc;
 
 /// The stored image of the current format version, relative to the crate.
-const IMAGE: &str = "tests/data/format-v5.img.hex";
+const IMAGE: &str = "tests/data/format-v6.img.hex";
+/// The version 5 image, refused.
+const V5_IMAGE: &str = "tests/data/format-v5.img.hex";
 /// The version 4 image, refused.
 const V4_IMAGE: &str = "tests/data/format-v4.img.hex";
 /// The image of version 3 (one PM file holding the logs), kept to show it is refused.
 const V3_IMAGE: &str = "tests/data/format-v3.img.hex";
 
-const UUID: [u8; 16] = *b"linefs v5 image!";
+const UUID: [u8; 16] = *b"linefs v6 image!";
 const FORMAT_TIME_NS: u64 = 1_700_000_000_000_000_000;
 
 fn geometry() -> Geometry {
@@ -177,7 +181,7 @@ fn published_entries() -> Vec<EntryBuilder> {
     vec![mkdir, create, write, setxattr, symlink]
 }
 
-/// The caller the second unpublished entry states.
+/// The caller the second and fourth unpublished entries state.
 fn caller() -> Caller {
     Caller { uid: 1000, gid: 100, groups: vec![10, 27] }
 }
@@ -199,7 +203,11 @@ fn unpublished_entries() -> Vec<EntryBuilder> {
     unlink.free_inode(4);
     unlink.inode(&root(128, 3, 8), false);
 
-    vec![create, setxattr, unlink]
+    // The owner opens `data` for writing (0640, theirs).
+    let mut open = EntryBuilder::by(&caller());
+    open.open_write(3);
+
+    vec![create, setxattr, unlink, open]
 }
 
 /// Make the image with the current code (see the module doc).
@@ -256,7 +264,7 @@ fn check_image(image: Vec<u8>) {
     );
     assert_eq!((geo.data_start, geo.data_blocks), (2, 64));
 
-    // Public area: the tree after the five published entries, nothing of the other three.
+    // Public area: the tree after the five published entries, nothing of the other four.
     let loaded = PublicReader::new(region.clone(), geo).load().unwrap();
     let mut inos: Vec<u64> = loaded.inodes.keys().copied().collect();
     inos.sort();
@@ -298,19 +306,19 @@ fn check_image(image: Vec<u8>) {
     pa.check_suspects().unwrap();
     assert_eq!(pa.free_blocks(), 64 - 8);
 
-    // Log: exactly the three unpublished entries after the published LSN.
+    // Log: exactly the four unpublished entries after the published LSN.
     let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     let published = slot.published_lsn().unwrap();
     // No replicas: replicated with publication.
     assert_eq!(slot.replicated_lsn().unwrap(), published);
     let scan = slot.scan(published).unwrap();
     assert_eq!(scan.stop, ScanStop::End);
-    assert_eq!(scan.entries.len(), 3);
+    assert_eq!(scan.entries.len(), 4);
     assert_eq!(scan.entries[0].lsn, published);
-    assert_eq!(scan.end, scan.entries[2].end);
+    assert_eq!(scan.end, scan.entries[3].end);
     let callers: Vec<Option<Caller>> =
         scan.entries.iter().map(|l| decode_entry(&slot.read_payload(l).unwrap(), l.payload_off).unwrap().0).collect();
-    assert_eq!(callers, vec![None, Some(caller()), None]);
+    assert_eq!(callers, vec![None, Some(caller()), None, Some(caller())]);
     let decoded: Vec<Vec<Record>> =
         scan.entries.iter().map(|l| decode_records(&slot.read_payload(l).unwrap(), l.payload_off).unwrap()).collect();
     let late_data = match &decoded[0][1] {
@@ -338,6 +346,7 @@ fn check_image(image: Vec<u8>) {
                 Record::FreeInode { ino: 4 },
                 Record::Inode { fresh: false, img: root(128, 3, 8) },
             ],
+            vec![Record::OpenWrite { ino: 3 }],
         ]
     );
     assert_eq!(late_data, scan.entries[0].payload_off + 8 + 120 + 8 + 16);
@@ -346,7 +355,7 @@ fn check_image(image: Vec<u8>) {
     assert_eq!(late_bytes, LATE);
     // The published entries are still in the ring before the checkpoint, intact.
     let before = slot.scan(0).unwrap();
-    assert_eq!(before.entries.len(), 8);
+    assert_eq!(before.entries.len(), 9);
     assert_eq!(before.entries[5].lsn, published);
 }
 
@@ -384,11 +393,19 @@ fn read_image_at(rel: &str) -> Vec<u8> {
     image.expect("no size line")
 }
 
-/// The v5 image as stored, opened by the current code.
+/// The v6 image as stored, opened by the current code.
 #[test]
-fn stored_v5_image_opens() {
-    assert_eq!(FORMAT_VERSION, 5, "a new format version: see the module doc of this file");
+fn stored_v6_image_opens() {
+    assert_eq!(FORMAT_VERSION, 6, "a new format version: see the module doc of this file");
     check_image(read_image());
+}
+
+/// The v5 image is refused with a message naming both versions.
+#[test]
+fn stored_v5_image_is_refused() {
+    let image = read_image_at(V5_IMAGE);
+    let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
+    assert_eq!(err.to_string(), "PM file has format version 5, this build reads version 6");
 }
 
 /// The v4 image is refused with a message naming both versions.
@@ -396,7 +413,7 @@ fn stored_v5_image_opens() {
 fn stored_v4_image_is_refused() {
     let image = read_image_at(V4_IMAGE);
     let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
-    assert_eq!(err.to_string(), "PM file has format version 4, this build reads version 5");
+    assert_eq!(err.to_string(), "PM file has format version 4, this build reads version 6");
 }
 
 /// The v3 image (one PM file with the logs inside) is refused with a message naming both
@@ -405,18 +422,20 @@ fn stored_v4_image_is_refused() {
 fn stored_v3_image_is_refused() {
     let image = read_image_at(V3_IMAGE);
     let err = Superblock::read(&PmRegion::traced_from_image(image.clone())).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 3, expected: 5 }), "{err:?}");
+    assert!(matches!(err, FormatError::Version { found: 3, expected: 6 }), "{err:?}");
     let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
-    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 5");
+    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 6");
 }
 
-/// Recovery of the stored image replays its three unpublished entries: `late` appears with
-/// its data, `docs` gets its two attributes, `link` and its inode are gone.
+/// Recovery of the stored image replays its four unpublished entries: `late` appears with
+/// its data, `docs` gets its two attributes, `link` and its inode are gone, and the open
+/// for writing changes nothing (`data` is as published).
 #[test]
-fn stored_v5_image_recovers() {
+fn stored_v6_image_recovers() {
     let node = NodePm::packed(Arc::new(PmRegion::traced_from_image(read_image()))).unwrap();
     let rec = linefs_pm::recovery::recover(&node).expect("recovery");
-    assert_eq!(rec.replayed(), 3);
+    assert_eq!(rec.replayed(), 4);
+    assert_eq!(rec.loaded.inodes[&3].img, InodeImage { ctime: t(4), ..data(DATA_SIZE, 3) });
     assert_eq!(rec.orphans_freed, 0);
     let mut names: Vec<_> = rec.loaded.dirs[&1].iter().map(|e| e.name.clone()).collect();
     names.sort();
@@ -450,13 +469,13 @@ fn version_2_is_refused() {
     image[252..256].copy_from_slice(&crc.to_le_bytes());
     let region = PmRegion::traced_from_image(image);
     let err = Superblock::read(&region).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 2, expected: 5 }), "{err:?}");
-    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 5");
+    assert!(matches!(err, FormatError::Version { found: 2, expected: 6 }), "{err:?}");
+    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 6");
 }
 
 /// Write the image of the current format version (run on purpose, see the module doc).
 #[test]
-#[ignore = "generator: writes tests/data/format-v5.img.hex"]
+#[ignore = "generator: writes tests/data/format-v6.img.hex"]
 fn make_format_image() {
     let image = build_image();
     check_image(image.clone());

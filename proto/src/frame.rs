@@ -5,7 +5,7 @@
 //! ```text
 //! off len field
 //!   0   4 magic        b"LFSP" (linefs socket protocol)
-//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 3)
+//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 4)
 //!   6   2 kind         the message kind (crate::kind::Kind)
 //!   8   4 payload_len  bytes that follow the header; HEADER_LEN + payload_len <= MAX_FRAME
 //!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
@@ -37,8 +37,11 @@ use crate::kind::Kind;
 
 /// `b"LFSP"`: the first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"LFSP";
-/// The protocol version this build speaks (and the only one it accepts).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// The protocol version this build speaks (and the only one it accepts). 2: StatFs and
+/// Space. 3: the Opened and Closed notices. 4: OpenCheck (kind 0x0107) is gone — a client
+/// logs its opens for writing instead — so a version 3 client would send a request this
+/// version cannot answer.
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 24;
 /// Hard maximum of a whole frame, header included (1 MiB). A header declaring more is

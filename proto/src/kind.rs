@@ -9,7 +9,7 @@
 /// The three kinds of connection to nicfs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Link {
-    /// Client ↔ nicfs, low latency: attach, leases, open checks, fsync, allocation.
+    /// Client ↔ nicfs, low latency: attach, leases, fsync, allocation.
     Control,
     /// Client ↔ nicfs, throughput: chunk notifications and publication acknowledgements.
     Bulk,
@@ -115,7 +115,8 @@ kinds! {
     LeaseRelease = 0x0104 => info("LeaseRelease", C, CLIENT, Class::Request),
     Revoke = 0x0105 => info("Revoke", C, NICFS, Class::Request),
     RevokeDone = 0x0106 => info("RevokeDone", C, CLIENT, Class::Reply),
-    OpenCheck = 0x0107 => info("OpenCheck", C, CLIENT, Class::Request),
+    // 0x0107 was OpenCheck (until version 3): opens for writing are log records now (pm's
+    // OPEN_WRITE), checked with the entries. A retired number is not given to another kind.
     Fsync = 0x0108 => info("Fsync", C, CLIENT, Class::Request),
     FsyncDone = 0x0109 => info("FsyncDone", C, NICFS, Class::Reply),
     AllocInodes = 0x010a => info("AllocInodes", C, CLIENT, Class::Request),

@@ -15,7 +15,7 @@
 //!   descriptors passed with the frame — the slot's log file read-write and the public file
 //!   read-only (that is the trust boundary: a client can write only its own log).
 //!   Client requests: `LeaseRequest` → `LeaseGranted` | Error; `LeaseRelease` → Ok;
-//!   `OpenCheck` → Ok | Error; `Fsync` → `FsyncDone`; `AllocInodes` → `InodeRange`;
+//!   `Fsync` → `FsyncDone`; `AllocInodes` → `InodeRange`;
 //!   `ReserveBlocks` → Ok | Error(ENOSPC); `ReleaseBlocks` → Ok; `StatFs` → `Space`
 //!   (version 2); `Detach` → Ok; `Ping` → `Pong`. Client notices (version 3): `Opened` /
 //!   `Closed` (the client's first open of an inode, its last close: nicfs keeps an orphan

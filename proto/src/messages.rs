@@ -136,14 +136,6 @@ pub struct Revoke {
     pub keep_read: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenCheck {
-    pub inode: u64,
-    /// The open(2) flags (O_ACCMODE, O_TRUNC, …) as the caller passed them.
-    pub flags: u32,
-    pub creds: Creds,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fsync {
     /// Make the log durable on every replica up to here.
@@ -280,7 +272,6 @@ pub enum Control {
     LeaseRelease(LeaseHandback),
     Revoke(Revoke),
     RevokeDone(LeaseHandback),
-    OpenCheck(OpenCheck),
     Fsync(Fsync),
     FsyncDone(FsyncDone),
     AllocInodes(AllocInodes),
@@ -338,7 +329,6 @@ impl LinkMessage for Control {
             Control::LeaseRelease(_) => Kind::LeaseRelease,
             Control::Revoke(_) => Kind::Revoke,
             Control::RevokeDone(_) => Kind::RevokeDone,
-            Control::OpenCheck(_) => Kind::OpenCheck,
             Control::Fsync(_) => Kind::Fsync,
             Control::FsyncDone(_) => Kind::FsyncDone,
             Control::AllocInodes(_) => Kind::AllocInodes,

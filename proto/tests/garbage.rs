@@ -181,6 +181,10 @@ fn header_errors_are_precise() {
     let mut b = good.clone();
     b[6..8].copy_from_slice(&0x0999u16.to_le_bytes());
     assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::UnknownKind { kind: 0x0999 }));
+    // OpenCheck's number, retired in version 4.
+    let mut b = good.clone();
+    b[6..8].copy_from_slice(&0x0107u16.to_le_bytes());
+    assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::UnknownKind { kind: 0x0107 }));
     let mut b = good.clone();
     b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     assert_eq!(

@@ -51,12 +51,11 @@ fn samples() -> (Vec<Control>, Vec<Bulk>, Vec<Kworker>) {
             log: LogGeometry { ring_offset: 4096, ring_bytes: 64 << 20, start_lsn: 1 << 20, chunk_bytes: 4 << 20 },
             inodes: InodeRange { first: 1000, count: 64 },
         }),
-        Control::LeaseRequest(LeaseRequest { inode: 7, mode: LeaseMode::Write, log_tail: 4096, creds: creds.clone() }),
+        Control::LeaseRequest(LeaseRequest { inode: 7, mode: LeaseMode::Write, log_tail: 4096, creds }),
         Control::LeaseGranted(LeaseGranted { inode: 7, mode: LeaseMode::Write, lease: 11 }),
         Control::LeaseRelease(LeaseHandback { inode: 7, lease: 11, covered_lsn: 8192 }),
         Control::Revoke(Revoke { inode: 7, lease: 11, keep_read: true }),
         Control::RevokeDone(LeaseHandback { inode: 7, lease: 11, covered_lsn: 8192 }),
-        Control::OpenCheck(OpenCheck { inode: 7, flags: 0o2, creds }),
         Control::Fsync(Fsync { lsn: 8192 }),
         Control::FsyncDone(FsyncDone { durable_lsn: 8192 }),
         Control::AllocInodes(AllocInodes { count: 64 }),
@@ -157,8 +156,8 @@ fn encoders_refuse_what_the_wire_cannot_carry() {
     let list = Kworker::CopyList(CopyList { list_id: 1, entries: vec![slot_max] });
     assert!(matches!(encode(&Frame { id: 1, msg: list }), Err(EncodeError::Reserved { .. })));
     let groups = Creds { uid: 0, gid: 0, groups: vec![0; MAX_GROUPS + 1] };
-    let open = Control::OpenCheck(OpenCheck { inode: 1, flags: 0, creds: groups });
-    assert!(matches!(encode(&Frame { id: 1, msg: open }), Err(EncodeError::TooLong { .. })));
+    let request = Control::LeaseRequest(LeaseRequest { inode: 1, mode: LeaseMode::Read, log_tail: 0, creds: groups });
+    assert!(matches!(encode(&Frame { id: 1, msg: request }), Err(EncodeError::TooLong { .. })));
     // The largest lists fit in a frame.
     let inodes = InodeSet::Listed(vec![u64::MAX; MAX_PUBLISHED_INODES]);
     let full = Bulk::Published(Published { published_lsn: 1, reclaim_lsn: 0, changed: inodes });

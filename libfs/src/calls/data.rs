@@ -123,32 +123,36 @@ impl Fs {
 
     /// [`Fs::open`], also telling whether an `O_TRUNC` dropped setuid/setgid (see
     /// [`Fs::write_noting_mode`]).
+    ///
+    /// Offload: an open of a regular file for writing, by any caller, root included, holds
+    /// the file's write lease and logs an OPEN_WRITE record for the caller (with the
+    /// truncation of an `O_TRUNC`, in one entry) before it returns — unless one was logged
+    /// under the write lease held ([`crate::leases`]). nicfs checks it, in log order, as
+    /// libfs checked the open here, and from then on lets this session write the file
+    /// whatever its mode becomes: a descriptor opened for writing stays writable, whoever
+    /// writes through it (a mount daemon's root opens for a user it then serves).
     pub fn open_noting_mode(&self, cred: &Cred, ino: Ino, flags: i32) -> FsResult<(u64, bool)> {
         let mut mode_changed = false;
-        let trunc = flags & libc::O_TRUNC != 0;
-        let _l = self.leased(&[Need { ino, write: trunc }])?;
+        let mask = perm::open_mask(flags);
+        let write = mask & W_OK != 0;
+        let _l = self.leased(&[Need { ino, write }])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
-        let mask = perm::open_mask(flags);
-        if n.is_dir() && mask & W_OK != 0 {
+        if n.is_dir() && write {
             return Err(FsError::IsDir);
         }
         if !perm::may(cred, &n.img, mask) {
             return Err(FsError::Access);
         }
-        // Another user's file opened for writing: nicfs checks the open too and then lets
-        // this client write the file through it whatever its mode becomes (as POSIX does).
-        if mask & W_OK != 0 && cred.uid != 0 && cred.uid != n.img.uid {
-            if let Some(remote) = front.publication.remote().cloned() {
-                drop(front);
-                remote.open_check(cred, ino, flags)?;
-                front = self.wlock();
-            }
+        let regular = n.kind_bits() == libc::S_IFREG;
+        let mut b = EntryBuilder::by(&cred.caller());
+        let remote = front.publication.remote().cloned();
+        let log_open = write && regular && remote.as_ref().is_some_and(|r| !r.leases.open_logged(ino));
+        if log_open {
+            b.open_write(ino);
         }
-        let n = front.node(ino)?;
-        if flags & libc::O_TRUNC != 0 && n.kind_bits() == libc::S_IFREG && n.img.size > 0 {
+        if flags & libc::O_TRUNC != 0 && regular && n.img.size > 0 {
             let mut img = n.img;
-            let mut b = EntryBuilder::by(&cred.caller());
             front.truncate_records(&mut b, &mut img, 0);
             let t = now();
             img.mtime = t;
@@ -157,7 +161,12 @@ impl Fs {
             mode_changed = img.mode != n.img.mode;
             front.drop_caps(&mut b, ino);
             b.inode(&img, false);
+        }
+        if !b.is_empty() {
             front.commit(&b, 0)?;
+        }
+        if let (true, Some(remote)) = (log_open, remote) {
+            remote.leases.note_open_logged(ino);
         }
         front.opened(ino);
         Ok((self.next_fh.fetch_add(1, Ordering::Relaxed), mode_changed))

@@ -43,6 +43,8 @@ impl PublicArea {
     /// calls [`PublicArea::settle`] with the same mover before it fences and checkpoints.
     pub fn apply_with(&mut self, rec: &Record, mover: &mut dyn DataMover) -> Result<()> {
         let applied = match rec {
+            // A permission fact for a checking publisher, not a change (validation checked it).
+            Record::OpenWrite { .. } => return Ok(()),
             Record::Inode { fresh, img } => self.apply_inode(img, *fresh),
             Record::Dirent { dir, ino, dtype, name } => self.apply_dirent(*dir, name, *ino, *dtype),
             Record::Write { ino, off, len, data_off } => self.apply_write(*ino, *off, *len, *data_off, mover),

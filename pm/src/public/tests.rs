@@ -177,6 +177,32 @@ fn hostile_records_are_refused() {
 }
 
 #[test]
+fn an_open_for_writing_is_validated_and_changes_nothing() {
+    let (region, geo) = setup();
+    let (mut pa, _) = PublicArea::load(region, geo).unwrap();
+    let mut b = EntryBuilder::new();
+    b.inode(&file(2), true);
+    b.dirent(1, b"f", 2, dtype::REG);
+    apply(&mut pa, &b);
+    let log = no_log();
+    let open = |ino| vec![Record::OpenWrite { ino }];
+    pa.validate(&open(2), &log).unwrap();
+    // A directory, a free number, a number outside the node.
+    for (ino, why) in [(1, "non-file"), (3, "not allocated"), (1 << 40, "out of range")] {
+        let e = pa.validate(&open(ino), &log).unwrap_err().to_string();
+        assert!(e.contains(why), "inode {ino}: {e}");
+    }
+    // Valid after the create in the same entry.
+    let mut b = EntryBuilder::new();
+    b.inode(&file(3), true);
+    b.open_write(3);
+    pa.validate(&decode_records(b.payload(), 0).unwrap(), &log).unwrap();
+    let before = pa.read_inode(2).unwrap();
+    pa.apply(&Record::OpenWrite { ino: 2 }, &log).unwrap();
+    assert_eq!(pa.read_inode(2).unwrap(), before);
+}
+
+#[test]
 fn a_deferred_mover_s_blocks_are_linked_only_after_its_moves_ran() {
     use super::mover::{execute_moves, Collector, Move};
     let (region, geo) = setup();

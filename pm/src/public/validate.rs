@@ -154,6 +154,11 @@ impl PublicArea {
                     live(local, *ino)?;
                     check_xattrs(*ino, attrs)?;
                 }
+                Record::OpenWrite { ino } => {
+                    if live(local, *ino)?.is_some_and(|k| k != libc::S_IFREG) {
+                        return Err(invalid(*ino, "open for writing of a non-file"));
+                    }
+                }
                 Record::FreeInode { ino } => {
                     if *ino <= 1 || *ino >= self.geo.inode_count {
                         return Err(invalid(*ino, "cannot free this inode"));

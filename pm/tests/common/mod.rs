@@ -202,6 +202,10 @@ impl Model {
             4..=6 => {
                 // Writes, often over the same few blocks.
                 if let Some(ino) = pick(&regs, r1) {
+                    // Sometimes through an open for writing logged first (changes nothing).
+                    if k == 5 && r3 % 2 == 0 {
+                        b.open_write(ino);
+                    }
                     let off = if k == 6 { r2 % (3 * BLOCK_SIZE) } else { Self::offset(r2) };
                     let len = 1 + r3 % (3 * BLOCK_SIZE);
                     b.write(ino, off, &data(len, r3));
@@ -344,6 +348,7 @@ fn join(a: &mut EntryBuilder, b: &EntryBuilder) {
             Record::Alloc { ino, off, len } => a.alloc(ino, off, len),
             Record::Xattrs { ino, attrs } => a.xattrs(ino, attrs.iter().map(|(n, v)| (&n[..], &v[..]))),
             Record::FreeInode { ino } => a.free_inode(ino),
+            Record::OpenWrite { ino } => a.open_write(ino),
         }
     }
 }

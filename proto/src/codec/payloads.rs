@@ -28,17 +28,14 @@
 //! LeaseGranted                             17 7 reserved
 //!  0 8 inode                               24 … creds
 //!  8 8 lease
-//! 16 1 mode                                OpenCheck
+//! 16 1 mode                                Revoke
 //! 17 7 reserved                             0 8 inode
-//!                                           8 4 flags     open(2) flags
-//! LeaseRelease, RevokeDone                 12 4 reserved
-//!  0 8 inode                               16 … creds
+//!                                           8 8 lease
+//! LeaseRelease, RevokeDone                 16 1 keep_read 0 or 1
+//!  0 8 inode                               17 7 reserved
 //!  8 8 lease
-//! 16 8 covered_lsn                         Revoke
-//!                                           0 8 inode
-//! Fsync, FsyncDone, ChunkReady              8 8 lease
-//!  0 8 lsn                                 16 1 keep_read 0 or 1
-//!                                          17 7 reserved
+//! 16 8 covered_lsn                         Fsync, FsyncDone, ChunkReady
+//!                                           0 8 lsn
 //! AllocInodes
 //!  0 4 count    1..=2^20                   InodeRange
 //!  4 4 reserved                             0 8 first
@@ -142,14 +139,6 @@ pub mod revoke_off {
     pub const KEEP_READ: usize = 16;
     pub const RESERVED: usize = 17;
     pub const END: usize = 24;
-}
-
-pub mod open_check_off {
-    pub const INODE: usize = 0;
-    pub const FLAGS: usize = 8;
-    pub const RESERVED: usize = 12;
-    /// The credentials block starts here.
-    pub const END: usize = 16;
 }
 
 /// Fsync, FsyncDone, ChunkReady, ReserveBlocks, ReleaseBlocks, Opened, Closed, CopyDone: one u64.
@@ -486,21 +475,6 @@ impl Payload for Revoke {
             lease: f.u64::<{ o::LEASE }>(),
             keep_read: get_bool("keep_read", f.u8::<{ o::KEEP_READ }>())?,
         })
-    }
-}
-
-impl Payload for OpenCheck {
-    fn put(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        use open_check_off as o;
-        FixedOut::<{ o::END }>::new().u64::<{ o::INODE }>(self.inode).u32::<{ o::FLAGS }>(self.flags).put(out);
-        self.creds.put(out)
-    }
-
-    fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        use open_check_off as o;
-        let f: Fixed<'_, { o::END }> = r.fixed("OpenCheck")?;
-        f.reserved::<{ o::RESERVED }, { o::END }>("OpenCheck")?;
-        Ok(OpenCheck { inode: f.u64::<{ o::INODE }>(), flags: f.u32::<{ o::FLAGS }>(), creds: Creds::get(r)? })
     }
 }
 

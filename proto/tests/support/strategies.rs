@@ -93,11 +93,6 @@ pub fn control() -> impl Strategy<Value = Control> {
             keep_read
         })),
         handback().prop_map(Control::RevokeDone),
-        (any::<u64>(), any::<u32>(), creds()).prop_map(|(inode, flags, creds)| Control::OpenCheck(OpenCheck {
-            inode,
-            flags,
-            creds
-        })),
         any::<u64>().prop_map(|lsn| Control::Fsync(Fsync { lsn })),
         any::<u64>().prop_map(|durable_lsn| Control::FsyncDone(FsyncDone { durable_lsn })),
         (1..=MAX_INODE_BATCH).prop_map(|count| Control::AllocInodes(AllocInodes { count })),
