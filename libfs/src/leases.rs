@@ -26,12 +26,13 @@
 //!   elsewhere), keep a read lease if nicfs allows it, else forget the lease and tell the
 //!   observer again after the hand-back (the adapter drops the kernel's cached pages, which
 //!   may wait for the kernel's page locks).
-//! * **Opens for writing** (offload): an open for writing holds the file's write lease and
-//!   logs an OPEN_WRITE record, which nicfs checks and then lets this session write the
-//!   file through that open whatever its mode becomes. A lease remembers that one was
-//!   logged under it (or the file created), so that the next opens under the same lease
-//!   log none; the memory goes with the write lease, since only a client holding that lease
-//!   could free the number (and end nicfs's grant) meanwhile.
+//! * **Opens for writing** (offload): an open for writing logs an OPEN_WRITE record under
+//!   the file's lease (a read lease will do), which nicfs checks and then lets this session
+//!   write the file through that open whatever its mode becomes. A lease remembers that one
+//!   was logged under it (or the file created), so that the next opens while it is held
+//!   log none; the memory goes when the lease is handed back, since only a client holding
+//!   the write lease — which takes every other client's lease first — could free the
+//!   number (and end nicfs's grant) meanwhile. A downgrade to a read lease keeps it.
 
 use crate::error::{FsError, FsResult};
 use parking_lot::{Condvar, Mutex};
@@ -68,7 +69,7 @@ struct Held {
     /// so that a create may use it ([`Leases::claim`]).
     pooled: bool,
     /// This client logged the inode's creation or an open of it for writing (an OPEN_WRITE
-    /// record) while holding this write lease: nicfs grants the session the file when it
+    /// record) while holding this lease: nicfs grants the session the file when it
     /// publishes that, so later opens for writing need not log another
     /// ([`Leases::open_logged`]).
     open_logged: bool,
@@ -155,18 +156,18 @@ impl Leases {
     }
 
     /// Whether an open of `ino` for writing needs no OPEN_WRITE record: this client logged
-    /// the file's creation or an open of it for writing and has held its write lease
-    /// without a break since. nicfs's grant of the file to this session then stands: it
-    /// ends only when the number is freed, which this client would have logged itself
-    /// (dropping the lease, [`Leases::freed`]) or another client, holding the write lease
-    /// meanwhile, would have.
+    /// the file's creation or an open of it for writing and has held a lease on it without
+    /// a break since. nicfs's grant of the file to this session then stands: it ends only
+    /// when the number is freed, which this client would have logged itself (dropping the
+    /// lease, [`Leases::freed`]) or another client would have, holding the write lease —
+    /// which it gets only once this client has handed back its own.
     pub(crate) fn open_logged(&self, ino: u64) -> bool {
-        self.table.lock().get(&ino).is_some_and(|h| h.write && h.open_logged)
+        self.table.lock().get(&ino).is_some_and(|h| h.open_logged)
     }
 
-    /// An OPEN_WRITE record of `ino` is committed, under the write lease held (pinned).
+    /// An OPEN_WRITE record of `ino` is committed, under the lease held (pinned).
     pub(crate) fn note_open_logged(&self, ino: u64) {
-        if let Some(h) = self.table.lock().get_mut(&ino).filter(|h| h.write) {
+        if let Some(h) = self.table.lock().get_mut(&ino) {
             h.open_logged = true;
         }
     }
@@ -302,8 +303,8 @@ impl Leases {
         } else if let Some(h) = t.get_mut(&ino) {
             h.write = false;
             h.revoking = false;
-            // Another client may write it now, free its number and reuse it.
-            h.open_logged = false;
+            // Kept: another client may write the file now, but freeing its number needs the
+            // write lease, and that takes this client's read lease first.
         }
         drop(t);
         self.cond.notify_all();
@@ -429,23 +430,25 @@ mod tests {
     }
 
     #[test]
-    fn an_open_logged_is_remembered_only_while_the_write_lease_is_held() {
+    fn an_open_logged_is_remembered_only_while_a_lease_is_held() {
         let l = Leases::default();
+        assert!(!l.open_logged(7));
+        l.note_open_logged(7);
+        assert!(!l.open_logged(7), "no lease held: nothing to remember it by");
         l.granted(Grant { ino: 7, write: false, lease: 1 });
+        assert!(!l.open_logged(7));
         l.note_open_logged(7);
-        assert!(!l.open_logged(7), "not under a read lease");
+        assert!(l.open_logged(7), "under a read lease");
+        // Upgraded, then downgraded to a read lease: remembered throughout.
         l.granted(Grant { ino: 7, write: true, lease: 2 });
-        assert!(!l.open_logged(7));
-        l.note_open_logged(7);
         assert!(l.open_logged(7));
-        // Downgraded to a read lease: forgotten, also once the write lease comes back.
         l.revoke(7, 2, true, || 0, || {});
-        assert!(!l.open_logged(7));
+        assert!(l.open_logged(7));
+        // Handed back: forgotten, also once a lease comes back.
+        l.revoke(7, 2, false, || 0, || {});
+        assert!(!l.open_logged(7), "handed back");
         l.granted(Grant { ino: 7, write: true, lease: 3 });
         assert!(!l.open_logged(7));
-        l.note_open_logged(7);
-        l.revoke(7, 3, false, || 0, || {});
-        assert!(!l.open_logged(7), "handed back");
         // A file created here counts as opened; freed here, or the session ended, forgotten.
         l.created(8);
         assert!(l.open_logged(8));

@@ -431,3 +431,28 @@ fn an_open_allowed_by_an_unpublished_chmod_stays_writable() {
     fs.release(ino, fh);
     published_whole(&n, &fs, ino, b"other's");
 }
+
+/// An open for writing takes no write lease: two clients reading a file both keep their read
+/// leases when one of them opens it for writing, until a write through that open actually
+/// needs the write lease; the write is then published under the grant its open's OPEN_WRITE
+/// record left.
+#[test]
+fn an_open_for_writing_moves_no_lease_until_it_writes() {
+    let n = Nicfs::start();
+    let a = n.attach(FsOptions::default());
+    let ino = create(&a, "shared").unwrap();
+    a.write(&root(), ino, 0, b"from a").unwrap();
+    let b = n.attach(FsOptions::default());
+    assert_eq!(b.read(ino, 0, 6).unwrap(), b"from a");
+    assert_eq!(a.read(ino, 0, 6).unwrap(), b"from a");
+    let a_reads = a.status().read_leases;
+    assert!(a_reads >= 1, "a and b both read the file");
+    let fh = b.open(&root(), ino, libc::O_RDWR).unwrap();
+    assert_eq!(b.status().write_leases, 0, "b opened for writing: no write lease yet");
+    assert_eq!(a.status().read_leases, a_reads, "a's read lease was not taken");
+    b.write(&user(OTHER), ino, 0, b"from b").unwrap();
+    assert!(a.status().read_leases < a_reads, "b's write took it");
+    b.release(ino, fh);
+    drop(a);
+    published_whole(&n, &b, ino, b"from b");
+}

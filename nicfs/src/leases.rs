@@ -223,7 +223,8 @@ impl Leases {
             .entries
             .iter()
             .map(|(_, records)| {
-                let mut inos: Vec<u64> = records.iter().map(Record::target).collect();
+                // An OPEN_WRITE changes nothing: a client logs it under a read lease.
+                let mut inos: Vec<u64> = records.iter().filter(|r| r.changes_state()).map(Record::target).collect();
                 inos.sort_unstable();
                 inos.dedup();
                 inos

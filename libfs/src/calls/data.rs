@@ -124,10 +124,12 @@ impl Fs {
     /// [`Fs::open`], also telling whether an `O_TRUNC` dropped setuid/setgid (see
     /// [`Fs::write_noting_mode`]).
     ///
-    /// Offload: an open of a regular file for writing, by any caller, root included, holds
-    /// the file's write lease and logs an OPEN_WRITE record for the caller (with the
-    /// truncation of an `O_TRUNC`, in one entry) before it returns — unless one was logged
-    /// under the write lease held ([`crate::leases`]). nicfs checks it, in log order, as
+    /// Offload: an open of a regular file for writing, by any caller, root included, logs an
+    /// OPEN_WRITE record for the caller (with the truncation of an `O_TRUNC`, in one entry)
+    /// before it returns — unless one was logged under the lease held ([`crate::leases`]).
+    /// A read lease is enough (the write lease only for `O_TRUNC`): while this client holds
+    /// any lease on the file nobody else changes it, so nicfs judges the open on the state
+    /// libfs judged it on, and a file opened for writing but only read moves no lease. nicfs checks it, in log order, as
     /// libfs checked the open here, and from then on lets this session write the file
     /// whatever its mode becomes: a descriptor opened for writing stays writable, whoever
     /// writes through it (a mount daemon's root opens for a user it then serves).
@@ -135,7 +137,7 @@ impl Fs {
         let mut mode_changed = false;
         let mask = perm::open_mask(flags);
         let write = mask & W_OK != 0;
-        let _l = self.leased(&[Need { ino, write }])?;
+        let _l = self.leased(&[Need { ino, write: flags & libc::O_TRUNC != 0 }])?;
         let mut front = self.wlock();
         let n = front.node(ino)?;
         if n.is_dir() && write {
