@@ -1,5 +1,6 @@
 //! Tests of the region module.
 
+use super::method::mountinfo_is_dax;
 use super::*;
 
 const MIB: u64 = 1 << 20;
