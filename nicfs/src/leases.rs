@@ -224,7 +224,7 @@ impl Leases {
             .iter()
             .map(|(_, records)| {
                 // An OPEN_WRITE changes nothing: a client logs it under a read lease.
-                let mut inos: Vec<u64> = records.iter().filter(|r| r.changes_state()).map(Record::target).collect();
+                let mut inos: Vec<u64> = records.iter().filter_map(Record::changed_inode).collect();
                 inos.sort_unstable();
                 inos.dedup();
                 inos

@@ -105,7 +105,7 @@ impl Node {
             .map_err(|why| StartError::Leases { dir: dir.to_path_buf(), why })?;
         let mut admit = |slot: u32, lsn: u64, records: &[Record]| {
             if recorded {
-                leases.admits(slot, lsn, records.iter().filter(|r| r.changes_state()).map(Record::target))
+                leases.admits(slot, lsn, records.iter().filter_map(Record::changed_inode))
             } else {
                 Ok(())
             }

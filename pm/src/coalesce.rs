@@ -22,12 +22,13 @@
 //!   post-image of every attribute) and an earlier `XATTRS` record (the whole set) are
 //!   dropped.
 //!
-//! Everything else is kept, in order (OPEN_WRITE too, which changes nothing). The resulting state is the same as publishing the
-//! records one by one: the same inodes with the same attributes and xattrs, the same
-//! directory entries in the same slots, the same file blocks mapped holding the same bytes
-//! (`pm/tests/coalesce.rs` checks it on random batches). What may differ is which physical
-//! blocks hold them, and that the coalesced batch can need fewer blocks (an indirect block
-//! for data that is freed later in the batch is never allocated).
+//! Everything else is kept, in order (OPEN_WRITE too, which changes nothing). The resulting
+//! state is the same as publishing the records one by one: the same inodes with the same
+//! attributes and xattrs, the same directory entries in the same slots, the same file
+//! blocks mapped holding the same bytes (`pm/tests/coalesce.rs` checks it on random
+//! batches). What may differ is which physical blocks hold them, and that the coalesced
+//! batch can need fewer blocks (an indirect block for data that is freed later in the
+//! batch is never allocated).
 //!
 //! Crash safety is unchanged: the log is not changed, recovery replays its records from the
 //! checkpoint, and a coalesced batch is a sequence of valid records (or restrictions of

@@ -116,9 +116,7 @@ pub fn publish_slot(area: &mut PublicArea, log: &LogSlot, bounds: Bounds) -> Res
         }
         for r in &records {
             area.apply(r, log.region()).map_err(|source| SlotError::Failed { slot, lsn: loc.lsn, source })?;
-            if r.changes_state() {
-                done.touched.push(r.target());
-            }
+            done.touched.extend(r.changed_inode());
         }
         done.upto = loc.end;
         done.entries += 1;
@@ -322,8 +320,7 @@ pub fn publish_batch_checked(
     area.checkpoint_done();
     done.upto = last.end;
     done.entries = valid as u64;
-    done.touched =
-        accepted.iter().flat_map(|(_, r)| r.iter().filter(|r| r.changes_state()).map(Record::target)).collect();
+    done.touched = accepted.iter().flat_map(|(_, r)| r.iter().filter_map(Record::changed_inode)).collect();
     done.touched.sort_unstable();
     done.touched.dedup();
     match rejected {

@@ -51,8 +51,9 @@
 //! whatever its mode becomes later, so a publisher that checks permissions (nicfs,
 //! [`crate::public::Permissions`]) checks the open itself, in log order, and then lets the
 //! session write the file's data. Applying it, replaying it and coalescing it change no
-//! state; it is a record (not entry metadata like CALLER) because its inode is one the
-//! writer must hold the write lease of, as for every record that names an inode.
+//! state, so lease admission does not count its inode ([`Record::changed_inode`]): a writer
+//! logs it under a read lease. It is a record, not entry metadata like CALLER, because it
+//! is checked like one, in order with the records around it.
 //!
 //! The offsets are the constants of [`rec_off`] (framing and each kind's fixed fields),
 //! [`inode_off`] and [`time_off`] (the INODE payload, [`InodeImage`], which the public area's
@@ -418,8 +419,8 @@ pub enum Record {
 }
 
 impl Record {
-    /// The inode this record changes (for DIRENT, the directory; for OPEN_WRITE, the file
-    /// opened, which it does not change): the writer must hold its write lease.
+    /// The inode this record names (for DIRENT, the directory; for OPEN_WRITE, the file
+    /// opened, which it does not change).
     pub fn target(&self) -> u64 {
         match self {
             Record::Inode { img, .. } => img.ino,
@@ -434,9 +435,11 @@ impl Record {
         }
     }
 
-    /// Whether applying the record changes the public state (every kind but OPEN_WRITE).
-    pub fn changes_state(&self) -> bool {
-        !matches!(self, Record::OpenWrite { .. })
+    /// The inode applying the record changes — its [`target`](Record::target) — or None
+    /// for OPEN_WRITE, which changes nothing: what a publication touches, and what the
+    /// writer must hold the write lease of.
+    pub fn changed_inode(&self) -> Option<u64> {
+        (!matches!(self, Record::OpenWrite { .. })).then(|| self.target())
     }
 }
 
@@ -768,7 +771,7 @@ mod tests {
         );
         assert_eq!(recs[7], Record::FreeInode { ino: 5 });
         assert_eq!(recs[8], Record::OpenWrite { ino: 5 });
-        assert!(!recs[8].changes_state() && recs[..8].iter().all(Record::changes_state));
+        assert!(recs[8].changed_inode().is_none() && recs[..8].iter().all(|r| r.changed_inode() == Some(r.target())));
     }
 
     #[test]
