@@ -164,16 +164,16 @@ impl Publication {
 
     /// Publish committed entries — at least one, up to about `budget` bytes of log — and
     /// durably advance the checkpoint. Returns the new checkpoint. The view is not touched:
-    /// the front end catches up under its own lock.
+    /// the front end catches up under its own lock. Offload: nicfs publishes all of them.
     pub(crate) fn publish_batch(&self, budget: u64) -> FsResult<u64> {
+        if let Mode::Remote(_) = &self.mode {
+            return self.publish_through(u64::MAX);
+        }
         let _one = self.publish.lock();
         // Entries up to the last one queued are durable; the log is scanned only that far.
         let Some(until) = self.pending.lock().back().map(|p| p.end) else {
             return Ok(self.public.read().published);
         };
-        if let Mode::Remote(remote) = &self.mode {
-            return self.publish_remote(remote, until);
-        }
         let mut ps = self.public.write();
         if let Some(e) = &ps.failed {
             return Err(FsError::PublicationFailed(e.clone()));
@@ -210,9 +210,10 @@ impl Publication {
         Ok(ps.published)
     }
 
-    /// Frees the oldest part of a full log. Offload: waits until nicfs has published the
-    /// log through the first entry that ends at or past `lsn` (all of it if none does) and
-    /// lets it carry on with the rest in the background; host-only: publishes everything.
+    /// Offload: waits until nicfs has published the log through the first committed entry
+    /// that ends at or past `lsn` (all of it if none does), and lets it carry on with the
+    /// rest in the background — a full log frees its oldest part this way. Host-only:
+    /// publishes everything.
     pub(crate) fn publish_through(&self, lsn: u64) -> FsResult<u64> {
         let Mode::Remote(remote) = &self.mode else { return self.publish_batch(u64::MAX) };
         let _one = self.publish.lock();

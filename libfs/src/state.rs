@@ -119,11 +119,13 @@ impl Front {
             // Nothing of this file is public yet.
             return pending;
         }
-        let public = self.publication.public.read();
-        let pub_blocks = n.pub_blocks.get_or(|| public.file_blocks(n.img.ino));
+        // The public state's lock only when something must be read (a host-only
+        // publication holds it for writing while it publishes a batch).
+        let pub_blocks = n.pub_blocks.get_or(|| self.publication.public.read().file_blocks(n.img.ino));
         if pending == 0 || pending > EXACT_UP_TO {
             return pub_blocks + pending;
         }
+        let public = self.publication.public.read();
         let mut new = 0;
         for idx in ranges.iter().flat_map(|&(a, b)| a..b) {
             // An unreadable block map (corrupt PM) counts the block as new.

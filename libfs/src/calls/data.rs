@@ -127,12 +127,12 @@ impl Fs {
     /// Offload: an open of a regular file for writing, by any caller, root included, logs an
     /// OPEN_WRITE record for the caller (with the truncation of an `O_TRUNC`, in one entry)
     /// before it returns — unless one was logged under the lease held ([`crate::leases`]).
-    /// A read lease is enough (the write lease only for `O_TRUNC`): while this client holds
-    /// any lease on the file nobody else changes it, so nicfs judges the open on the state
-    /// libfs judged it on, and a file opened for writing but only read moves no lease. nicfs checks it, in log order, as
-    /// libfs checked the open here, and from then on lets this session write the file
-    /// whatever its mode becomes: a descriptor opened for writing stays writable, whoever
-    /// writes through it (a mount daemon's root opens for a user it then serves).
+    /// A read lease is enough (the write lease only for `O_TRUNC`), so a file opened for
+    /// writing but only read moves no lease: while this client holds any lease on the file
+    /// nobody else changes it, and nicfs, checking the record in log order, judges the open
+    /// on the state libfs judged it on here. From then on nicfs lets this session write the
+    /// file whatever its mode becomes: a descriptor opened for writing stays writable,
+    /// whoever writes through it (a mount daemon's root opens for a user it then serves).
     pub fn open_noting_mode(&self, cred: &Cred, ino: Ino, flags: i32) -> FsResult<(u64, bool)> {
         let mut mode_changed = false;
         let mask = perm::open_mask(flags);
