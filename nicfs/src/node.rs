@@ -320,7 +320,8 @@ mod tests {
     use super::*;
     use linefs_pm::layout::FormatParams;
     use linefs_pm::oplog::LogSlot;
-    use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
+    use linefs_pm::record::ROOT_INO;
+    use linefs_pm::testing::create_file;
     use linefs_pm::PmRegion;
     use std::sync::Arc;
     use std::time::Duration;
@@ -336,28 +337,18 @@ mod tests {
         (dir, node, log)
     }
 
-    fn create(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
-        let mut b = EntryBuilder::new();
-        let img =
-            InodeImage { ino, size: data.len() as u64, mode: libc::S_IFREG | 0o644, nlink: 1, ..Default::default() };
-        b.inode(&img, true);
-        b.dirent(ROOT_INO, name, ino, dtype::REG);
-        b.write(ino, 0, data);
-        b
-    }
-
     #[test]
     fn what_is_published_is_what_was_fetched_not_what_the_log_says_later() {
         let (dir, node, log) = node();
         let host = HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100));
-        let first = log.append(0, 0, create(2, b"honest", b"data").payload()).unwrap();
+        let first = log.append(0, 0, create_file(2, b"honest", b"data").payload()).unwrap();
         let copy = node.fetch(0, 0, first.end).unwrap();
         let header = linefs_pm::oplog::ENTRY_HEADER;
         assert_eq!(node.counters.snapshot().bytes_fetched, first.end + header, "the entry and its header peeked");
         let (batch, _) = Batch::from_copy(&copy);
         // The client rewrites the entry after the fetch: another inode, another name, a
         // valid checksum. The copy is what gets published.
-        log.append(0, 0, create(3, b"sneaky", b"data").payload()).unwrap();
+        log.append(0, 0, create_file(3, b"sneaky", b"data").payload()).unwrap();
         let (r, copied) = node.publish_batch(&batch, None, &host, None);
         let p = r.unwrap();
         assert_eq!((p.upto, p.entries), (first.end, 1));

@@ -42,6 +42,8 @@ pub mod recovery;
 pub mod region;
 pub mod signals;
 pub mod slotfile;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod trace;
 
 pub use region::{Backing, PersistMethod, PmError, PmRegion, PmStats};

@@ -7,8 +7,8 @@ use linefs_pm::layout::FormatParams;
 use linefs_pm::node::log_file_name;
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::publish::Batch;
-use linefs_pm::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
 use linefs_pm::slotfile::new_log_file_name;
+use linefs_pm::testing::create_file;
 use linefs_pm::PmRegion;
 use rustix::fs::{flock, FlockOperation};
 use std::os::unix::fs::MetadataExt;
@@ -39,22 +39,6 @@ fn lockable(dir: &Path, slot: u32) -> bool {
     flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
-fn create(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
-    let mut b = EntryBuilder::new();
-    let img = InodeImage {
-        ino,
-        size: data.len() as u64,
-        parent: ROOT_INO,
-        mode: libc::S_IFREG | 0o644,
-        nlink: 1,
-        ..Default::default()
-    };
-    b.inode(&img, true);
-    b.dirent(ROOT_INO, name, ino, dtype::REG);
-    b.write(ino, 0, data);
-    b
-}
-
 /// Publishes what `slot` committed from `from` as nicfs's pipeline does (isolated).
 fn publish(dir: &Path, node: &Node, slot: u32, from: u64) -> u64 {
     let host = HostLink::new(dir.to_path_buf(), Duration::from_millis(100));
@@ -74,7 +58,7 @@ fn open_removes_strays_and_cuts_off_every_writer_from_before() {
         let geo = linefs_pm::node::NodePm::open(d).unwrap().geometry;
         LogSlot::new(region, &geo, 0)
     };
-    let end = before.append(0, 0, create(2, b"before", b"committed").payload()).unwrap().end;
+    let end = before.append(0, 0, create_file(2, b"before", b"committed").payload()).unwrap().end;
     std::fs::write(d.join(new_log_file_name(1)), b"torn").unwrap();
     let inos = (ino(d, 0), ino(d, 1));
 
@@ -87,7 +71,7 @@ fn open_removes_strays_and_cuts_off_every_writer_from_before() {
     assert_eq!(node.inode(2).unwrap().map(|i| i.size), Some(9));
     assert_eq!(client(d, &node, 0).published_lsn().unwrap(), end);
     // What the earlier client writes now reaches nothing nicfs reads.
-    before.append(end, end, create(3, b"after", b"too late").payload()).unwrap();
+    before.append(end, end, create_file(3, b"after", b"too late").payload()).unwrap();
     assert_eq!(node.committed_end(0).unwrap(), end);
     assert!(node.fetch(0, end, u64::MAX).unwrap().bytes.is_empty());
 }
@@ -105,9 +89,9 @@ fn a_released_slot_gets_a_fresh_file_with_nicfs_s_checkpoint_and_its_lock() {
 
     // The session: an entry published, one refused and dropped at its end.
     let old = client(d, &node, 0);
-    let e1 = old.append(0, 0, create(2, b"one", b"published").payload()).unwrap().end;
+    let e1 = old.append(0, 0, create_file(2, b"one", b"published").payload()).unwrap().end;
     assert_eq!(publish(d, &node, 0, 0), e1);
-    let e2 = old.append(e1, e1, create(3, b"two", b"dropped").payload()).unwrap().end;
+    let e2 = old.append(e1, e1, create_file(3, b"two", b"dropped").payload()).unwrap().end;
     assert_eq!(node.discard_unpublished(0).unwrap(), (e1, e2));
     // The client scribbles over its header's checkpoint before it goes: the next session
     // must not start where it says.
@@ -123,12 +107,12 @@ fn a_released_slot_gets_a_fresh_file_with_nicfs_s_checkpoint_and_its_lock() {
 
     // The old client's descriptor writes an entry where the next session starts: nicfs
     // finds nothing there, and the next session's own entry is what it publishes.
-    old.append(e2, e2, create(4, b"forged", b"from the last session").payload()).unwrap();
+    old.append(e2, e2, create_file(4, b"forged", b"from the last session").payload()).unwrap();
     let claim = node.claim().unwrap();
     assert_eq!(claim.slot, 0);
     assert!(!lockable(d, 0), "the claim locks the fresh file");
     assert_eq!(node.committed_end(0).unwrap(), e2);
-    let e3 = fresh.append(e2, e2, create(5, b"three", b"the next session").payload()).unwrap().end;
+    let e3 = fresh.append(e2, e2, create_file(5, b"three", b"the next session").payload()).unwrap().end;
     assert_eq!(publish(d, &node, 0, e2), e3);
     assert_eq!(node.inode(4).unwrap(), None, "the forged entry is nowhere");
     assert_eq!(node.inode(5).unwrap().map(|i| i.size), Some(16));

@@ -418,27 +418,9 @@ pub fn read_public(fd: &OwnedFd) -> PmRegion {
     PmRegion::traced_from_image(buf)
 }
 
-/// An entry creating file `name` (inode `ino`) in the root directory holding `data`.
-pub fn create_file(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
-    create_file_in(1, ino, name, data)
-}
-
-/// An entry creating file `name` (inode `ino`) in directory `dir` holding `data`.
-pub fn create_file_in(dir: u64, ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
-    let mut b = EntryBuilder::new();
-    let img = InodeImage {
-        ino,
-        size: data.len() as u64,
-        parent: dir,
-        mode: libc::S_IFREG | 0o644,
-        nlink: 1,
-        ..Default::default()
-    };
-    b.inode(&img, true);
-    b.dirent(dir, name, ino, dtype::REG);
-    b.write(ino, 0, data);
-    b
-}
+/// Entries creating a file in the root or a directory (pm's, shared with its tests).
+#[allow(unused_imports)] // not every test binary that includes this module uses both
+pub use linefs_pm::testing::{create_file, create_file_in};
 
 /// An entry creating directory `name` (inode `ino`, mode 0755) in directory `dir`.
 pub fn mkdir(dir: u64, ino: u64, name: &[u8]) -> EntryBuilder {

@@ -5,8 +5,9 @@ use crate::layout::FormatParams;
 use crate::node::NodePm;
 use crate::oplog::ScanStop;
 use crate::public::Loaded;
-use crate::record::{dtype, EntryBuilder, InodeImage, ROOT_INO};
+use crate::record::ROOT_INO;
 use crate::recovery::{recover, recover_with, Recovered};
+use crate::testing::create_file;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 /// A formatted node of two slots in a temp directory.
@@ -21,23 +22,6 @@ fn node() -> (tempfile::TempDir, Geometry) {
 fn writer(dir: &Path, geo: &Geometry, slot: u32) -> LogSlot {
     let region = PmRegion::open(&dir.join(log_file_name(slot))).unwrap();
     LogSlot::new(Arc::new(region), geo, slot)
-}
-
-/// An entry creating `name` (inode `ino`) in the root directory, holding `data`.
-fn create(ino: u64, name: &[u8], data: &[u8]) -> EntryBuilder {
-    let mut b = EntryBuilder::new();
-    let img = InodeImage {
-        ino,
-        size: data.len() as u64,
-        parent: ROOT_INO,
-        mode: libc::S_IFREG | 0o644,
-        nlink: 1,
-        ..Default::default()
-    };
-    b.inode(&img, true);
-    b.dirent(ROOT_INO, name, ino, dtype::REG);
-    b.write(ino, 0, data);
-    b
 }
 
 fn recovered(dir: &Path) -> Recovered {
@@ -61,7 +45,7 @@ fn a_fresh_file_keeps_the_lsns_and_cuts_the_old_writer_off() {
     let dir = dir.path();
     let path = dir.join(log_file_name(0));
     let old = writer(dir, &geo, 0);
-    let end = old.append(0, 0, create(2, b"one", b"first").payload()).unwrap().end;
+    let end = old.append(0, 0, create_file(2, b"one", b"first").payload()).unwrap().end;
     assert_eq!(recovered(dir).slots[0].published, end, "published by recovery");
     let old_ino = ino_of(&path);
 
@@ -80,7 +64,7 @@ fn a_fresh_file_keeps_the_lsns_and_cuts_the_old_writer_off() {
 
     // The old writer's mapping still writes — into the unlinked file: a well-formed entry
     // at the next LSN is nowhere to be seen.
-    old.append(end, end, create(3, b"forged", b"from the old writer").payload()).unwrap();
+    old.append(end, end, create_file(3, b"forged", b"from the old writer").payload()).unwrap();
     assert!(writer(dir, &geo, 0).scan(end).unwrap().entries.is_empty());
     let rec = recovered(dir);
     assert_eq!((rec.slots[0].replayed, rec.slots[0].published), (0, end));
@@ -88,7 +72,7 @@ fn a_fresh_file_keeps_the_lsns_and_cuts_the_old_writer_off() {
 
     // The slot's next writer appends from the checkpoint in the new file.
     let next = writer(dir, &geo, 0);
-    let end2 = next.append(end, end, create(4, b"two", b"second").payload()).unwrap().end;
+    let end2 = next.append(end, end, create_file(4, b"two", b"second").payload()).unwrap().end;
     let rec = recovered(dir);
     assert_eq!((rec.slots[0].replayed, rec.slots[0].published), (1, end2));
     assert_eq!(names(&rec.loaded), vec![b"one".to_vec(), b"two".to_vec()]);
@@ -101,7 +85,7 @@ fn a_crash_before_the_rename_leaves_the_old_file_and_a_stray_that_is_removed() {
     let path = dir.join(log_file_name(0));
     let old_ino = ino_of(&path);
     let w = writer(dir, &geo, 0);
-    let end = w.append(0, 0, create(2, b"kept", b"unpublished").payload()).unwrap().end;
+    let end = w.append(0, 0, create_file(2, b"kept", b"unpublished").payload()).unwrap().end;
     // Slot 0: a whole fresh file that was never renamed (the process died before); slot 1:
     // a torn one (it died while creating it).
     let fresh = prepare(dir, &geo, 0, SlotLsns::default()).unwrap();
@@ -144,12 +128,12 @@ fn after_the_rename_either_file_recovers_to_the_same_tree() {
     let dir = dir.path();
     let path = dir.join(log_file_name(0));
     let w = writer(dir, &geo, 0);
-    let end = w.append(0, 0, create(2, b"one", b"published").payload()).unwrap().end;
+    let end = w.append(0, 0, create_file(2, b"one", b"published").payload()).unwrap().end;
     recovered(dir);
     let settled_bytes = std::fs::read(&path).unwrap();
     // The writer's session ended here; it goes on logging past the checkpoint, and the slot
     // is replaced. A crash before the directory's fsync may bring either file back.
-    w.append(end, end, create(3, b"late", b"after its session").payload()).unwrap();
+    w.append(end, end, create_file(3, b"late", b"after its session").payload()).unwrap();
     let old_bytes = std::fs::read(&path).unwrap();
     replace(dir, &geo, 0, SlotLsns { published: end, replicated: end }).unwrap();
     let with_new = copy_dir(dir);
