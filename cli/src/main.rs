@@ -353,7 +353,18 @@ fn main() -> ExitCode {
     match run(cli.verb) {
         Ok(msg) => {
             if !msg.is_empty() {
-                println!("{msg}");
+                // A reader that stopped early (`linefs status | head`) is not an error: the
+                // rest of the output is dropped quietly, as other commands do.
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                match writeln!(out, "{msg}").and_then(|()| out.flush()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    Err(e) => {
+                        eprintln!("linefs: {name}: writing the output: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
             }
             ExitCode::SUCCESS
         }
