@@ -363,6 +363,26 @@ fn offload_mount_attaches_to_nicfs() {
         f.write_all(b"durable through nicfs").unwrap();
         f.sync_all().unwrap();
     }
+    // The mount's status shows the node's free space as nicfs counts it (was the client's
+    // unspent reservation: 0).
+    wait_for("the mount's status to show the node's free blocks", Duration::from_secs(5), || {
+        status(&dir)["mounts"][0]["libfs"]["free_blocks"].as_u64().is_some_and(|b| b > 1000)
+    });
+    // A reader that stops early (`linefs status | head -1`): no panic, exit 0.
+    {
+        use std::process::Stdio;
+        let mut child = Command::new(LINEFS)
+            .args(["status", "--dir"])
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("panicked"), "{:?}: {stderr}", out.status);
+    }
     // A host crash: the mount and the kworker die; nicfs stays and goes isolated.
     let kworker = pid_of(&dir, "kworker-0");
     ok(&dir, &["kill-host", "0"]);
