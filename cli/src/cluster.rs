@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use linefs_pm::layout::FormatParams;
-use linefs_pm::mkfs;
+use linefs_pm::{mkfs, upgrade};
 
 use crate::clusterdir::{write_atomic, ClusterDesc, ClusterDir, NodeDesc, Offload};
 use crate::daemons::{self, Role, Stopped};
@@ -23,6 +23,14 @@ pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
 /// node's PM size and whether it was formatted.
 pub fn ensure_node(path: &Path, size: u64) -> CliResult<(u64, bool)> {
     if path.exists() {
+        if linefs_pm::node::is_node_dir(path) {
+            // A node of an older format version is upgraded in place (nothing is up: the
+            // upgrade takes the node's lock, refused while anything holds it).
+            let done = upgrade::upgrade_dir(path).ctx(|| format!("{}: upgrade", path.display()))?;
+            if done.from != done.to {
+                eprintln!("linefs: {}: PM format upgraded from version {} to {}", path.display(), done.from, done.to);
+            }
+        }
         let geo = mkfs::check_dir(path)
             .ctx(|| format!("{}: not a valid linefs node (remove it to reformat)", path.display()))?;
         return Ok((geo.node_size(), false));
@@ -328,6 +336,30 @@ fn write_desc(dir: &ClusterDir, desc: &ClusterDesc) -> CliResult<()> {
 /// kworker, then its nicfs (SIGTERM: it settles its sessions and exits; SIGKILL after a
 /// timeout), removes their pid files, sockets and status files, and marks the cluster down.
 /// The data stays.
+/// `upgrade`: every node of the stopped cluster in `dir` to this build's PM format version,
+/// in place ([`linefs_pm::upgrade`]); one line per node.
+pub fn upgrade(dir: &ClusterDir) -> CliResult<String> {
+    let desc = dir.load()?;
+    let _lock = dir.lock()?;
+    if dir.is_up() {
+        return Err(fail(format!("the cluster in {} is up: stop it first (linefs down)", dir.root.display())));
+    }
+    let mut lines = Vec::new();
+    for node in &desc.nodes {
+        let done =
+            upgrade::upgrade_dir(&node.pm_path).ctx(|| format!("node {}: {}", node.index, node.pm_path.display()))?;
+        lines.push(match (done.from == done.to, done.superblock_restored) {
+            (false, _) => format!("node {}: PM format upgraded from version {} to {}", node.index, done.from, done.to),
+            (true, true) => format!(
+                "node {}: PM format version {}; superblock restored from its copy (an upgrade had been cut short)",
+                node.index, done.to
+            ),
+            (true, false) => format!("node {}: PM format version {}, nothing to do", node.index, done.to),
+        });
+    }
+    Ok(lines.join("\n"))
+}
+
 pub fn down(dir: &ClusterDir) -> CliResult<String> {
     let desc = dir.load()?;
     let _lock = dir.lock()?;

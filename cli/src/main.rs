@@ -127,6 +127,12 @@ enum Verb {
         #[command(flatten)]
         dir: DirArg,
     },
+    /// Upgrade every node of a stopped cluster to this build's PM format version, in place
+    /// (`up` does it too before it starts a node).
+    Upgrade {
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Run a named benchmark with its baselines.
     Bench {
         name: bench::BenchName,
@@ -239,6 +245,7 @@ impl Verb {
             Verb::KillNic { .. } => "kill-nic",
             Verb::RestartNic { .. } => "restart-nic",
             Verb::Down { .. } => "down",
+            Verb::Upgrade { .. } => "upgrade",
             Verb::Bench { .. } => "bench",
             Verb::CrashSuite { .. } => "crash-suite",
             Verb::Soak { .. } => "soak",
@@ -266,6 +273,7 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::KillNic { node, dir } => nodes::kill_nic(&ClusterDir::new(&dir.dir)?, node),
         Verb::RestartNic { node, dir } => nodes::restart_nic(&ClusterDir::new(&dir.dir)?, node),
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
+        Verb::Upgrade { dir } => cluster::upgrade(&ClusterDir::new(&dir.dir)?),
         Verb::Bench {
             name,
             json,

@@ -34,6 +34,7 @@ pub mod layout;
 pub mod mkfs;
 pub mod mountinfo;
 pub mod node;
+pub mod noderecord;
 pub mod oplog;
 pub mod public;
 pub mod publish;
@@ -45,5 +46,6 @@ pub mod slotfile;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod trace;
+pub mod upgrade;
 
 pub use region::{Backing, PersistMethod, PmError, PmRegion, PmStats};
