@@ -24,6 +24,7 @@
 mod bindfs;
 mod datapath;
 mod filebench;
+#[cfg(linefs_leveldb)]
 mod leveldb;
 mod offload;
 mod offload_report;
@@ -87,6 +88,7 @@ pub struct BenchArgs {
     pub pm_dir: Option<PathBuf>,
     pub pm_size: Option<u64>,
     /// leveldb: number of key/value pairs.
+    #[cfg_attr(not(linefs_leveldb), allow(dead_code))]
     pub num: u64,
     /// filebench: which flow.
     pub personality: Personality,
@@ -433,7 +435,15 @@ pub(crate) fn pending_json_with_offload() -> Value {
 /// Runs a benchmark; returns the report (table or JSON).
 pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     match args.name {
+        #[cfg(linefs_leveldb)]
         BenchName::Leveldb => return leveldb::run(dir, args),
+        #[cfg(not(linefs_leveldb))]
+        BenchName::Leveldb => {
+            return Err(fail(
+                "this linefs was built without LevelDB (libleveldb-dev was not found at build time): \
+                 install it (scripts/install-deps.sh) and rebuild",
+            ))
+        }
         BenchName::Filebench => return filebench::run(dir, args),
         BenchName::Datapath => return datapath::run(dir, args),
         BenchName::Offload => return offload::run(dir, args),
