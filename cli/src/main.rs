@@ -68,6 +68,12 @@ enum Verb {
         /// each picks a free port (see status); off: none (recorded; default: none).
         #[arg(long, value_name = "BASE|off", value_parser = cluster::parse_metrics_port)]
         metrics_port: Option<cluster::MetricsPort>,
+        /// A group (name or number) whose members, besides root, nicfs hands the node's
+        /// public file: they read every file of the node directly, as the `disk` group reads
+        /// a block device. Others read through a mount. `none` clears it; default: as
+        /// recorded, none at first.
+        #[arg(long, value_name = "GROUP|none")]
+        trusted_group: Option<String>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -249,9 +255,9 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port })
+            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group })
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)
