@@ -5,9 +5,10 @@
 //! file and does (which also shows the search would find the bytes if they leaked).
 //!
 //! Ways tried: attach and look for a public descriptor; the one descriptor it gets (its own
-//! log), read and reopened through /proc/self/fd; `public.pm`, `leases.pm`, every log file
-//! and the node directory by path; the status file; nicfs's /proc/PID/fd (each descriptor),
-//! mem, map_files and environ.
+//! log), read and reopened through /proc/self/fd; attaching in the mount daemon's or the
+//! kworker's role; joining root's session as its bulk connection; `public.pm`, `leases.pm`,
+//! every log file and the node directory by path; the status file; nicfs's /proc/PID/fd
+//! (each descriptor), mem, map_files and environ.
 
 mod support;
 
@@ -100,6 +101,7 @@ fn an_unprivileged_process_never_reads_roots_bytes_and_the_trusted_group_does() 
         ("NICFS_TEST_NODE", d.node.display().to_string()),
         ("NICFS_TEST_STATUS", d.status.display().to_string()),
         ("NICFS_TEST_PID", pid.to_string()),
+        ("NICFS_TEST_ROOT_SESSION", root.attached.session.to_string()),
     ];
     let out = run_as("peeker", NOBODY, NOBODY, &[], &env);
     println!("{out}");
@@ -172,6 +174,27 @@ fn peeker() {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&log);
     attempt("its own log reopened through /proc/self/fd", read_path(Path::new(&format!("/proc/self/fd/{fd}"))));
     drop((control, log));
+
+    // Claiming to be a mount daemon (root's role), or a kworker, on the control channel;
+    // joining root's session as its bulk connection.
+    for role in [Role::MountDaemon, Role::Kworker] {
+        let control = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        let hello = Hello { channel: Channel::Control, role, session: 0 };
+        write_frame(&control, &Frame { id: 1, msg: Control::Hello(hello) }).unwrap();
+        let r: Received<Control> =
+            recv_frame(&control, Party::Nicfs, Some(std::time::Duration::from_secs(10))).unwrap();
+        assert!(r.fds.is_empty(), "{role:?}: descriptors came");
+        let Control::Error(e) = r.frame.msg else { panic!("{role:?} attached: {:?}", r.frame.msg) };
+        println!("tried the {role:?} role: {} ({})", e.message, e.errno);
+    }
+    let session: u64 = std::env::var("NICFS_TEST_ROOT_SESSION").unwrap().parse().unwrap();
+    let bulk = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let hello = Hello { channel: Channel::Bulk, role: Role::DirectApi, session };
+    write_frame(&bulk, &Frame { id: 1, msg: Bulk::Hello(hello) }).unwrap();
+    let r: Frame<Bulk> = read_frame(&bulk, Party::Nicfs, Some(std::time::Duration::from_secs(10))).unwrap();
+    let Bulk::Error(e) = r.msg else { panic!("joined root's session: {:?}", r.msg) };
+    assert_eq!(e.errno, libc::EACCES, "{}", e.message);
+    println!("tried root's session as its bulk connection: {}", e.message);
 
     // The node's files by path.
     let mut denied = 0;
