@@ -250,3 +250,25 @@ fn every_problem_is_one_line() {
     assert_eq!(line, "inode 5: link-count: nlink 9, but 2 names");
     assert!(!line.contains('\n'));
 }
+
+#[test]
+fn a_node_directory_is_checked_with_its_superblock_and_log_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("node0");
+    let params = FormatParams { size: 8 << 20, log_size: 1 << 20, log_slots: 2, inodes: 256 };
+    crate::mkfs::format_dir(&dir, &params).unwrap();
+    let opts = Options::default();
+    let r = check_dir(&dir, &opts).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    assert_eq!((r.inodes, r.dirs), (1, 1));
+    // A log file of the wrong size, another missing: each a problem of the node.
+    std::fs::OpenOptions::new().write(true).open(dir.join(log_file_name(0))).unwrap().set_len(4096).unwrap();
+    std::fs::remove_file(dir.join(log_file_name(1))).unwrap();
+    let r = check_dir(&dir, &opts).unwrap();
+    assert_eq!(kinds(&r), vec![(Kind::Geometry, 0), (Kind::Geometry, 0)], "{:#?}", r.problems);
+    assert!(r.problems.iter().all(|p| p.to_string().starts_with("node: geometry: ")));
+    // A damaged superblock: nothing further can be read.
+    let public = std::fs::OpenOptions::new().write(true).open(dir.join(PUBLIC_FILE)).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&public, b"XXXX", 0).unwrap();
+    assert!(check_dir(&dir, &opts).is_err());
+}
