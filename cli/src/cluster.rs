@@ -52,6 +52,8 @@ pub struct UpArgs {
     pub cpus: Option<String>,
     /// `--metrics-port`; none: as recorded.
     pub metrics_port: Option<MetricsPort>,
+    /// `--trusted-group` (`none` clears it); none: as recorded.
+    pub trusted_group: Option<String>,
 }
 
 /// `up --metrics-port`: a base port (node i's nicfs serves `/metrics` on
@@ -164,6 +166,11 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     if let Some(base) = metrics_port {
         check_metrics_port(base, args.nodes)?;
     }
+    let trusted_group = match args.trusted_group.as_deref() {
+        Some("none") => None,
+        Some(g) => Some(g.to_string()),
+        None => existing.as_ref().and_then(|d| d.trusted_group.clone()),
+    };
     if offload == Offload::On {
         for node in 0..args.nodes {
             for role in [Role::Nicfs, Role::Kworker] {
@@ -178,7 +185,7 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     }
     let size = args.pm_size.unwrap_or(DEFAULT_PM_SIZE);
     let pm_files: Vec<PathBuf> = (0..args.nodes).map(|i| pm_dir.join(format!("node{i}"))).collect();
-    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port };
+    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port, trusted_group };
     let desc = describe(dir, &pm_dir, &pm_files, size, settings, existing.as_ref())?;
     let mut started = Vec::new();
     if offload == Offload::On {
@@ -258,6 +265,7 @@ pub struct Settings {
     pub offload: Offload,
     pub nic_cpus: Option<String>,
     pub metrics_port: Option<u16>,
+    pub trusted_group: Option<String>,
 }
 
 /// Creates (or re-ups) a host-only cluster in `dir` with the given PM files and marks it up:
@@ -270,7 +278,7 @@ pub fn create(
     zk: Option<String>,
     existing: Option<&ClusterDesc>,
 ) -> CliResult<ClusterDesc> {
-    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None, metrics_port: None };
+    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None, metrics_port: None, trusted_group: None };
     let desc = describe(dir, pm_dir, pm_files, size, settings, existing)?;
     mark_up(dir)?;
     Ok(desc)
@@ -281,7 +289,7 @@ pub fn create(
 pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], size: u64) -> CliResult<ClusterDesc> {
     daemons::check_executables()?;
     daemons::check_socket_paths(dir, pm_files.len())?;
-    let settings = Settings { zk: None, offload: Offload::On, nic_cpus: None, metrics_port: None };
+    let settings = Settings { zk: None, offload: Offload::On, nic_cpus: None, metrics_port: None, trusted_group: None };
     let desc = describe(dir, pm_dir, pm_files, size, settings, None)?;
     mark_up(dir)?;
     for node in 0..desc.nodes.len() {
@@ -292,7 +300,8 @@ pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], siz
 
 /// Marks the cluster in `dir` up.
 fn mark_up(dir: &ClusterDir) -> CliResult<()> {
-    std::fs::write(dir.up_marker(), format!("{}\n", unix_now())).ctx(|| format!("{}: write", dir.up_marker().display()))
+    crate::util::write_private(&dir.up_marker(), format!("{}\n", unix_now()).as_bytes())
+        .ctx(|| format!("{}: write", dir.up_marker().display()))
 }
 
 /// Formats the nodes that need it and writes the description (`cluster.json`).
@@ -306,6 +315,13 @@ fn describe(
 ) -> CliResult<ClusterDesc> {
     for sub in [dir.logs(), dir.run(), pm_dir.to_path_buf()] {
         std::fs::create_dir_all(&sub).ctx(|| format!("{}: create", sub.display()))?;
+    }
+    // The daemons' logs name sessions, uids and paths: not for everyone (docs/SECURITY.md).
+    // run/ stays searchable: nicfs's socket, there, is the interface.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.logs(), std::fs::Permissions::from_mode(0o750))
+            .ctx(|| format!("{}: chmod 750", dir.logs().display()))?;
     }
     let mut nodes = Vec::new();
     for (index, pm_path) in pm_files.iter().enumerate() {
@@ -323,6 +339,7 @@ fn describe(
         offload: Some(settings.offload),
         nic_cpus: settings.nic_cpus,
         metrics_port: settings.metrics_port,
+        trusted_group: settings.trusted_group,
     };
     write_desc(dir, &desc)?;
     Ok(desc)
@@ -467,6 +484,7 @@ mod tests {
             offload: Some(Offload::On),
             nic_cpus: None,
             metrics_port: None,
+            trusted_group: None,
         };
         assert_eq!(daemons::metrics_addr(&desc, 1).unwrap(), None);
         desc.metrics_port = Some(9100);

@@ -48,6 +48,10 @@ pub struct ClusterDesc {
     /// 127.0.0.1:BASE+i (BASE 0: each picks a free port); none: no metrics port.
     #[serde(default)]
     pub metrics_port: Option<u16>,
+    /// `up --trusted-group`: the group nicfs hands the public file to besides root
+    /// (`nicfs --trusted-group`); none: root only.
+    #[serde(default)]
+    pub trusted_group: Option<String>,
 }
 
 impl ClusterDesc {
@@ -206,5 +210,7 @@ impl ClusterDir {
 /// Writes a file through a temporary file and a rename.
 pub fn write_atomic(path: &Path, text: &str) -> CliResult<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)).ctx(|| format!("{}: write", path.display()))
+    crate::util::write_private(&tmp, text.as_bytes())
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .ctx(|| format!("{}: write", path.display()))
 }

@@ -188,6 +188,9 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
     if let Some(addr) = metrics_addr(desc, node)? {
         args.extend(["--metrics-addr".to_string(), addr]);
     }
+    if let Some(group) = &desc.trusted_group {
+        args.extend(["--trusted-group".to_string(), group.clone()]);
+    }
     let log = log_file(dir, Role::Nicfs, node);
     let from = procs::log_len(&log);
     let pid = procs::spawn_detached(&exe, &args, &log, None)?;

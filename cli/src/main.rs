@@ -9,6 +9,7 @@ mod cluster;
 mod clusterdir;
 mod crashsuite;
 mod daemons;
+mod fsck;
 mod interrupt;
 mod mounts;
 mod nodes;
@@ -68,6 +69,12 @@ enum Verb {
         /// each picks a free port (see status); off: none (recorded; default: none).
         #[arg(long, value_name = "BASE|off", value_parser = cluster::parse_metrics_port)]
         metrics_port: Option<cluster::MetricsPort>,
+        /// A group (name or number) whose members, besides root, nicfs hands the node's
+        /// public file: they read every file of the node directly, as the `disk` group reads
+        /// a block device. Others read through a mount. `none` clears it; default: as
+        /// recorded, none at first.
+        #[arg(long, value_name = "GROUP|none")]
+        trusted_group: Option<String>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -228,6 +235,19 @@ enum Verb {
         #[command(flatten)]
         dir: DirArg,
     },
+    /// Check node I's public area (read-only): link counts, parents, the tree, every block
+    /// owned once, checksums, orphans. One line per problem; exit 1 if any, 0 if clean.
+    Fsck {
+        #[arg(long, default_value_t = 0, value_name = "I")]
+        node: usize,
+        /// The PM directory holding node<I> (default: where the cluster in DIR keeps it).
+        #[arg(long, value_name = "PMDIR")]
+        pm_dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
     #[command(hide = true)]
     FuseDaemon(fuse_mount::daemon::DaemonArgs),
@@ -249,6 +269,7 @@ impl Verb {
             Verb::Bench { .. } => "bench",
             Verb::CrashSuite { .. } => "crash-suite",
             Verb::Soak { .. } => "soak",
+            Verb::Fsck { .. } => "fsck",
             Verb::FuseDaemon(_) => "fuse-daemon",
         }
     }
@@ -256,9 +277,9 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port })
+            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group })
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)
@@ -332,6 +353,15 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::Soak { minutes, pm_dir, seed, offload, dir } => {
             interrupt::install();
             soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed, offload })
+        }
+        Verb::Fsck { node, pm_dir, json, dir } => {
+            let out = fsck::run(&ClusterDir::new(&dir.dir)?, &fsck::Args { node, pm_dir, json })?;
+            if out.problems == 0 {
+                return Ok(out.text);
+            }
+            // The report goes to stdout, the verdict to stderr, and the exit is 1.
+            println!("{}", out.text);
+            Err(fail(format!("{} problems on node {node}", out.problems)))
         }
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();

@@ -43,6 +43,11 @@ pub struct Args {
     /// leases passed on. 0: never (a client holds its leases until its session ends).
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_LEASE_TIMEOUT_MS)]
     pub lease_timeout_ms: u64,
+    /// The group (number or name) whose members, besides root, are handed the node's public
+    /// file when they attach — a privilege equal to reading every file of the node (like
+    /// the `disk` group's). None by default: only root reads the node directly.
+    #[arg(long, value_name = "GID|NAME", value_parser = crate::trust::parse_group)]
+    pub trusted_group: Option<u32>,
 }
 
 /// `--lease-timeout-ms` by default.
@@ -88,6 +93,9 @@ mod tests {
         let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--lease-timeout-ms", "0"]).unwrap();
         assert_eq!(a.lease_timeout_ms, 0, "0 turns expiry off");
         assert!(Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--lease-timeout-ms", "-1"]).is_err());
+        assert_eq!(a.trusted_group, None, "nobody but root is trusted by default");
+        let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--trusted-group", "6"]).unwrap();
+        assert_eq!(a.trusted_group, Some(6));
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct Ctx {
     pub socket: PathBuf,
     /// Where `/metrics` is served (the bound address: a port 0 asked for is resolved).
     pub metrics_addr: Option<SocketAddr>,
+    /// Who is handed the public file ([`crate::trust`]).
+    pub trust: crate::trust::Trust,
     stopping: AtomicBool,
 }
 
@@ -51,6 +53,7 @@ pub fn run(args: Args) -> Result<(), String> {
         cpus.pin().map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
         tracing::info!(cpus = ?cpus.0, "pinned");
     }
+    crate::trust::keep_node_private(&args.node);
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
     let metrics = args.metrics_addr.map(crate::metrics::http::bind).transpose()?;
@@ -72,6 +75,7 @@ pub fn run(args: Args) -> Result<(), String> {
         latency: EndToEnd::default(),
         socket: args.socket.clone(),
         metrics_addr,
+        trust: crate::trust::Trust { group: args.trusted_group },
         stopping: AtomicBool::new(false),
     });
     if let Some(listener) = metrics {

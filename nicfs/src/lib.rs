@@ -99,3 +99,4 @@ pub mod session;
 pub mod slots;
 pub mod stage;
 pub mod status;
+pub mod trust;

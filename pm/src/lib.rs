@@ -19,6 +19,8 @@
 //! * [`slotfile`]: replacing a settled slot's log file with a fresh one, so that an old
 //!   writer's descriptor writes into a file nobody reads.
 //! * [`mkfs`]: formatting a node.
+//! * [`fsck`]: the read-only consistency check of a node's public area (`linefs fsck`, and
+//!   the crash suite's and the soak's check after every recovery).
 //! * [`bitmap`]: the DRAM bitmap allocator (data blocks, inode numbers).
 //! * [`signals`], [`cpus`]: what every linefs process shares besides PM: signals taken
 //!   synchronously, CPU lists and pinning.
@@ -30,6 +32,7 @@
 pub mod bitmap;
 pub mod coalesce;
 pub mod cpus;
+pub mod fsck;
 pub mod layout;
 pub mod mkfs;
 pub mod mountinfo;
