@@ -39,6 +39,7 @@ pub mod format;
 pub mod mover;
 mod policy;
 pub mod reader;
+mod shadow;
 mod validate;
 pub use policy::{allows, Permissions};
 

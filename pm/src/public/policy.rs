@@ -3,34 +3,48 @@
 //! caller it was logged for, by the modes and owners the public area (and the entries of
 //! the batch before it) give, as POSIX file systems allow it.
 //!
+//! An entry is judged by its POSIX meaning — would this caller be allowed to do this
+//! through the system calls? — on a shadow state ([`super::shadow`]): each record is checked
+//! against the public state as the records before it leave it, the earlier entries of the
+//! batch *and the earlier records of the same entry* (an inode the entry made is the
+//! caller's from then on, and later records are judged as changes of the caller's own
+//! file), then the entry as a whole against what the publisher derives itself — link
+//! counts, parents, the shape of the tree, frees only of inodes without names
+//! ([`super::shadow`]'s docs; refused for root too).
+//!
 //! The rules are deliberately the *necessary* ones — a client applying POSIX checks itself
 //! (libfs does) never logs an entry they refuse — so that a refusal means a forged or buggy
 //! client, never a correct one:
 //!
 //! * a name added, replaced or removed in a directory needs write and search permission on
 //!   it; in a sticky directory, replacing or removing a name also needs to own the
-//!   directory or the inode the name held;
+//!   directory or the inode the name held; a directory moved to another directory must be
+//!   writable (its ".." changes);
 //! * a name that puts a directory inside one of its own descendants (a rename cycle) is
-//!   refused, for root too;
-//! * a new inode takes a free number (as the entries before it leave the numbers: never one
-//!   in use, which would replace another user's file under its names) and belongs to the
-//!   caller, with its group or the parent directory's;
-//! * an owner changes only for root; a group, for root or an owner in the new group;
+//!   refused, for root too, and so is a name whose type is not its inode's (validation);
+//! * a new inode takes a free number (as the records before it leave the numbers: never
+//!   one in use, which would replace another user's file under its names), for root too,
+//!   and belongs to the caller, in one of its groups or that of a set-group-ID directory
+//!   naming it; set-group-ID on a new or changed non-directory needs its group;
+//! * an owner changes only for root; a group, for root or an owner in the new group; the
+//!   generation and birth time only for root;
 //! * mode bits change for root or the owner — anyone who may write the file may only clear
 //!   set-user-ID and set-group-ID (as the kernel does on a write);
 //! * file data (writes, truncation, holes, allocation) and the size change for whoever may
 //!   write the file *or* belongs to a session holding a write grant of it
 //!   ([`Permissions::may_write`]: a file opened for writing stays writable through that
-//!   open after a chmod, as POSIX has it); the modification time, for those or the owner;
+//!   open after a chmod, as POSIX has it) or made it in this entry; the modification time,
+//!   for those or the owner;
 //! * an open for writing (an OPEN_WRITE record) is allowed if the caller may write the file
-//!   by its mode, as the public area and the entries before it leave it, or the session
+//!   by its mode, as the public area and the records before it leave it, or the session
 //!   holds a grant of it already;
 //! * extended attributes change for root, the owner or whoever may write the file; those
-//!   in the `trusted.` namespace only for root.
+//!   in the `trusted.` namespace only for root;
+//! * a hard link to an existing file needs what Linux's `protected_hardlinks` needs;
+//!   a free, that the inode has no name left (whoever removed the last one was allowed to).
 //!
-//! Access time, change time, link counts and parents change with the operations above and
-//! are not checked on their own. Root (uid 0) passes every rule but the cycle. Inodes an
-//! entry creates are not held against the rest of it.
+//! Access and change times are not checked on their own. Root (uid 0) passes every
+//! permission rule, not the derived values nor the shape of the tree.
 //!
 //! **Write grants.** A session is granted an inode when one of its admitted entries creates
 //! it (a fresh INODE record) or opens it for writing (an OPEN_WRITE record, which a client
@@ -45,11 +59,9 @@
 //! and before the next is checked.
 
 use super::area::PublicArea;
-use super::format::{decode_dirent, DIRENT_SIZE};
-use super::XattrList;
+use super::shadow::{is_dir, EntryShadow, Overlay};
 use crate::publish::Batch;
-use crate::record::{Caller, InodeImage, Record, ROOT_INO};
-use std::collections::{HashMap, HashSet};
+use crate::record::{Caller, InodeImage, Record};
 
 /// What a publisher knows of the session that logged a batch.
 pub trait Permissions {
@@ -89,110 +101,20 @@ pub fn allows(caller: &Caller, img: &InodeImage, want: u32) -> bool {
     class & want == want
 }
 
-/// The public state as the entries already checked in this batch leave it: inode images
-/// and names they changed, over the public area.
-struct Overlay<'a> {
-    area: &'a PublicArea,
-    /// ino → its image (None: freed).
-    inodes: HashMap<u64, Option<InodeImage>>,
-    /// (dir, name) → ino (0: removed).
-    names: HashMap<(u64, Vec<u8>), u64>,
-    /// ino → its extended attributes.
-    xattrs: HashMap<u64, XattrList>,
-}
-
-impl Overlay<'_> {
-    fn inode(&self, ino: u64) -> Option<InodeImage> {
-        if let Some(i) = self.inodes.get(&ino) {
-            return *i;
-        }
-        let img = self.area.read_inode(ino).ok()?.img;
-        (img.mode != 0).then_some(img)
-    }
-
-    fn xattrs(&self, ino: u64) -> XattrList {
-        if let Some(x) = self.xattrs.get(&ino) {
-            return x.clone();
-        }
-        let Ok(inode) = self.area.read_inode(ino) else { return Vec::new() };
-        if inode.xattr == 0 {
-            return Vec::new();
-        }
-        self.area.read_xattrs(inode.xattr).ok().and_then(|(_, list)| list).unwrap_or_default()
-    }
-
-    fn name(&self, dir: u64, name: &[u8]) -> Option<u64> {
-        if let Some(&ino) = self.names.get(&(dir, name.to_vec())) {
-            return (ino != 0).then_some(ino);
-        }
-        self.area.name_target(dir, name)
-    }
-
-    /// Whether `ino` is `dir` or one of its ancestors (following parents up to the root).
-    fn is_ancestor(&self, ino: u64, dir: u64) -> bool {
-        let mut at = dir;
-        for _ in 0..=self.area.geometry().inode_count {
-            if at == ino {
-                return true;
-            }
-            if at == ROOT_INO || at == 0 {
-                return false;
-            }
-            match self.inode(at) {
-                Some(img) if img.parent != at => at = img.parent,
-                _ => return false,
-            }
-        }
-        // A parent chain longer than the inode table loops: take it as a cycle.
-        true
-    }
-
-    fn absorb(&mut self, records: &[Record]) {
-        for r in records {
-            match r {
-                Record::Inode { img, .. } => {
-                    self.inodes.insert(img.ino, Some(*img));
-                }
-                Record::Dirent { dir, ino, name, .. } => {
-                    self.names.insert((*dir, name.clone()), *ino);
-                }
-                Record::FreeInode { ino } => {
-                    self.inodes.insert(*ino, None);
-                    self.xattrs.insert(*ino, Vec::new());
-                }
-                Record::Xattrs { ino, attrs } => {
-                    self.xattrs.insert(*ino, attrs.clone());
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
 impl PublicArea {
-    /// The inode `name` names in directory `dir`, as published.
-    fn name_target(&self, dir: u64, name: &[u8]) -> Option<u64> {
-        let slot = *self.dirs.get(&dir)?.by_name.get(name)?;
-        let d = self.read_inode(dir).ok()?;
-        let off = self.dir_slot_off(&d, slot).ok()?;
-        let mut b = [0u8; DIRENT_SIZE as usize];
-        self.region.read(off, &mut b).ok()?;
-        decode_dirent(&b, self.geo.inode_count).map(|(ino, _, _)| ino)
-    }
-
     /// Checks the first `n` entries of `batch` (structurally valid already) against
     /// the permission rules (module docs), each for the caller `who` resolves, as the
-    /// entries before it leave the public state. Returns how many, from the first, pass,
-    /// and why the next does not.
+    /// records before it — earlier entries of the batch and earlier records of the same
+    /// entry — leave the public state. Returns how many, from the first, pass, and why the
+    /// next does not.
     pub fn check_permissions(&self, batch: &Batch, n: usize, who: &mut dyn Permissions) -> (usize, Option<String>) {
-        let mut st = Overlay { area: self, inodes: HashMap::new(), names: HashMap::new(), xattrs: HashMap::new() };
+        let mut st = Overlay::new(self);
         for (i, (loc, records)) in batch.entries.iter().take(n).enumerate() {
             let stated = batch.callers.get(i).and_then(Option::as_ref);
-            let verdict = who.caller(stated).and_then(|caller| check_entry(&st, &caller, records, &*who));
+            let verdict = who.caller(stated).and_then(|caller| check_entry(&mut st, &caller, records, &*who));
             if let Err(why) = verdict {
                 return (i, Some(format!("entry at LSN {}: {why}", loc.lsn)));
             }
-            st.absorb(records);
             for r in records {
                 match r {
                     Record::Inode { fresh: true, img } => who.granted(img.ino),
@@ -206,129 +128,144 @@ impl PublicArea {
     }
 }
 
-fn check_entry(st: &Overlay, caller: &Caller, records: &[Record], who: &dyn Permissions) -> Result<(), String> {
-    let fresh: HashSet<u64> =
-        records.iter().filter(|r| matches!(r, Record::Inode { fresh: true, .. })).map(Record::target).collect();
+/// Judges one entry record by record, each against the state the records before it leave
+/// (`st`, which it updates), then as a whole ([`EntryShadow::finish`]). A refused entry
+/// leaves `st` part-updated: the batch stops there.
+fn check_entry(st: &mut Overlay, caller: &Caller, records: &[Record], who: &dyn Permissions) -> Result<(), String> {
+    let mut shadow = EntryShadow::default();
+    for r in records {
+        check_record(st, &shadow, caller, r, who)?;
+        shadow.note(st, r)?;
+        st.absorb(r);
+    }
+    shadow.finish(st, caller)
+}
+
+fn check_record(
+    st: &Overlay,
+    shadow: &EntryShadow,
+    caller: &Caller,
+    r: &Record,
+    who: &dyn Permissions,
+) -> Result<(), String> {
     let root = caller.is_root();
     let owner = |img: &InodeImage| root || caller.uid == img.uid;
-    let writable = |ino: u64, img: &InodeImage| allows(caller, img, 2) || who.may_write(ino);
-    // Numbers freed by the records before the current one in this entry.
-    let mut freed: HashSet<u64> = HashSet::new();
-    for r in records {
-        match r {
-            // Checked against the state before the entry, like the records after it in the
-            // entry: what it allows, they are allowed too.
-            Record::OpenWrite { ino } => {
-                if root || fresh.contains(ino) {
-                    continue;
-                }
-                if let Some(old) = st.inode(*ino) {
-                    if !writable(*ino, &old) {
-                        return Err(format!("uid {} may not open inode {ino} for writing", caller.uid));
-                    }
-                }
+    // A file the entry made is written through the open that made it.
+    let writable = |ino: u64, img: &InodeImage| allows(caller, img, 2) || who.may_write(ino) || shadow.born(ino);
+    match r {
+        Record::OpenWrite { ino } => {
+            if root {
+                return Ok(());
             }
-            Record::Dirent { dir, ino, dtype, name } => {
-                if *ino != 0 && *dtype == crate::record::dtype::DIR && st.is_ancestor(*ino, *dir) {
-                    return Err(format!("directory {ino} would be put inside itself (in directory {dir})"));
+            if let Some(old) = st.inode(*ino) {
+                if !writable(*ino, &old) {
+                    return Err(format!("uid {} may not open inode {ino} for writing", caller.uid));
                 }
-                let Some(d) = st.inode(*dir) else { continue };
-                if root || fresh.contains(dir) {
-                    continue;
-                }
-                if !allows(caller, &d, 3) {
-                    return Err(format!("uid {} may not change names in directory {dir}", caller.uid));
-                }
-                if d.mode & S_ISVTX != 0 && caller.uid != d.uid {
-                    if let Some(old) = st.name(*dir, name).filter(|&old| old != *ino) {
-                        if st.inode(old).is_some_and(|o| o.uid != caller.uid) {
-                            return Err(format!(
-                                "uid {} may not replace or remove another user's name in sticky directory {dir}",
-                                caller.uid
-                            ));
-                        }
-                    }
-                }
-            }
-            Record::Inode { fresh: true, img } => {
-                if root {
-                    continue;
-                }
-                if st.inode(img.ino).is_some() && !freed.contains(&img.ino) {
-                    return Err(format!("uid {} may not create inode {} over one in use", caller.uid, img.ino));
-                }
-                if img.uid != caller.uid {
-                    return Err(format!(
-                        "uid {} may not create inode {} owned by uid {}",
-                        caller.uid, img.ino, img.uid
-                    ));
-                }
-                let parent_gid = st.inode(img.parent).map(|p| p.gid);
-                if !caller.in_group(img.gid) && parent_gid != Some(img.gid) {
-                    return Err(format!("uid {} may not create inode {} in group {}", caller.uid, img.ino, img.gid));
-                }
-            }
-            Record::Inode { fresh: false, img } => {
-                if root || fresh.contains(&img.ino) {
-                    continue;
-                }
-                let Some(old) = st.inode(img.ino) else { continue };
-                let ino = img.ino;
-                if img.uid != old.uid {
-                    return Err(format!("uid {} may not change the owner of inode {ino}", caller.uid));
-                }
-                if img.gid != old.gid && !(caller.uid == old.uid && caller.in_group(img.gid)) {
-                    return Err(format!("uid {} may not change the group of inode {ino} to {}", caller.uid, img.gid));
-                }
-                let (was, now) = (old.mode & !S_IFMT, img.mode & !S_IFMT);
-                if was != now && !owner(&old) && !(now == was & !(S_ISUID | S_ISGID) && writable(ino, &old)) {
-                    return Err(format!("uid {} may not change the mode of inode {ino}", caller.uid));
-                }
-                if (img.rdev != old.rdev || img.flags != old.flags) && !owner(&old) {
-                    return Err(format!("uid {} may not change the device or flags of inode {ino}", caller.uid));
-                }
-                if img.size != old.size && old.mode & S_IFMT != S_IFDIR && !writable(ino, &old) {
-                    return Err(format!("uid {} may not change the size of inode {ino}", caller.uid));
-                }
-                if img.mtime != old.mtime && !owner(&old) && !writable(ino, &old) {
-                    return Err(format!("uid {} may not change the modification time of inode {ino}", caller.uid));
-                }
-            }
-            Record::Write { ino, .. }
-            | Record::Truncate { ino, .. }
-            | Record::Punch { ino, .. }
-            | Record::Alloc { ino, .. } => {
-                if root || fresh.contains(ino) {
-                    continue;
-                }
-                if let Some(old) = st.inode(*ino) {
-                    if !writable(*ino, &old) {
-                        return Err(format!("uid {} may not write inode {ino}", caller.uid));
-                    }
-                }
-            }
-            Record::Xattrs { ino, attrs } => {
-                if root || fresh.contains(ino) {
-                    continue;
-                }
-                let Some(old) = st.inode(*ino) else { continue };
-                if !owner(&old) && !writable(*ino, &old) {
-                    return Err(format!("uid {} may not change extended attributes of inode {ino}", caller.uid));
-                }
-                let trusted = |list: &[(Vec<u8>, Vec<u8>)]| {
-                    let mut t: Vec<(Vec<u8>, Vec<u8>)> =
-                        list.iter().filter(|(n, _)| n.starts_with(b"trusted.")).cloned().collect();
-                    t.sort();
-                    t
-                };
-                if trusted(attrs) != trusted(&st.xattrs(*ino)) {
-                    return Err(format!("uid {} may not change trusted.* attributes of inode {ino}", caller.uid));
-                }
-            }
-            Record::FreeInode { ino } => {
-                freed.insert(*ino);
             }
         }
+        Record::Dirent { dir, ino, name, .. } => {
+            let moved = st.inode(*ino).filter(|_| *ino != 0).filter(is_dir);
+            if moved.is_some() && st.is_ancestor(*ino, *dir) {
+                return Err(format!("directory {ino} would be put inside itself (in directory {dir})"));
+            }
+            let Some(d) = st.inode(*dir) else { return Ok(()) };
+            if root {
+                return Ok(());
+            }
+            if !allows(caller, &d, 3) {
+                return Err(format!("uid {} may not change names in directory {dir}", caller.uid));
+            }
+            if d.mode & S_ISVTX != 0 && caller.uid != d.uid {
+                if let Some(old) = st.name(*dir, name).filter(|&old| old != *ino) {
+                    if st.inode(old).is_some_and(|o| o.uid != caller.uid) {
+                        return Err(format!(
+                            "uid {} may not replace or remove another user's name in sticky directory {dir}",
+                            caller.uid
+                        ));
+                    }
+                }
+            }
+            // Moving a directory to another parent rewrites its "..": it must be writable.
+            if let Some(m) = moved {
+                if m.parent != *dir && !shadow.born(*ino) && !allows(caller, &m, 2) {
+                    return Err(format!("uid {} may not move directory {ino} to another directory", caller.uid));
+                }
+            }
+        }
+        Record::Inode { fresh: true, img } => {
+            if st.inode(img.ino).is_some() {
+                return Err(format!("uid {} may not create inode {} over one in use", caller.uid, img.ino));
+            }
+            if !root && img.uid != caller.uid {
+                return Err(format!("uid {} may not create inode {} owned by uid {}", caller.uid, img.ino, img.uid));
+            }
+        }
+        Record::Inode { fresh: false, img } => {
+            let Some(old) = st.inode(img.ino) else { return Ok(()) };
+            if root {
+                return Ok(());
+            }
+            let ino = img.ino;
+            if img.uid != old.uid {
+                return Err(format!("uid {} may not change the owner of inode {ino}", caller.uid));
+            }
+            if img.gid != old.gid && !(caller.uid == old.uid && caller.in_group(img.gid)) {
+                return Err(format!("uid {} may not change the group of inode {ino} to {}", caller.uid, img.gid));
+            }
+            let (was, now) = (old.mode & !S_IFMT, img.mode & !S_IFMT);
+            if was != now && !owner(&old) && !(now == was & !(S_ISUID | S_ISGID) && writable(ino, &old)) {
+                return Err(format!("uid {} may not change the mode of inode {ino}", caller.uid));
+            }
+            let gains_sgid = now & S_ISGID != 0 && was & S_ISGID == 0;
+            if gains_sgid && img.mode & S_IFMT != S_IFDIR && !caller.in_group(img.gid) {
+                return Err(format!("uid {} may not set set-group-ID on inode {ino} outside its group", caller.uid));
+            }
+            if (img.rdev != old.rdev || img.flags != old.flags) && !owner(&old) {
+                return Err(format!("uid {} may not change the device or flags of inode {ino}", caller.uid));
+            }
+            if img.generation != old.generation || img.crtime != old.crtime {
+                return Err(format!("uid {} may not change the generation or birth time of inode {ino}", caller.uid));
+            }
+            if img.size != old.size && old.mode & S_IFMT != S_IFDIR && !writable(ino, &old) {
+                return Err(format!("uid {} may not change the size of inode {ino}", caller.uid));
+            }
+            if img.mtime != old.mtime && !owner(&old) && !writable(ino, &old) {
+                return Err(format!("uid {} may not change the modification time of inode {ino}", caller.uid));
+            }
+        }
+        Record::Write { ino, .. }
+        | Record::Truncate { ino, .. }
+        | Record::Punch { ino, .. }
+        | Record::Alloc { ino, .. } => {
+            if root {
+                return Ok(());
+            }
+            if let Some(old) = st.inode(*ino) {
+                if !writable(*ino, &old) {
+                    return Err(format!("uid {} may not write inode {ino}", caller.uid));
+                }
+            }
+        }
+        Record::Xattrs { ino, attrs } => {
+            if root {
+                return Ok(());
+            }
+            let Some(old) = st.inode(*ino) else { return Ok(()) };
+            if !owner(&old) && !writable(*ino, &old) {
+                return Err(format!("uid {} may not change extended attributes of inode {ino}", caller.uid));
+            }
+            let trusted = |list: &[(Vec<u8>, Vec<u8>)]| {
+                let mut t: Vec<(Vec<u8>, Vec<u8>)> =
+                    list.iter().filter(|(n, _)| n.starts_with(b"trusted.")).cloned().collect();
+                t.sort();
+                t
+            };
+            if trusted(attrs) != trusted(&st.xattrs(*ino)) {
+                return Err(format!("uid {} may not change trusted.* attributes of inode {ino}", caller.uid));
+            }
+        }
+        // Judged by what the entry did to names ([`EntryShadow::note`]).
+        Record::FreeInode { .. } => {}
     }
     Ok(())
 }
@@ -338,8 +275,9 @@ mod tests {
     use super::*;
     use crate::layout::{FormatParams, Geometry};
     use crate::oplog::EntryLoc;
-    use crate::record::{decode_entry, EntryBuilder};
+    use crate::record::{decode_entry, EntryBuilder, ROOT_INO};
     use crate::region::PmRegion;
+    use std::collections::HashSet;
     use std::sync::Arc;
 
     const OWNER: u32 = 1000;
