@@ -392,7 +392,7 @@ fn forger() {
         e.inode(&dir_img(t.b, t.public_dir), false);
         e.dirent(t.b, b"a", t.a, dtype::DIR);
         e.dirent(t.public_dir, b"a", 0, 0);
-        e.inode(&InodeImage { nlink: 2, ..dir_img(t.a, t.b) }, false);
+        e.inode(&dir_img(t.a, t.b), false);
         e.inode(&InodeImage { nlink: 2, ..dir_img(t.public_dir, 1) }, false);
         refused(c, &e, true)
     });
