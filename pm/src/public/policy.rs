@@ -38,8 +38,10 @@
 //! * an open for writing (an OPEN_WRITE record) is allowed if the caller may write the file
 //!   by its mode, as the public area and the records before it leave it, or the session
 //!   holds a grant of it already;
-//! * extended attributes change for root, the owner or whoever may write the file; those
-//!   in the `trusted.` namespace only for root;
+//! * extended attributes as Linux's `xattr_permission` allows: `user.*` on regular files
+//!   and directories for the owner or whoever may write them (a sticky directory's, for its
+//!   owner), the other namespaces for the owner, `trusted.*` for root; file capabilities
+//!   (`security.capability`) are set by root only, removed by whoever may write the file;
 //! * a hard link to an existing file needs what Linux's `protected_hardlinks` needs;
 //!   a free, that the inode has no name left (whoever removed the last one was allowed to).
 //!
@@ -85,6 +87,7 @@ const S_ISGID: u32 = 0o2000;
 const S_ISVTX: u32 = 0o1000;
 const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
+const S_IFREG: u32 = 0o100000;
 
 /// Whether `caller` has the permission bits of `want` (r=4, w=2, x=1) on `img`.
 pub fn allows(caller: &Caller, img: &InodeImage, want: u32) -> bool {
@@ -251,17 +254,36 @@ fn check_record(
                 return Ok(());
             }
             let Some(old) = st.inode(*ino) else { return Ok(()) };
-            if !owner(&old) && !writable(*ino, &old) {
-                return Err(format!("uid {} may not change extended attributes of inode {ino}", caller.uid));
-            }
-            let trusted = |list: &[(Vec<u8>, Vec<u8>)]| {
-                let mut t: Vec<(Vec<u8>, Vec<u8>)> =
-                    list.iter().filter(|(n, _)| n.starts_with(b"trusted.")).cloned().collect();
-                t.sort();
-                t
-            };
-            if trusted(attrs) != trusted(&st.xattrs(*ino)) {
-                return Err(format!("uid {} may not change trusted.* attributes of inode {ino}", caller.uid));
+            let before = st.xattrs(*ino);
+            let value =
+                |list: &[(Vec<u8>, Vec<u8>)], n: &[u8]| list.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+            let kind = old.mode & S_IFMT;
+            for (name, _) in attrs.iter().chain(before.iter()) {
+                if value(attrs, name) == value(&before, name) {
+                    continue;
+                }
+                // As Linux's xattr_permission: user.* on regular files and directories for
+                // whoever may write them (a sticky directory's, for its owner); the other
+                // namespaces for the owner, trusted.* for root only.
+                let allowed = if name.starts_with(b"trusted.") {
+                    false
+                } else if name.as_slice() == b"security.capability" {
+                    // File capabilities are set by root only (CAP_SETFCAP); whoever may
+                    // write the file removes them (every write does).
+                    value(attrs, name).is_none() && (owner(&old) || writable(*ino, &old))
+                } else if name.starts_with(b"user.") {
+                    let sticky_dir = kind == S_IFDIR && old.mode & S_ISVTX != 0;
+                    (kind == S_IFREG || kind == S_IFDIR) && (owner(&old) || (!sticky_dir && writable(*ino, &old)))
+                } else {
+                    owner(&old)
+                };
+                if !allowed {
+                    return Err(format!(
+                        "uid {} may not change extended attribute {:?} of inode {ino}",
+                        caller.uid,
+                        String::from_utf8_lossy(name)
+                    ));
+                }
             }
         }
         // Judged by what the entry did to names ([`EntryShadow::note`]).

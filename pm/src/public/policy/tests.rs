@@ -419,3 +419,28 @@ fn the_invariants_hold_for_what_passes_and_name_what_breaks() {
     assert!(has(4, "directory with 2 names"), "{problems:?}");
     assert!(has(ROOT_INO, "link count 3, names and subdirectories say 4"), "{problems:?}");
 }
+
+#[test]
+fn extended_attributes_follow_xattr_permission() {
+    let mut pa = area();
+    // A sticky, world-writable directory of root's, and OWNER's file with capabilities.
+    let mut e = by(0);
+    e.inode(&dir(3, ROOT_INO, 0o1777, 0), true);
+    e.dirent(ROOT_INO, b"tmp", 3, crate::record::dtype::DIR);
+    e.inode(&InodeImage { nlink: 3, ..root_img(&pa) }, false);
+    e.xattrs(FILE, [(&b"security.capability"[..], &b"caps"[..])]);
+    publish(&mut pa, &[e]);
+    let set = |uid: u32, ino: u64, attrs: &[(&[u8], &[u8])]| {
+        let mut e = by(uid);
+        e.xattrs(ino, attrs.iter().copied());
+        e
+    };
+    assert!(refusal(&pa, set(OTHER, 3, &[(b"user.x", b"v")])).contains("may not change extended attribute \"user.x\""));
+    passes(&pa, set(0, 3, &[(b"user.x", b"v")]));
+    // Capabilities: set by root only, removed by the owner.
+    assert!(refusal(&pa, set(OWNER, FILE, &[(b"security.capability", b"more")])).contains("security.capability"));
+    passes(&pa, set(OWNER, FILE, &[]));
+    assert!(refusal(&pa, set(OTHER, FILE, &[])).contains("security.capability"));
+    assert!(refusal(&pa, set(OWNER, FILE, &[(b"security.capability", b"caps"), (b"trusted.t", b"1")]))
+        .contains("trusted.t"));
+}
