@@ -673,6 +673,16 @@ impl LeaseTable {
         }
     }
 
+    /// The inodes session `s` holds the write lease of.
+    pub fn written_by(&self, s: SessionId) -> Vec<Ino> {
+        let Some(info) = self.sessions.get(&s) else { return Vec::new() };
+        info.inodes
+            .iter()
+            .copied()
+            .filter(|i| self.inodes.get(i).and_then(|st| st.writer).is_some_and(|w| w.0 == s))
+            .collect()
+    }
+
     /// Whether nothing at all is recorded.
     pub fn is_empty(&self) -> bool {
         self.inodes.is_empty() && self.sessions.is_empty() && self.implicit.is_empty()

@@ -559,24 +559,36 @@ fn hostile() {
                 let ino: u64 = w.next().unwrap().parse().unwrap();
                 let mode = if w.next() == Some("w") { LeaseMode::Write } else { LeaseMode::Read };
                 let r = LeaseRequest { inode: ino, mode, log_tail: c.tail, creds: creds() };
-                match c.request(Control::LeaseRequest(r)) {
-                    Control::LeaseGranted(g) => {
+                match ask(&mut c, Control::LeaseRequest(r)) {
+                    Ok(Control::LeaseGranted(g)) => {
                         if mode == LeaseMode::Write {
                             c.leases.insert(ino, g.lease);
                         }
                         print!("granted");
                         false
                     }
-                    other => {
+                    Ok(other) => {
                         print!("not granted: {other:?}");
                         false
+                    }
+                    Err(why) => {
+                        print!("{why}");
+                        true
                     }
                 }
             }
             "release" => {
-                c.release_all();
+                let mut failed = false;
+                for (inode, lease) in std::mem::take(&mut c.leases) {
+                    let h = LeaseHandback { inode, lease, covered_lsn: c.tail };
+                    if let Err(why) = ask(&mut c, Control::LeaseRelease(h)) {
+                        print!("{why}; ");
+                        failed = true;
+                        break;
+                    }
+                }
                 print!("released");
-                false
+                failed
             }
             _ => {
                 println!("bye");
@@ -605,8 +617,15 @@ fn append_and_wait(c: &mut Client, payload: &[u8], lease: bool) -> bool {
                 continue;
             }
             let req = LeaseRequest { inode: ino, mode: LeaseMode::Write, log_tail: c.tail, creds: creds() };
-            if let Control::LeaseGranted(g) = c.request(Control::LeaseRequest(req)) {
-                c.leases.insert(ino, g.lease);
+            match ask(c, Control::LeaseRequest(req)) {
+                Ok(Control::LeaseGranted(g)) => {
+                    c.leases.insert(ino, g.lease);
+                }
+                Ok(_) => {}
+                Err(why) => {
+                    print!("{why}");
+                    return true;
+                }
             }
         }
     }
@@ -647,4 +666,25 @@ fn append_and_wait(c: &mut Client, payload: &[u8], lease: bool) -> bool {
     }
     print!("refused: no answer");
     true
+}
+
+/// A control request and its answer, whatever else arrives meanwhile (revokes are left
+/// unanswered: a hostile client need not); Err if the session was refused or ended, or
+/// nothing answered in time.
+fn ask(c: &mut Client, msg: Control) -> Result<Control, String> {
+    let id = c.send(msg);
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        let f = match linefs_proto::read_frame::<Control>(&c.control, Party::Nicfs, Some(Duration::from_millis(50))) {
+            Ok(f) => f,
+            Err(ReadError::TimedOut(_)) => continue,
+            Err(e) => return Err(format!("refused: the control connection ended: {e}")),
+        };
+        match f.msg {
+            Control::Rejected(r) => return Err(format!("refused {}", r.reason.replace('\n', " "))),
+            m if f.id == id => return Ok(m),
+            _ => {}
+        }
+    }
+    Err("refused: no answer".into())
 }

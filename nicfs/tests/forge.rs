@@ -39,13 +39,26 @@ struct Tree {
     theirs: u64,
     /// Held by the root client (write lease) while the forger runs, never published.
     held: u64,
+    /// /rootdir/private: root's, 0600.
+    private: u64,
 }
 
 impl Tree {
     fn encode(&self) -> String {
-        [self.public_dir, self.own, self.a, self.b, self.rootfile, self.rootdir, self.tmp, self.theirs, self.held]
-            .map(|i| i.to_string())
-            .join(",")
+        [
+            self.public_dir,
+            self.own,
+            self.a,
+            self.b,
+            self.rootfile,
+            self.rootdir,
+            self.tmp,
+            self.theirs,
+            self.held,
+            self.private,
+        ]
+        .map(|i| i.to_string())
+        .join(",")
     }
 
     fn decode(s: &str) -> Tree {
@@ -60,6 +73,7 @@ impl Tree {
             tmp: v[6],
             theirs: v[7],
             held: v[8],
+            private: v[9],
         }
     }
 }
@@ -118,6 +132,7 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
         tmp: first + 6,
         theirs: first + 7,
         held: first + 8,
+        private: first + 9,
     };
     let mut e = EntryBuilder::new();
     mkdir_as(&mut e, 1, t.public_dir, b"pub", 0o755, NOBODY);
@@ -128,6 +143,9 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
     mkdir_as(&mut e, 1, t.rootdir, b"rootdir", 0o755, 0);
     mkdir_as(&mut e, 1, t.tmp, b"tmp", 0o1777, 0);
     file_as(&mut e, t.tmp, t.theirs, b"theirs", 0, b"in a sticky directory");
+    e.inode(&InodeImage { size: 7, ..image(t.private, t.rootdir, libc::S_IFREG | 0o600, 0) }, true);
+    e.dirent(t.rootdir, b"private", t.private, dtype::REG);
+    e.write(t.private, 0, b"private");
     // The link counts the new directories' ".." add (nicfs refuses counts that do not add up).
     let mut top = root.public().read_inode(1).unwrap().img;
     top.nlink += 3;
@@ -164,8 +182,9 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
     let (_, legit) = pub_names.remove(at);
     assert_eq!(now.remove(&legit).unwrap().2, b"by the rules");
     assert_eq!(now, before);
+    // The bad checksum and the lease request are no rejected entries.
     let st =
-        d.wait_status("the rejections counted", |s| s["counters"]["rejections"].as_u64() == Some(CASES as u64 - 1));
+        d.wait_status("the rejections counted", |s| s["counters"]["rejections"].as_u64() == Some(CASES as u64 - 2));
     assert!(d.alive(), "{st}");
 
     // The root client carries on; so does the forger's legitimate work (see `forger`).
@@ -178,7 +197,7 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
 }
 
 /// How many cases `forger` runs (each prints `refused NAME: REASON`).
-const CASES: usize = 25;
+const CASES: usize = 26;
 
 /// Appends `e` (as is: no lease taken) and announces it; returns the reason of the Rejected
 /// that must follow, checking that nothing of it was published.
@@ -422,6 +441,19 @@ fn forger() {
         let mut e = EntryBuilder::new();
         e.dirent(t.b, b"a", t.a, dtype::REG);
         refused(c, &e, true)
+    });
+
+    // A write lease only where the caller could change something: not on root's 0600 file
+    // (nor is anything logged: the case counts as refused by its Error).
+    case("write lease on root's private file", "may not change this inode", &|c| {
+        let r = LeaseRequest { inode: t.private, mode: LeaseMode::Write, log_tail: c.tail, creds: creds() };
+        match c.request(Control::LeaseRequest(r)) {
+            Control::Error(e) => {
+                assert_eq!(e.errno, libc::EACCES);
+                e.message
+            }
+            other => panic!("expected an Error, got {other:?}"),
+        }
     });
 
     // Legitimate work in its own directory is published.
