@@ -27,7 +27,8 @@
 //!   and belongs to the caller, in one of its groups or that of a set-group-ID directory
 //!   naming it; set-group-ID on a new or changed non-directory needs its group;
 //! * an owner changes only for root; a group, for root or an owner in the new group; the
-//!   generation and birth time only for root;
+//!   generation, birth time and device number only for root, and only root makes device
+//!   nodes (but whiteouts, character devices 0:0);
 //! * mode bits change for root or the owner — anyone who may write the file may only clear
 //!   set-user-ID and set-group-ID (as the kernel does on a write);
 //! * file data (writes, truncation, holes, allocation) and the size change for whoever may
@@ -202,6 +203,11 @@ fn check_record(
             if !root && img.uid != caller.uid {
                 return Err(format!("uid {} may not create inode {} owned by uid {}", caller.uid, img.ino, img.uid));
             }
+            // Device nodes need CAP_MKNOD, but for a whiteout (a character device 0:0).
+            let device = matches!(img.mode & S_IFMT, 0o020000 | 0o060000);
+            if !root && device && !(img.mode & S_IFMT == 0o020000 && img.rdev == 0) {
+                return Err(format!("uid {} may not create device node {}", caller.uid, img.ino));
+            }
         }
         Record::Inode { fresh: false, img } => {
             let Some(old) = st.inode(img.ino) else { return Ok(()) };
@@ -223,8 +229,11 @@ fn check_record(
             if gains_sgid && img.mode & S_IFMT != S_IFDIR && !caller.in_group(img.gid) {
                 return Err(format!("uid {} may not set set-group-ID on inode {ino} outside its group", caller.uid));
             }
-            if (img.rdev != old.rdev || img.flags != old.flags) && !owner(&old) {
-                return Err(format!("uid {} may not change the device or flags of inode {ino}", caller.uid));
+            if img.rdev != old.rdev {
+                return Err(format!("uid {} may not change the device number of inode {ino}", caller.uid));
+            }
+            if img.flags != old.flags && !owner(&old) {
+                return Err(format!("uid {} may not change the flags of inode {ino}", caller.uid));
             }
             if img.generation != old.generation || img.crtime != old.crtime {
                 return Err(format!("uid {} may not change the generation or birth time of inode {ino}", caller.uid));

@@ -444,3 +444,18 @@ fn extended_attributes_follow_xattr_permission() {
     assert!(refusal(&pa, set(OWNER, FILE, &[(b"security.capability", b"caps"), (b"trusted.t", b"1")]))
         .contains("trusted.t"));
 }
+
+#[test]
+fn only_root_makes_device_nodes() {
+    let pa = area();
+    let node = |uid: u32, mode: u32, rdev: u32| {
+        let mut e = by(uid);
+        e.inode(&InodeImage { ino: 5, mode, uid, gid: uid, nlink: 1, rdev, ..Default::default() }, true);
+        e.dirent(ROOT_INO, b"dev", 5, crate::record::dtype::of_mode(mode));
+        e
+    };
+    assert!(refusal(&pa, node(OTHER, libc::S_IFBLK | 0o666, 0x801)).contains("may not create device node 5"));
+    assert!(refusal(&pa, node(OTHER, libc::S_IFCHR | 0o666, 0x101)).contains("device node"));
+    passes(&pa, node(OTHER, libc::S_IFCHR, 0)); // a whiteout
+    passes(&pa, node(0, libc::S_IFBLK | 0o600, 0x801));
+}
