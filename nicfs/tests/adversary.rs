@@ -61,12 +61,12 @@ fn img(ino: u64, parent: u64, mode: u32, uid: u32, nlink: u32, size: u64) -> Ino
 }
 
 /// Root's client makes: / (0755) holding /root (root's, 0755: secret 0600, prog 04755, ro
-/// 0644 with an xattr), /other (uid 1000's, 0755: file 0644), /tmp (root's, 01777: root's
+/// 0644 with an xattr, link a symbolic link), /other (uid 1000's, 0755: file 0644), /tmp (root's, 01777: root's
 /// file kept 0644) and /pub (the hostile user's, with its file mine).
 fn build(root: &mut Client) -> Node {
     let f = root.attached.inodes.first;
-    let (rootdir, secret, prog, ro, other, ofile, tmp, kept, pub_dir, mine) =
-        (f, f + 1, f + 2, f + 3, f + 4, f + 5, f + 6, f + 7, f + 8, f + 9);
+    let (rootdir, secret, prog, ro, other, ofile, tmp, kept, pub_dir, mine, link) =
+        (f, f + 1, f + 2, f + 3, f + 4, f + 5, f + 6, f + 7, f + 8, f + 9, f + 10);
     let dir = |ino, parent, mode, uid| img(ino, parent, libc::S_IFDIR | mode, uid, 2, 0);
     let file = |ino, parent, mode, uid, data: &[u8]| img(ino, parent, libc::S_IFREG | mode, uid, 1, data.len() as u64);
     let mut e = EntryBuilder::new();
@@ -91,6 +91,10 @@ fn build(root: &mut Client) -> Node {
         e.write(ino, 0, data);
     }
     e.xattrs(ro, [(&b"user.tag"[..], &b"root's"[..]), (&b"trusted.t"[..], &b"x"[..])]);
+    // /root/link, root's symbolic link (mode 0777, like every link) to "secret".
+    e.inode(&img(link, 0, libc::S_IFLNK | 0o777, 0, 1, 6), true);
+    e.dirent(rootdir, b"link", link, dtype::LNK);
+    e.write(link, 0, b"secret");
     let mut top = root.public().read_inode(1).unwrap().img;
     top.nlink += 4;
     e.inode(&top, false);
@@ -98,7 +102,7 @@ fn build(root: &mut Client) -> Node {
     root.chunk_ready();
     assert_eq!(expect_published(root).published_lsn, root.tail);
     root.release_all();
-    Node { protected: vec![1, rootdir, secret, prog, ro, other, ofile, tmp, kept], pub_dir, mine }
+    Node { protected: vec![1, rootdir, secret, prog, ro, other, ofile, tmp, kept, link], pub_dir, mine }
 }
 
 /// What must not change of one protected inode: its image but for the times others may
@@ -131,7 +135,8 @@ fn guarded(p: &PublicReader, protected: &[u64]) -> BTreeMap<u64, Option<Guarded>
                 .map(|d| (d.name.clone(), d.ino))
                 .collect();
             names.sort();
-            let mut data = vec![0u8; if g.mode & libc::S_IFMT == libc::S_IFREG { g.size as usize } else { 0 }];
+            let kind = g.mode & libc::S_IFMT;
+            let mut data = vec![0u8; if kind == libc::S_IFREG || kind == libc::S_IFLNK { g.size as usize } else { 0 }];
             p.read_file(ino, 0, &mut data).unwrap();
             (ino, Some((g, i.xattrs.clone(), data, names)))
         })
@@ -524,10 +529,10 @@ proptest! {
 
 /// Found by the property test: a user attribute set on root's sticky /tmp by another user
 /// (who may write the directory) was published; Linux lets only a sticky directory's owner
-/// change its user attributes. (Pick 133 is /tmp: the eighth protected inode.)
+/// change its user attributes. (Pick 140 is /tmp: the eighth protected inode, 140 % 19.)
 #[test]
 fn regression_user_xattr_on_a_sticky_directory() {
-    let ops = [Op::Raw { recs: vec![Rec::Xattr { ino: 133, trusted: false }], lease: true, caller: 1 }];
+    let ops = [Op::Raw { recs: vec![Rec::Xattr { ino: 140, trusted: false }], lease: true, caller: 1 }];
     run_sequence(&ops).unwrap();
 }
 

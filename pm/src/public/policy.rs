@@ -35,7 +35,8 @@
 //!   write the file *or* belongs to a session holding a write grant of it
 //!   ([`Permissions::may_write`]: a file opened for writing stays writable through that
 //!   open after a chmod, as POSIX has it) or made it in this entry; the modification time,
-//!   for those or the owner;
+//!   for those or the owner; a symbolic link's target only in the entry that makes it; a
+//!   directory's size for those who may change its names;
 //! * an open for writing (an OPEN_WRITE record) is allowed if the caller may write the file
 //!   by its mode, as the public area and the records before it leave it, or the session
 //!   holds a grant of it already;
@@ -89,6 +90,7 @@ const S_ISVTX: u32 = 0o1000;
 const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
+const S_IFLNK: u32 = 0o120000;
 
 /// Whether `caller` has the permission bits of `want` (r=4, w=2, x=1) on `img`.
 pub fn allows(caller: &Caller, img: &InodeImage, want: u32) -> bool {
@@ -154,8 +156,11 @@ fn check_record(
 ) -> Result<(), String> {
     let root = caller.is_root();
     let owner = |img: &InodeImage| root || caller.uid == img.uid;
-    // A file the entry made is written through the open that made it.
-    let writable = |ino: u64, img: &InodeImage| allows(caller, img, 2) || who.may_write(ino) || shadow.born(ino);
+    // A file the entry made is written through the open that made it. A symbolic link's
+    // mode says nothing (0777): its target is written when it is made, never after.
+    let writable = |ino: u64, img: &InodeImage| {
+        shadow.born(ino) || (img.mode & S_IFMT != S_IFLNK && (allows(caller, img, 2) || who.may_write(ino)))
+    };
     match r {
         Record::OpenWrite { ino } => {
             if root {
@@ -240,6 +245,10 @@ fn check_record(
             }
             if img.size != old.size && old.mode & S_IFMT != S_IFDIR && !writable(ino, &old) {
                 return Err(format!("uid {} may not change the size of inode {ino}", caller.uid));
+            }
+            // A directory's size moves with its names: for those who may change them.
+            if img.size != old.size && old.mode & S_IFMT == S_IFDIR && !allows(caller, &old, 3) {
+                return Err(format!("uid {} may not change the size of directory {ino}", caller.uid));
             }
             if img.mtime != old.mtime && !owner(&old) && !writable(ino, &old) {
                 return Err(format!("uid {} may not change the modification time of inode {ino}", caller.uid));

@@ -459,3 +459,27 @@ fn only_root_makes_device_nodes() {
     passes(&pa, node(OTHER, libc::S_IFCHR, 0)); // a whiteout
     passes(&pa, node(0, libc::S_IFBLK | 0o600, 0x801));
 }
+
+#[test]
+fn a_symbolic_link_is_written_only_when_made() {
+    let mut pa = area();
+    let link = InodeImage { ino: 5, mode: libc::S_IFLNK | 0o777, nlink: 1, size: 4, ..Default::default() };
+    let mut e = by(0);
+    e.inode(&link, true);
+    e.dirent(ROOT_INO, b"link", 5, crate::record::dtype::LNK);
+    e.write(5, 0, b"file");
+    publish(&mut pa, &[e]);
+    // Root's link, mode 0777: another user may not retarget it.
+    let mut e = by(OTHER);
+    e.write(5, 0, b"/etc");
+    assert!(refusal(&pa, e).contains("may not write inode 5"));
+    let mut e = by(OTHER);
+    e.inode(&InodeImage { size: 11, ..link }, false);
+    assert!(refusal(&pa, e).contains("may not change the size of inode 5"));
+    // Its own, made in the entry, written there.
+    let mut e = by(OTHER);
+    e.inode(&InodeImage { ino: 6, uid: OTHER, gid: OTHER, ..link }, true);
+    e.dirent(ROOT_INO, b"mine", 6, crate::record::dtype::LNK);
+    e.write(6, 0, b"file");
+    passes(&pa, e);
+}
