@@ -185,7 +185,7 @@ fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (
     }
     if r.mode == linefs_proto::LeaseMode::Write {
         let (public, grants) = (ctx.node.public_reader(), &ctx.node.grants);
-        crate::perms::may_lease_write(&public, grants, session, r.inode, || ctx.leases.written_by(session.id))
+        crate::perms::may_lease_write(&public, grants, &ctx.leases, session, r.inode)
             .map_err(|why| (libc::EACCES, why))?;
     }
     Ok(())

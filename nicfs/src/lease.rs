@@ -597,6 +597,11 @@ impl LeaseTable {
         }
     }
 
+    /// The session in one of whose implicit ranges `ino` lies.
+    pub fn implicit_session(&self, ino: Ino) -> Option<SessionId> {
+        self.implicit_owner(ino).map(|(_, _, s)| s)
+    }
+
     /// Whether `ino` lies in one of `s`'s implicit ranges.
     pub fn owns_implicitly(&self, s: SessionId, ino: Ino) -> bool {
         self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s)

@@ -15,7 +15,9 @@
 //!   the session the file ([`crate::grants`]): the publication rules let the session write
 //!   that file's data from then on, until its number is freed.
 //! * **Write leases** ([`may_lease_write`]) go only where the caller could use them: a
-//!   client not running as root gets the write lease of a live inode only if it owns it,
+//!   client not running as root gets the write lease of a free number unless it is in
+//!   another session's implicit range (squatted, it would make that session's create of it
+//!   fail), and of a live inode only if it owns it,
 //!   may read or write it (libfs takes a file's or directory's write lease to update its
 //!   access time after a read or a listing), holds a grant of it, it has no name left (to
 //!   free it), or it could remove or move it: a directory whose parent it may write, a
@@ -23,6 +25,7 @@
 //!   (EACCES) before the lease table sees the request.
 
 use crate::grants::Grants;
+use crate::leases::Leases;
 use crate::session::Session;
 use linefs_pm::public::{allows, Permissions, PublicReader};
 use linefs_pm::record::Caller;
@@ -84,14 +87,13 @@ pub fn groups_of(pid: i32) -> Vec<u32> {
 /// asks the write lease of (the last rule of [`may_lease_write`]).
 const LEASED_DIRS_SEARCHED: usize = 256;
 
-/// Whether `session` may take the write lease of `ino` (module docs); `leased_dirs` gives
-/// the inodes it holds the write lease of.
+/// Whether `session` may take the write lease of `ino` (module docs).
 pub fn may_lease_write(
     public: &PublicReader,
     grants: &Grants,
+    leases: &Leases,
     session: &Session,
     ino: u64,
-    leased_dirs: impl FnOnce() -> Vec<u64>,
 ) -> Result<(), &'static str> {
     let peer = &session.cred;
     if peer.uid == 0 {
@@ -100,8 +102,14 @@ pub fn may_lease_write(
     let caller = Caller { uid: peer.uid, gid: peer.gid, groups: session.groups.clone() };
     let Ok(inode) = public.read_inode(ino) else { return Ok(()) };
     let img = inode.img;
-    if img.mode == 0 || img.nlink == 0 || img.uid == caller.uid || allows(&caller, &img, 4) || allows(&caller, &img, 2)
-    {
+    // A free number: not one handed to another session to create with.
+    if img.mode == 0 {
+        return match leases.implicit_session(ino) {
+            Some(s) if s != session.id => Err("the number is free and another session's to create with"),
+            _ => Ok(()),
+        };
+    }
+    if img.nlink == 0 || img.uid == caller.uid || allows(&caller, &img, 4) || allows(&caller, &img, 2) {
         return Ok(());
     }
     if grants.holds(session.id, ino) {
@@ -113,7 +121,7 @@ pub fn may_lease_write(
             return Ok(());
         }
     } else {
-        let named = leased_dirs().into_iter().take(LEASED_DIRS_SEARCHED).any(|d| {
+        let named = leases.written_by(session.id).into_iter().take(LEASED_DIRS_SEARCHED).any(|d| {
             matches!(public.load_inode(d), Ok(Some((dir, Some(ents)))) if allows(&caller, &dir.img, 3) && ents.iter().any(|e| e.ino == ino))
         });
         if named {

@@ -259,6 +259,8 @@ struct Run<'a> {
     own: u64,
     to: std::process::ChildStdin,
     from: BufReader<std::process::ChildStdout>,
+    /// Where the hostile process's stderr goes.
+    stderr: std::path::PathBuf,
 }
 
 impl Run<'_> {
@@ -403,11 +405,13 @@ impl Run<'_> {
 
     /// Sends one line to the hostile process; returns its answer.
     fn say(&mut self, line: &str) -> String {
-        writeln!(self.to, "{line}").unwrap();
-        self.to.flush().unwrap();
+        let sent = writeln!(self.to, "{line}").and_then(|_| self.to.flush());
         let mut answer = String::new();
-        self.from.read_line(&mut answer).unwrap();
-        assert!(!answer.is_empty(), "the hostile process died");
+        let read = sent.and_then(|_| self.from.read_line(&mut answer));
+        if read.is_err() || answer.is_empty() {
+            let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+            panic!("the hostile process died ({read:?}) at {line:?}; its stderr:\n{err}");
+        }
         let answer = answer.trim().to_string();
         if let Some((_, first)) = answer.split_once(" | attached ") {
             self.own = first.parse().unwrap();
@@ -447,6 +451,7 @@ fn run_sequence(ops: &[Op]) -> Result<(), TestCaseError> {
             .env("NICFS_TEST_SOCKET", &d.socket)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(d.dir.path().join("hostile.err")).unwrap())
             .uid(NOBODY)
             .gid(NOBODY)
             .spawn()
@@ -458,6 +463,7 @@ fn run_sequence(ops: &[Op]) -> Result<(), TestCaseError> {
         own: 0,
         to: child.0.stdin.take().unwrap(),
         from: BufReader::new(child.0.stdout.take().unwrap()),
+        stderr: d.dir.path().join("hostile.err"),
     };
     // The first line says where its range starts.
     let mut hello = String::new();
