@@ -20,8 +20,9 @@
 //!   directories, and none to a removed one), the root none; a directory losing its name
 //!   must be empty; every directory given a name is reached from the root by parents
 //!   (no cycles).
-//! * **Frees.** An inode is freed only once the entry (or an earlier one) has removed its
-//!   last name: a free of an inode that still has one is refused.
+//! * **Frees.** An inode is freed only if the entry (or an earlier one) removes its last
+//!   name — judged on the names as the whole entry leaves them: a free of an inode that
+//!   still has one is refused.
 //!
 //! Hard links to existing non-directories are judged as Linux's `protected_hardlinks`
 //! judges them (the caller owns the file, or may read and write it, and it is a regular
@@ -184,6 +185,10 @@ struct Touched {
 #[derive(Default)]
 pub(super) struct EntryShadow {
     touched: HashMap<u64, Touched>,
+    /// Inodes the entry frees, with what it did to them: judged when the entry ends (or
+    /// the number is made again), on the names as the whole entry leaves them — libfs
+    /// frees a file a rename replaces before the record that takes its name.
+    freed: HashMap<u64, (InodeImage, Touched)>,
     /// Names the entry set: (dir, name) → ino (0: removed), last record wins.
     set: HashMap<(u64, Vec<u8>), u64>,
 }
@@ -203,6 +208,9 @@ impl EntryShadow {
     pub(super) fn note(&mut self, st: &Overlay, r: &Record) -> Result<(), String> {
         match r {
             Record::Inode { fresh: true, img } => {
+                if let Some((old, t)) = self.freed.remove(&img.ino) {
+                    self.judge_free(st, img.ino, &old, &t)?;
+                }
                 self.touched.insert(img.ino, Touched { before: None, names: 0, subdirs: 0 });
             }
             Record::Inode { fresh: false, img } => {
@@ -214,6 +222,13 @@ impl EntryShadow {
                 if old != *ino {
                     for (i, d) in [(old, -1), (*ino, 1)] {
                         if i == 0 {
+                            continue;
+                        }
+                        if let Some((img, t)) = self.freed.get_mut(&i) {
+                            t.names += d;
+                            if is_dir(img) {
+                                self.touch(st, *dir).subdirs += d;
+                            }
                             continue;
                         }
                         let sub = st.inode(i).is_some_and(|img| is_dir(&img));
@@ -228,16 +243,22 @@ impl EntryShadow {
             Record::FreeInode { ino } => {
                 let Some(img) = st.inode(*ino) else { return Ok(()) };
                 let t = *self.touch(st, *ino);
-                let (names, subdirs) = self.counts(*ino, &t);
-                if names != 0 {
-                    return Err(format!("inode {ino} is freed while it still has {names} name(s)"));
-                }
-                if is_dir(&img) && (subdirs != 0 || !st.dir_empty(*ino)) {
-                    return Err(format!("directory {ino} is freed while it is not empty"));
-                }
                 self.touched.remove(ino);
+                self.freed.insert(*ino, (img, t));
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A free: the inode has no name left, and (a directory) holds none.
+    fn judge_free(&self, st: &Overlay, ino: u64, img: &InodeImage, t: &Touched) -> Result<(), String> {
+        let (names, subdirs) = self.counts(ino, t);
+        if names != 0 {
+            return Err(format!("inode {ino} is freed while it still has {names} name(s)"));
+        }
+        if is_dir(img) && (subdirs != 0 || !st.dir_empty(ino)) {
+            return Err(format!("directory {ino} is freed while it is not empty"));
         }
         Ok(())
     }
@@ -258,7 +279,15 @@ impl EntryShadow {
 
     /// The checks of the entry as a whole, on the state `st` it leaves (module docs).
     pub(super) fn finish(&self, st: &Overlay, caller: &Caller) -> Result<(), String> {
-        for (&ino, t) in &self.touched {
+        // In number order: the same entry is always refused for the same reason.
+        let mut freed: Vec<_> = self.freed.iter().collect();
+        freed.sort_unstable_by_key(|(i, _)| **i);
+        for (&ino, (img, t)) in freed {
+            self.judge_free(st, ino, img, t)?;
+        }
+        let mut touched: Vec<_> = self.touched.iter().collect();
+        touched.sort_unstable_by_key(|(i, _)| **i);
+        for (&ino, t) in touched {
             let Some(img) = st.inode(ino) else { continue };
             let (names, subdirs) = self.counts(ino, t);
             // The directories that name it by a name this entry set.

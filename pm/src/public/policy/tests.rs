@@ -380,7 +380,7 @@ fn directories_have_one_name_their_parent_and_derived_counts() {
     e.inode(&InodeImage { parent: ROOT_INO, nlink: 3, ..dir(4, 3, 0o755, OWNER) }, false);
     e.dirent(4, b"d", 3, crate::record::dtype::DIR);
     e.dirent(ROOT_INO, b"d", 0, 0);
-    e.inode(&InodeImage { parent: 4, nlink: 2, ..d }, false);
+    e.inode(&InodeImage { parent: 4, ..d }, false);
     e.inode(&InodeImage { nlink: root.nlink - 1, ..root }, false);
     let why = refusal(&pa, e);
     assert!(why.contains("not the directory that names it") || why.contains("cycle"), "{why}");
@@ -482,4 +482,28 @@ fn a_symbolic_link_is_written_only_when_made() {
     e.dirent(ROOT_INO, b"mine", 6, crate::record::dtype::LNK);
     e.write(6, 0, b"file");
     passes(&pa, e);
+}
+
+/// Found by libfs's reftest through nicfs: a rename over a file logs the free of the file
+/// it replaces before the name that takes its place; the free is judged on the names as
+/// the whole entry leaves them.
+#[test]
+fn a_rename_over_a_file_frees_it_before_taking_its_name() {
+    let mut pa = area();
+    let mut e = by(0);
+    e.inode(&file(3, 0o644, OWNER), true);
+    e.dirent(ROOT_INO, b"src", 3, crate::record::dtype::REG);
+    publish(&mut pa, &[e]);
+    let mut e = by(OWNER);
+    e.dirent(ROOT_INO, b"src", 0, 0);
+    e.free_inode(FILE);
+    e.dirent(ROOT_INO, b"file", 3, crate::record::dtype::REG);
+    e.inode(&file(3, 0o644, OWNER), false);
+    passes(&pa, e);
+    // Without the name taken, the free is refused.
+    let mut e = by(OWNER);
+    e.free_inode(FILE);
+    e.dirent(ROOT_INO, b"other", 3, crate::record::dtype::REG);
+    e.inode(&InodeImage { nlink: 2, ..file(3, 0o644, OWNER) }, false);
+    assert!(refusal(&pa, e).contains("inode 2 is freed while it still has 1 name"));
 }
