@@ -29,7 +29,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::time::Duration;
 use support::*;
 
 const NOBODY: u32 = 65534;
@@ -649,29 +648,33 @@ fn append_and_wait(c: &mut Client, payload: &[u8], lease: bool) -> bool {
     c.chunk_ready();
     let deadline = std::time::Instant::now() + WAIT;
     while std::time::Instant::now() < deadline {
-        if let Some(f) = c.try_recv(Duration::from_millis(20)) {
-            match f.msg {
-                Control::Rejected(r) => {
+        // Only a whole frame is read, with the full deadline, and only once its first bytes
+        // are there: a read that times out half way would lose the stream's framing.
+        let (control, bulk) = readable(c);
+        if control {
+            match c.try_recv(WAIT).map(|f| f.msg) {
+                Some(Control::Rejected(r)) => {
                     print!("refused {}", r.reason.replace('\n', " "));
                     return true;
                 }
-                Control::Revoke(_) => {}
-                _ => {}
+                Some(_) => {}
+                None => break,
             }
         }
-        match linefs_proto::read_frame::<Bulk>(&c.bulk, Party::Nicfs, Some(Duration::from_millis(20))) {
-            Ok(f) => {
-                if let Bulk::Published(p) = f.msg {
-                    if p.published_lsn >= c.tail {
-                        print!("published");
-                        return false;
+        if bulk {
+            match linefs_proto::read_frame::<Bulk>(&c.bulk, Party::Nicfs, Some(WAIT)) {
+                Ok(f) => {
+                    if let Bulk::Published(p) = f.msg {
+                        if p.published_lsn >= c.tail {
+                            print!("published");
+                            return false;
+                        }
                     }
                 }
-            }
-            Err(ReadError::TimedOut(_)) => {}
-            Err(e) => {
-                print!("refused: the bulk connection ended: {e}");
-                return true;
+                Err(e) => {
+                    print!("refused: the bulk connection ended: {e}");
+                    return true;
+                }
             }
         }
     }
@@ -686,9 +689,11 @@ fn ask(c: &mut Client, msg: Control) -> Result<Control, String> {
     let id = c.send(msg);
     let deadline = std::time::Instant::now() + WAIT;
     while std::time::Instant::now() < deadline {
-        let f = match linefs_proto::read_frame::<Control>(&c.control, Party::Nicfs, Some(Duration::from_millis(50))) {
+        if !readable(c).0 {
+            continue;
+        }
+        let f = match linefs_proto::read_frame::<Control>(&c.control, Party::Nicfs, Some(WAIT)) {
             Ok(f) => f,
-            Err(ReadError::TimedOut(_)) => continue,
             Err(e) => return Err(format!("refused: the control connection ended: {e}")),
         };
         match f.msg {
@@ -698,4 +703,13 @@ fn ask(c: &mut Client, msg: Control) -> Result<Control, String> {
         }
     }
     Err("refused: no answer".into())
+}
+
+/// Whether the control and the bulk connection have something to read (waits up to 50 ms).
+fn readable(c: &Client) -> (bool, bool) {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(&c.control, PollFlags::IN), PollFd::new(&c.bulk, PollFlags::IN)];
+    let _ = poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 50_000_000 }));
+    let ready = |f: &PollFd| !f.revents().is_empty();
+    (ready(&fds[0]), ready(&fds[1]))
 }
