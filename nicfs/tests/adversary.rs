@@ -522,7 +522,13 @@ fn cases() -> u32 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 200,
+        // Failures are kept as named regression tests, not in a file.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn an_unprivileged_client_changes_nothing_it_may_not_and_keeps_the_node_consistent(
