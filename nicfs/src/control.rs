@@ -184,6 +184,11 @@ fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (
     if session.role == Role::DirectApi && (r.creds.uid != session.cred.uid || r.creds.gid != session.cred.gid) {
         return Err((libc::EPERM, "stated credentials are not the caller's"));
     }
+    if r.mode == linefs_proto::LeaseMode::Write {
+        let (public, grants) = (ctx.node.public_reader(), &ctx.node.grants);
+        crate::perms::may_lease_write(&public, grants, &ctx.leases, session, r.inode)
+            .map_err(|why| (libc::EACCES, why))?;
+    }
     Ok(())
 }
 

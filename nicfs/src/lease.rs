@@ -597,6 +597,11 @@ impl LeaseTable {
         }
     }
 
+    /// The session in one of whose implicit ranges `ino` lies.
+    pub fn implicit_session(&self, ino: Ino) -> Option<SessionId> {
+        self.implicit_owner(ino).map(|(_, _, s)| s)
+    }
+
     /// Whether `ino` lies in one of `s`'s implicit ranges.
     pub fn owns_implicitly(&self, s: SessionId, ino: Ino) -> bool {
         self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s)
@@ -671,6 +676,16 @@ impl LeaseTable {
             Some(st) => (st.writer, st.readers.iter().map(|(&s, &l)| (s, l)).collect()),
             None => (None, Vec::new()),
         }
+    }
+
+    /// The inodes session `s` holds the write lease of.
+    pub fn written_by(&self, s: SessionId) -> Vec<Ino> {
+        let Some(info) = self.sessions.get(&s) else { return Vec::new() };
+        info.inodes
+            .iter()
+            .copied()
+            .filter(|i| self.inodes.get(i).and_then(|st| st.writer).is_some_and(|w| w.0 == s))
+            .collect()
     }
 
     /// Whether nothing at all is recorded.

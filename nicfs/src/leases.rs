@@ -160,6 +160,16 @@ impl Leases {
         true
     }
 
+    /// The session `ino` was handed to, to create with (one of its implicit ranges).
+    pub fn implicit_session(&self, ino: u64) -> Option<SessionId> {
+        self.table.lock().implicit_session(ino)
+    }
+
+    /// The inodes `session` holds the write lease of.
+    pub fn written_by(&self, session: SessionId) -> Vec<u64> {
+        self.table.lock().written_by(session)
+    }
+
     /// The session's log is settled (or will never be published further).
     pub fn session_ended(&self, session: SessionId) {
         self.feed(Input::SessionEnded { session });

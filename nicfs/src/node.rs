@@ -308,6 +308,12 @@ impl Node {
         Ok(log.scan(self.slots.checkpoint(slot))?.end)
     }
 
+    /// A reader of the public area that does not wait for publications (a torn inode is
+    /// read again): for checks that must not hold the area's mutex.
+    pub fn public_reader(&self) -> PublicReader {
+        PublicReader::shared(self._pm.public.clone(), self.geometry)
+    }
+
     /// Holds the public area: no publication runs while the guard lives (shutdown holds it
     /// to the end of the process).
     pub fn freeze(&self) -> MutexGuard<'_, PublicArea> {

@@ -14,10 +14,20 @@
 //!   the state the client checked the open on — and an admitted one, like a create, grants
 //!   the session the file ([`crate::grants`]): the publication rules let the session write
 //!   that file's data from then on, until its number is freed.
+//! * **Write leases** ([`may_lease_write`]) go only where the caller could use them: a
+//!   client not running as root gets the write lease of a free number unless it is in
+//!   another session's implicit range (squatted, it would make that session's create of it
+//!   fail), and of a live inode only if it owns it,
+//!   may read or write it (libfs takes a file's or directory's write lease to update its
+//!   access time after a read or a listing), holds a grant of it, it has no name left (to
+//!   free it), or it could remove or move it: a directory whose parent it may write, a
+//!   file named in a directory whose write lease it holds. Anything else is refused
+//!   (EACCES) before the lease table sees the request.
 
 use crate::grants::Grants;
+use crate::leases::Leases;
 use crate::session::Session;
-use linefs_pm::public::Permissions;
+use linefs_pm::public::{allows, Permissions, PublicReader};
 use linefs_pm::record::Caller;
 
 /// A session's side of the permission checks of its batches.
@@ -71,4 +81,58 @@ pub fn groups_of(pid: i32) -> Vec<u32> {
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_default()
+}
+
+/// At most this many directories the session holds are searched for a name of a file it
+/// asks the write lease of (the last rule of [`may_lease_write`]).
+const LEASED_DIRS_SEARCHED: usize = 256;
+
+/// Whether `session` may take the write lease of `ino` (module docs).
+pub fn may_lease_write(
+    public: &PublicReader,
+    grants: &Grants,
+    leases: &Leases,
+    session: &Session,
+    ino: u64,
+) -> Result<(), &'static str> {
+    let peer = &session.cred;
+    if peer.uid == 0 {
+        return Ok(());
+    }
+    let caller = Caller { uid: peer.uid, gid: peer.gid, groups: session.groups.clone() };
+    let Ok(inode) = public.read_inode(ino) else { return Ok(()) };
+    let img = inode.img;
+    // A free number: not one handed to another session to create with.
+    if img.mode == 0 {
+        return match leases.implicit_session(ino) {
+            Some(s) if s != session.id => Err("the number is free and another session's to create with"),
+            _ => Ok(()),
+        };
+    }
+    if img.nlink == 0 || img.uid == caller.uid || allows(&caller, &img, 4) || allows(&caller, &img, 2) {
+        return Ok(());
+    }
+    if grants.holds(session.id, ino) {
+        return Ok(());
+    }
+    if img.mode & libc::S_IFMT == libc::S_IFDIR {
+        let parent = public.read_inode(img.parent).map(|p| p.img);
+        if img.parent != ino && parent.is_ok_and(|p| allows(&caller, &p, 3)) {
+            return Ok(());
+        }
+    } else {
+        let named = leases.written_by(session.id).into_iter().take(LEASED_DIRS_SEARCHED).any(|d| {
+            matches!(public.load_inode(d), Ok(Some((dir, Some(ents)))) if allows(&caller, &dir.img, 3) && ents.iter().any(|e| e.ino == ino))
+        });
+        if named {
+            return Ok(());
+        }
+    }
+    tracing::debug!(
+        session = session.id,
+        uid = caller.uid,
+        ino,
+        "write lease refused: the caller could change nothing of it"
+    );
+    Err("the caller may not change this inode")
 }

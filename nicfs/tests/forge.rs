@@ -39,13 +39,26 @@ struct Tree {
     theirs: u64,
     /// Held by the root client (write lease) while the forger runs, never published.
     held: u64,
+    /// /rootdir/private: root's, 0600.
+    private: u64,
 }
 
 impl Tree {
     fn encode(&self) -> String {
-        [self.public_dir, self.own, self.a, self.b, self.rootfile, self.rootdir, self.tmp, self.theirs, self.held]
-            .map(|i| i.to_string())
-            .join(",")
+        [
+            self.public_dir,
+            self.own,
+            self.a,
+            self.b,
+            self.rootfile,
+            self.rootdir,
+            self.tmp,
+            self.theirs,
+            self.held,
+            self.private,
+        ]
+        .map(|i| i.to_string())
+        .join(",")
     }
 
     fn decode(s: &str) -> Tree {
@@ -60,6 +73,7 @@ impl Tree {
             tmp: v[6],
             theirs: v[7],
             held: v[8],
+            private: v[9],
         }
     }
 }
@@ -118,6 +132,7 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
         tmp: first + 6,
         theirs: first + 7,
         held: first + 8,
+        private: first + 9,
     };
     let mut e = EntryBuilder::new();
     mkdir_as(&mut e, 1, t.public_dir, b"pub", 0o755, NOBODY);
@@ -128,6 +143,15 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
     mkdir_as(&mut e, 1, t.rootdir, b"rootdir", 0o755, 0);
     mkdir_as(&mut e, 1, t.tmp, b"tmp", 0o1777, 0);
     file_as(&mut e, t.tmp, t.theirs, b"theirs", 0, b"in a sticky directory");
+    e.inode(&InodeImage { size: 7, ..image(t.private, t.rootdir, libc::S_IFREG | 0o600, 0) }, true);
+    e.dirent(t.rootdir, b"private", t.private, dtype::REG);
+    e.write(t.private, 0, b"private");
+    // The link counts the new directories' ".." add (nicfs refuses counts that do not add up).
+    let mut top = root.public().read_inode(1).unwrap().img;
+    top.nlink += 3;
+    e.inode(&top, false);
+    e.inode(&InodeImage { nlink: 3, ..image(t.public_dir, 1, libc::S_IFDIR | 0o755, NOBODY) }, false);
+    e.inode(&InodeImage { nlink: 3, ..image(t.a, t.public_dir, libc::S_IFDIR | 0o755, NOBODY) }, false);
     root.append(&e);
     root.chunk_ready();
     assert_eq!(expect_published(&root).published_lsn, root.tail);
@@ -158,8 +182,9 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
     let (_, legit) = pub_names.remove(at);
     assert_eq!(now.remove(&legit).unwrap().2, b"by the rules");
     assert_eq!(now, before);
+    // The bad checksum and the lease request are no rejected entries.
     let st =
-        d.wait_status("the rejections counted", |s| s["counters"]["rejections"].as_u64() == Some(CASES as u64 - 1));
+        d.wait_status("the rejections counted", |s| s["counters"]["rejections"].as_u64() == Some(CASES as u64 - 2));
     assert!(d.alive(), "{st}");
 
     // The root client carries on; so does the forger's legitimate work (see `forger`).
@@ -172,7 +197,7 @@ fn forged_entries_from_an_unprivileged_process_are_refused_and_change_nothing() 
 }
 
 /// How many cases `forger` runs (each prints `refused NAME: REASON`).
-const CASES: usize = 16;
+const CASES: usize = 26;
 
 /// Appends `e` (as is: no lease taken) and announces it; returns the reason of the Rejected
 /// that must follow, checking that nothing of it was published.
@@ -344,6 +369,92 @@ fn forger() {
         other.chunk_ready();
         expect_published(&other);
         why
+    });
+
+    // Class A of issue 21: well-formed entries judged by what they mean.
+    let root_file = InodeImage { size: 11, ..image(t.rootfile, 1, libc::S_IFREG | 0o644, 0) };
+    let dir_img = |ino: u64, parent: u64| InodeImage { nlink: 3, ..image(ino, parent, libc::S_IFDIR | 0o755, NOBODY) };
+    // Freeing root's file, which still has its name.
+    case("free root's file", "still has 1 name", &|c| {
+        let mut e = EntryBuilder::new();
+        e.free_inode(t.rootfile);
+        refused(c, &e, true)
+    });
+    // Freeing it and making it again, the forger's, in one entry: the free is judged on the
+    // names as they stand, not on the state before the entry.
+    case("free and recreate root's file", "still has 1 name", &|c| {
+        let mut e = EntryBuilder::new();
+        e.free_inode(t.rootfile);
+        e.inode(&InodeImage { size: 5, ..image(t.rootfile, 0, libc::S_IFREG | 0o755, NOBODY) }, true);
+        e.write(t.rootfile, 0, b"owned");
+        refused(c, &e, true)
+    });
+    // A file of its own, then in the same entry made root's and set-user-ID: the records
+    // after the create are judged as changes of the forger's own file.
+    case("create, then chown to root and setuid", "may not change the owner", &|c| {
+        let ino = c.attached.inodes.first;
+        let mut e = EntryBuilder::new();
+        file_as(&mut e, t.public_dir, ino, b"suid", NOBODY, b"#!/bin/sh");
+        e.inode(&InodeImage { size: 9, ..image(ino, t.public_dir, libc::S_IFREG | 0o4755, 0) }, false);
+        refused(c, &e, true)
+    });
+    // Only the link count of root's file changed (to 0: its mount would free it).
+    case("link count of root's file", "link count says 0", &|c| {
+        let mut e = EntryBuilder::new();
+        e.inode(&InodeImage { nlink: 0, ..root_file }, false);
+        refused(c, &e, true)
+    });
+    // A forged parent: /pub/a/b's parent set to /pub first (so that the rename-cycle check
+    // walking up from b misses a), then /pub/a moved into b.
+    case("forged parent", "not the directory that names it", &|c| {
+        let mut e = EntryBuilder::new();
+        // Every link count right: only the parents are forged.
+        e.inode(&dir_img(t.b, t.public_dir), false);
+        e.dirent(t.b, b"a", t.a, dtype::DIR);
+        e.dirent(t.public_dir, b"a", 0, 0);
+        e.inode(&dir_img(t.a, t.b), false);
+        e.inode(&InodeImage { nlink: 2, ..dir_img(t.public_dir, 1) }, false);
+        refused(c, &e, true)
+    });
+    // A second name for a directory: its own, and root's.
+    case("hard link to a directory", "hard link to a directory", &|c| {
+        let mut e = EntryBuilder::new();
+        e.dirent(t.public_dir, b"alias", t.b, dtype::DIR);
+        e.inode(&InodeImage { nlink: 4, ..dir_img(t.public_dir, 1) }, false);
+        refused(c, &e, true)
+    });
+    case("hard link to root's directory", "may not move directory", &|c| {
+        let mut e = EntryBuilder::new();
+        e.dirent(t.public_dir, b"rootdir", t.rootdir, dtype::DIR);
+        e.inode(&InodeImage { nlink: 4, ..dir_img(t.public_dir, 1) }, false);
+        refused(c, &e, true)
+    });
+    // A hard link to root's file, which the forger may read but not write
+    // (protected_hardlinks), its link count right.
+    case("hard link to root's file", "may not make a hard link", &|c| {
+        let mut e = EntryBuilder::new();
+        e.dirent(t.public_dir, b"link", t.rootfile, dtype::REG);
+        e.inode(&InodeImage { nlink: 2, ..root_file }, false);
+        refused(c, &e, true)
+    });
+    // A name whose type is not its inode's (a directory named as a file).
+    case("name of the wrong type", "of another type", &|c| {
+        let mut e = EntryBuilder::new();
+        e.dirent(t.b, b"a", t.a, dtype::REG);
+        refused(c, &e, true)
+    });
+
+    // A write lease only where the caller could change something: not on root's 0600 file
+    // (nor is anything logged: the case counts as refused by its Error).
+    case("write lease on root's private file", "may not change this inode", &|c| {
+        let r = LeaseRequest { inode: t.private, mode: LeaseMode::Write, log_tail: c.tail, creds: creds() };
+        match c.request(Control::LeaseRequest(r)) {
+            Control::Error(e) => {
+                assert_eq!(e.errno, libc::EACCES);
+                e.message
+            }
+            other => panic!("expected an Error, got {other:?}"),
+        }
     });
 
     // Legitimate work in its own directory is published.

@@ -189,7 +189,7 @@ fn a_client_is_fetched_and_checked_while_another_s_chunk_is_published() {
     let mut b = Client::attach(&d.socket);
     // B writes in a directory of its own, which A made and handed over beforehand.
     let (ia, ib) = (a.attached.inodes.first, b.attached.inodes.first);
-    a.append(&mkdir(1, ia, b"b"));
+    a.append(&mkdir(&a.public().read_inode(1).unwrap().img, ia, b"b"));
     a.chunk_ready();
     expect_published(&a);
     a.release(ia);

@@ -438,6 +438,17 @@ impl Fs {
         if n.img.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
+        // protected_hardlinks (nicfs refuses the others): another user's file only if it is
+        // regular, neither set-uid nor executable set-gid, and the caller may read and
+        // write it.
+        let m = n.img.mode;
+        let safe = m & libc::S_IFMT == libc::S_IFREG
+            && m & libc::S_ISUID == 0
+            && m & (libc::S_ISGID | libc::S_IXGRP) != (libc::S_ISGID | libc::S_IXGRP)
+            && perm::may(cred, &n.img, R_OK | W_OK);
+        if !perm::owner_or_root(cred, &n.img) && !safe {
+            return Err(FsError::Perm);
+        }
         let mut img = n.img;
         let t = now();
         img.nlink += 1;

@@ -56,6 +56,10 @@ impl Fs {
             if !perm::may(cred, &n.img, mask) {
                 return Err(FsError::Access);
             }
+            // As Linux: a sticky directory's user attributes are its owner's.
+            if write && k == libc::S_IFDIR && n.img.mode & libc::S_ISVTX != 0 && !perm::owner_or_root(cred, &n.img) {
+                return Err(FsError::Perm);
+            }
         } else if name.starts_with(b"trusted.") {
             if cred.uid != 0 {
                 return Err(if write { FsError::Perm } else { FsError::NoAttr });
@@ -67,6 +71,11 @@ impl Fs {
             // remove them.
             let killpriv = op == XattrOp::Remove && name == XATTR_CAPS && perm::may(cred, &n.img, W_OK);
             if write && cred.uid != 0 && !perm::owner_or_root(cred, &n.img) && !killpriv {
+                return Err(FsError::Perm);
+            }
+            // File capabilities are set by root only (Linux: CAP_SETFCAP); nicfs refuses
+            // anyone else's.
+            if op == XattrOp::Set && name == XATTR_CAPS && cred.uid != 0 {
                 return Err(FsError::Perm);
             }
         } else {

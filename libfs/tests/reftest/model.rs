@@ -325,6 +325,16 @@ impl Model {
         if self.is_dir(src) {
             return Err(libc::EPERM);
         }
+        // protected_hardlinks: another user's file only if regular, neither set-uid nor
+        // executable set-gid, and readable and writable by the caller.
+        let n = &self.nodes[src];
+        let safe = matches!(n.kind, MKind::File(_))
+            && n.perm & libc::S_ISUID == 0
+            && n.perm & (libc::S_ISGID | 0o010) != (libc::S_ISGID | 0o010)
+            && self.may(u, src, R_OK | W_OK);
+        if u.uid != 0 && u.uid != n.uid && !safe {
+            return Err(libc::EPERM);
+        }
         self.children_mut(dp).insert(dname.to_string(), src);
         Ok(())
     }
@@ -337,6 +347,10 @@ impl Model {
             }
             if !self.may(u, id, W_OK) {
                 return Err(libc::EACCES);
+            }
+            let n = &self.nodes[id];
+            if self.is_dir(id) && n.perm & libc::S_ISVTX != 0 && u.uid != 0 && u.uid != n.uid {
+                return Err(libc::EPERM);
             }
         } else if u.uid != 0 {
             return Err(libc::EPERM);

@@ -441,12 +441,16 @@ pub fn read_public(fd: &OwnedFd) -> PmRegion {
 #[allow(unused_imports)] // not every test binary that includes this module uses both
 pub use linefs_pm::testing::{create_file, create_file_in};
 
-/// An entry creating directory `name` (inode `ino`, mode 0755) in directory `dir`.
-pub fn mkdir(dir: u64, ino: u64, name: &[u8]) -> EntryBuilder {
+/// An entry creating directory `name` (inode `ino`, mode 0755) in directory `parent` (its
+/// image as published: the entry writes it again with one link more, for the new ".." —
+/// nicfs refuses link counts that do not add up).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn mkdir(parent: &InodeImage, ino: u64, name: &[u8]) -> EntryBuilder {
     let mut b = EntryBuilder::new();
-    let img = InodeImage { ino, parent: dir, mode: libc::S_IFDIR | 0o755, nlink: 2, ..Default::default() };
+    let img = InodeImage { ino, parent: parent.ino, mode: libc::S_IFDIR | 0o755, nlink: 2, ..Default::default() };
     b.inode(&img, true);
-    b.dirent(dir, name, ino, dtype::DIR);
+    b.dirent(parent.ino, name, ino, dtype::DIR);
+    b.inode(&InodeImage { nlink: parent.nlink + 1, ..*parent }, false);
     b
 }
 

@@ -125,12 +125,14 @@ impl PublicArea {
                     }
                     local.insert(img.ino, Some(img.mode));
                 }
-                Record::Dirent { dir, ino, .. } => {
+                Record::Dirent { dir, ino, dtype: t, .. } => {
                     if live(local, *dir)?.is_some_and(|k| k != libc::S_IFDIR) {
                         return Err(invalid(*dir, "directory entry in a non-directory"));
                     }
-                    if *ino != 0 {
-                        live(local, *ino)?;
+                    // A name's type is its inode's: readers (and the rename-cycle check)
+                    // go by it.
+                    if *ino != 0 && live(local, *ino)?.is_some_and(|k| dtype_of_mode(k) != *t) {
+                        return Err(invalid(*ino, format!("directory entry of type {t} for an inode of another type")));
                     }
                 }
                 Record::Write { ino, len, data_off, .. } => {
