@@ -9,7 +9,6 @@
 //!   rebuilt at load, validation of records against the public state, and their effects.
 //! * `policy`, `shadow`: the checks of a publisher that does not trust the writer —
 //!   entries judged by their POSIX meaning on a shadow state, derived values compared.
-//! * [`invariants`]: [`check_invariants`], the consistency of a whole area (read-only).
 //! * [`mover`]: how file data gets into data blocks — at once ([`DirectMover`]), or recorded
 //!   as an ordered list of moves executed later by someone else ([`Collector`]: nicfs hands
 //!   them to kworker as copy lists).
@@ -39,13 +38,11 @@
 mod apply;
 mod area;
 pub mod format;
-pub mod invariants;
 pub mod mover;
 mod policy;
 pub mod reader;
 mod shadow;
 mod validate;
-pub use invariants::{check_invariants, Problem};
 pub use policy::{allows, Permissions};
 
 pub use crate::record::dtype::of_mode as dtype_of_mode;
