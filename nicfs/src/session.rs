@@ -82,7 +82,10 @@ impl Session {
         let session = Session {
             id,
             slot,
-            groups: crate::perms::groups_of(cred.pid),
+            groups: crate::perms::peer_groups(&control).unwrap_or_else(|e| {
+                tracing::warn!(session = id, pid = cred.pid, error = %e, "cannot read the peer's groups (SO_PEERGROUPS); none assumed");
+                Vec::new()
+            }),
             cred,
             role,
             control: Mutex::new(control),
@@ -163,12 +166,17 @@ impl Session {
         self.ending.store(true, Ordering::Release);
     }
 
-    /// Whether the client is gone — it ended, or its process has died and its connection's
-    /// end is about to be noticed — and the session not yet settled.
-    pub fn departing(&self) -> bool {
+    /// Whether the client's connection has ended and the session is not yet settled.
+    pub fn ending(&self) -> bool {
         self.ending.load(Ordering::Acquire)
-            || rustix::process::Pid::from_raw(self.cred.pid)
-                .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
+    }
+
+    /// Whether the process that attached has died. Its connection may live on in a child
+    /// it forked (or a process it passed it to), so this alone does not mean the session
+    /// is ending: it is a hint that its end is about to be noticed.
+    pub fn attacher_dead(&self) -> bool {
+        rustix::process::Pid::from_raw(self.cred.pid)
+            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
     }
 
     /// Marks the session failed (an entry refused) with why — the first reason given stays.
@@ -235,6 +243,8 @@ pub fn run_outbox(session: Weak<Session>, frames: crossbeam_channel::Receiver<Fr
 pub struct Sessions {
     map: Mutex<BTreeMap<u64, Arc<Session>>>,
     last_id: AtomicU64,
+    /// The uids whose sessions were fenced lately, backed off ([`crate::limits::Fenced`]).
+    pub fenced: crate::limits::Fenced,
 }
 
 impl Sessions {

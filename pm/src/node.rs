@@ -24,6 +24,45 @@ use std::sync::Arc;
 /// Name of the public file in a node directory.
 pub const PUBLIC_FILE: &str = "public.pm";
 
+/// Name of the node's lock file: whoever publishes the node (nicfs, or a host-only client)
+/// holds an exclusive `flock` of it. No client is ever handed a descriptor of it (unlike
+/// the public and log files), so no process can keep one from an earlier session and take
+/// the lock to stop the node's publisher from starting.
+pub const LOCK_FILE: &str = "nicfs.lock";
+
+/// Takes the exclusive lock of the node in `dir` ([`LOCK_FILE`], created mode 0600 if
+/// missing); `Ok(None)` if another process holds it. A lock file this process's user does
+/// not own (planted by someone else) is replaced first.
+pub fn lock_node(dir: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = dir.join(LOCK_FILE);
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+    };
+    let mut file = open()?;
+    let me = rustix::process::geteuid().as_raw();
+    let meta = file.metadata()?;
+    if meta.uid() != me || !meta.is_file() {
+        drop(file);
+        std::fs::remove_file(&path)?;
+        file = open()?;
+    } else if meta.mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(file)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Name of log slot `slot`'s file in a node directory.
 pub fn log_file_name(slot: u32) -> String {
     format!("log-{slot:02}.pm")
