@@ -55,14 +55,14 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_UID)]
     pub max_connections_per_uid: u32,
     /// Most log slots one unprivileged uid holds at once; 0: half the slots root does not
-    /// keep, at least 1.
+    /// keep, at least 2 (at most all of them).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_slots_per_uid: u32,
     /// Log slots only root may claim; 1 by default (0 on a node of one slot).
     #[arg(long, value_name = "N")]
     pub root_reserved_slots: Option<u32>,
-    /// Most inode numbers granted and not yet used per unprivileged uid; 0: a quarter of
-    /// the inode table (at least 64).
+    /// Most inode numbers granted and not yet used per unprivileged uid; 0: half the inode
+    /// table (at least 256, four first grants).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_inodes_per_uid: u64,
     /// Most data blocks reserved and not yet handed back per unprivileged uid; 0: half the

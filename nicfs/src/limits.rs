@@ -10,9 +10,9 @@
 //! |-------|------|---------|
 //! | connections of all unprivileged users | `--max-connections` | 1024 |
 //! | connections per unprivileged uid | `--max-connections-per-uid` | 64 |
-//! | log slots per unprivileged uid | `--max-slots-per-uid` | half the slots not reserved, at least 1 |
+//! | log slots per unprivileged uid | `--max-slots-per-uid` | half the slots not reserved for root, at least 2 (at most all of them) |
 //! | log slots only root may claim | `--root-reserved-slots` | 1 (0 on a node of one slot) |
-//! | inode numbers granted and not yet used, per unprivileged uid | `--max-inodes-per-uid` | a quarter of the inode table, at least 64 |
+//! | inode numbers granted and not yet used, per unprivileged uid | `--max-inodes-per-uid` | half the inode table, at least 256 (4 first grants) |
 //! | data blocks reserved and not yet handed back, per unprivileged uid | `--max-blocks-per-uid` | half the data blocks |
 //! | after a session of a uid is fenced, no lease for that uid's sessions for | `--fenced-backoff-ms` | 10000, doubled for each further fencing within the backoff, at most 10 min |
 //!
@@ -61,9 +61,13 @@ impl Limits {
         Limits {
             max_connections: args.max_connections,
             max_connections_per_uid: args.max_connections_per_uid,
-            max_slots_per_uid: if args.max_slots_per_uid == 0 { (open / 2).max(1) } else { args.max_slots_per_uid },
+            max_slots_per_uid: if args.max_slots_per_uid == 0 {
+                (open / 2).max(2).min(open.max(1))
+            } else {
+                args.max_slots_per_uid
+            },
             root_reserved_slots,
-            max_inodes_per_uid: or(args.max_inodes_per_uid, (geo.inode_count / 4).max(crate::alloc::FIRST_GRANT)),
+            max_inodes_per_uid: or(args.max_inodes_per_uid, (geo.inode_count / 2).max(4 * crate::alloc::FIRST_GRANT)),
             max_blocks_per_uid: or(args.max_blocks_per_uid, geo.data_blocks / 2),
             fenced_backoff_ms: args.fenced_backoff_ms,
         }
