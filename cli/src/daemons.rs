@@ -188,6 +188,7 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
     if let Some(addr) = metrics_addr(desc, node)? {
         args.extend(["--metrics-addr".to_string(), addr]);
     }
+    args.extend(desc.nicfs_limits.iter().cloned());
     let log = log_file(dir, Role::Nicfs, node);
     let from = procs::log_len(&log);
     let pid = procs::spawn_detached(&exe, &args, &log, None)?;

@@ -68,6 +68,10 @@ enum Verb {
         /// each picks a free port (see status); off: none (recorded; default: none).
         #[arg(long, value_name = "BASE|off", value_parser = cluster::parse_metrics_port)]
         metrics_port: Option<cluster::MetricsPort>,
+        /// Limits every nicfs holds unprivileged users to (recorded; none given: as
+        /// recorded, else nicfs's defaults).
+        #[command(flatten)]
+        limits: cluster::LimitFlags,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -249,9 +253,10 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, limits, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port })
+            let nicfs_limits = limits.to_args();
+            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, nicfs_limits })
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)

@@ -395,6 +395,7 @@ fn run_case(dir: &ClusterDir, plan: &Plan, case: Case, seq: usize) -> CliResult<
                 offload: Some(Offload::On),
                 cpus: Some(plan.cpus.nic.to_string()),
                 metrics_port: None,
+                nicfs_limits: None,
             };
             step(|| cluster::up(&cd, &up))?;
             let gone = |r: Role| fail(format!("{}'s {} is not running after up", cd.root.display(), r.name()));
