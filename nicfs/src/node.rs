@@ -1,9 +1,10 @@
-//! What nicfs owns of its node: the exclusive lock of the public file, the mapped PM, the
+//! What nicfs owns of its node: the exclusive lock of the node (pm's `node::LOCK_FILE`), the mapped PM, the
 //! public area (one publisher at a time: a mutex), the log slots and which of them sessions
 //! hold ([`crate::slots`]: claims, and a fresh log file for every session), and the
 //! publication counters.
 //!
-//! Opening the node takes the lock, removes the fresh log files a crash left before their
+//! Opening the node takes the lock, replaces the log files a client left the wrong size
+//! (`replace_resized_logs`), removes the fresh log files a crash left before their
 //! rename (pm's `slotfile::remove_stray`), recovers the node, and then replaces every slot's
 //! log file, so that no process holding a descriptor from before can write a log that
 //! counts.

@@ -45,6 +45,12 @@
 //! nicfs's mapping is an `Arc` behind a lock, swapped whole: a reader that took the old one
 //! finishes on it (none does once the session is settled: its fetches and publications are
 //! all answered before it ends).
+//!
+//! **Resized files.** Every mapping of a log file is registered with the SIGBUS guard
+//! ([`crate::sigbus`]) for as long as the mapping lives (a reader may finish on an old one
+//! after a swap), and [`Slots::resized`] tells a fetch that the client resized its file —
+//! its size is not the geometry's, or a read of the mapping faulted — so that the session
+//! fails instead of nicfs.
 
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::log_file_name;
