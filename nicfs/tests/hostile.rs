@@ -28,15 +28,32 @@ struct Hostile {
 
 impl Hostile {
     fn start(uid: u32, case: &str, d: &Daemon, env: &[(&str, String)]) -> Hostile {
+        Hostile::start_in_groups(uid, &[], case, d, env)
+    }
+
+    /// [`Hostile::start`], the process also in the supplementary groups `groups`.
+    fn start_in_groups(uid: u32, groups: &[u32], case: &str, d: &Daemon, env: &[(&str, String)]) -> Hostile {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.args(["--exact", "hostile_child", "--nocapture", "--include-ignored"])
             .env("HOSTILE_CASE", case)
             .env("HOSTILE_SOCKET", &d.socket)
             .env("HOSTILE_NODE", &d.node)
-            .uid(uid)
-            .gid(uid)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
+        let groups: Vec<libc::gid_t> = groups.to_vec();
+        // SAFETY: only async-signal-safe calls between fork and exec: the groups, then the
+        // gid and uid (std's `uid()` would clear the groups).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -348,6 +365,43 @@ fn a_fenced_user_is_not_let_straight_back_in() {
     h.finish();
 }
 
+/// Credentials from the socket: a process in a supplementary group connects and leaves its
+/// connection to a child it forked; by the time the child attaches, the connecting pid is
+/// gone (reaped), so `/proc/PID/status` says nothing. Its groups are the kernel's record of
+/// the connecting process (SO_PEERGROUPS): the child may create a name in a directory only
+/// that group may write.
+#[test]
+fn supplementary_groups_come_from_the_socket_not_from_a_departed_pid() {
+    const GROUP: u32 = 4242;
+    let d = daemon(4, &[]);
+    let mut root = Client::attach(&d.socket);
+    let gdir = root.attached.inodes.first;
+    let mut e = EntryBuilder::new();
+    let img = InodeImage {
+        ino: gdir,
+        parent: 1,
+        mode: libc::S_IFDIR | 0o770,
+        uid: 0,
+        gid: GROUP,
+        nlink: 2,
+        ..Default::default()
+    };
+    e.inode(&img, true);
+    e.dirent(1, b"gdir", gdir, dtype::DIR);
+    root.append(&e);
+    root.chunk_ready();
+    assert_eq!(expect_published(&root).published_lsn, root.tail);
+    root.release_all();
+    let mut h = Hostile::start_in_groups(NOBODY, &[GROUP], "groups", &d, &[("HOSTILE_DIR", gdir.to_string())]);
+    assert_eq!(h.said("connected"), "parent exits");
+    assert!(h.child.wait().unwrap().success(), "the connecting process is gone and reaped");
+    let created = h.said("created in the group's directory");
+    assert_eq!(created, "published");
+    drop(h.child.stdin.take());
+    let loaded = root.public().load().unwrap();
+    assert!(loaded.dirs[&gdir].iter().any(|e| e.name == b"viagroup"));
+}
+
 // ---- The hostile side (run as an unprivileged user by the tests above) ----
 
 fn say(key: &str, value: impl std::fmt::Display) {
@@ -589,6 +643,52 @@ fn hostile_child() {
             // Stay attached, ignoring any revoke, until told.
             wait_parent();
             drop(s);
+        }
+        "groups" => {
+            let dir: u64 = std::env::var("HOSTILE_DIR").unwrap().parse().unwrap();
+            // Connect here, attach from a child once this process is gone and reaped.
+            // (Both connections: the bulk one must come from the pid the control one did.)
+            let conn = raw::Conn::connect(&socket).unwrap();
+            let bulk = raw::Conn::connect(&socket).unwrap();
+            say("connected", "parent exits");
+            std::io::stdout().flush().unwrap();
+            let parent = std::process::id() as i32;
+            // SAFETY: fork in a test process; the parent leaves at once.
+            if unsafe { libc::fork() } != 0 {
+                // SAFETY: leave without the harness's exit path.
+                unsafe { libc::_exit(0) };
+            }
+            // SAFETY: kill(pid, 0) only asks whether the pid exists.
+            while unsafe { libc::kill(parent, 0) } == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut s = raw::attach_over(conn).expect("attached");
+            let mut b = s.bulk_over(bulk);
+            let outcome = match s.lease(dir, true) {
+                Some(g) if g.kind == raw::LEASE_GRANTED => {
+                    let ino = s.ino_first;
+                    let mut e = EntryBuilder::new();
+                    let img = InodeImage {
+                        ino,
+                        parent: dir,
+                        mode: libc::S_IFREG | 0o644,
+                        uid: NOBODY,
+                        gid: NOBODY,
+                        nlink: 1,
+                        ..Default::default()
+                    };
+                    e.inode(&img, true);
+                    e.dirent(dir, b"viagroup", ino, dtype::REG);
+                    s.append(e.payload());
+                    b.send(raw::CHUNK_READY, &s.tail.to_le_bytes()).unwrap();
+                    outcome(&s, &b)
+                }
+                other => format!("lease refused: {:?}", other.and_then(|g| g.error())),
+            };
+            say("created in the group's directory", outcome);
+            std::io::stdout().flush().unwrap();
+            // SAFETY: leave without the harness's exit path (this is a forked child).
+            unsafe { libc::_exit(0) };
         }
         other => panic!("unknown case {other}"),
     }

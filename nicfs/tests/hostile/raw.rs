@@ -177,7 +177,12 @@ pub struct Session {
 
 /// Attaches as a direct API client; the Error's errno and message if refused.
 pub fn attach(socket: &Path) -> Result<Session, (i32, String)> {
-    let mut c = Conn::connect(socket).map_err(|e| (e.raw_os_error().unwrap_or(0), e.to_string()))?;
+    let c = Conn::connect(socket).map_err(|e| (e.raw_os_error().unwrap_or(0), e.to_string()))?;
+    attach_over(c)
+}
+
+/// [`attach`] over a connection made already (perhaps by another process).
+pub fn attach_over(mut c: Conn) -> Result<Session, (i32, String)> {
     c.send(HELLO, &hello(CONTROL, ROLE_DIRECT, 0)).map_err(|e| (0, e.to_string()))?;
     let Some(mut g) = c.recv(Duration::from_secs(40)) else { return Err((0, "no answer to Hello".into())) };
     if let Some(e) = g.error() {
@@ -205,7 +210,11 @@ pub fn attach(socket: &Path) -> Result<Session, (i32, String)> {
 impl Session {
     /// Opens the session's bulk connection.
     pub fn bulk(&self, socket: &Path) -> Conn {
-        let mut b = Conn::connect(socket).unwrap();
+        self.bulk_over(Conn::connect(socket).unwrap())
+    }
+
+    /// Makes `b` (a connection made already) the session's bulk connection.
+    pub fn bulk_over(&self, mut b: Conn) -> Conn {
         b.send(HELLO, &hello(BULK, ROLE_DIRECT, self.session)).unwrap();
         b
     }
