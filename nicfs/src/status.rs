@@ -101,8 +101,13 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         inodes_open,
         limits: ctx.limits,
         unprivileged_connections: ctx.conns.open(),
-        refusals: crate::limits::RefusalCounts { log_resized: ctx.node.log_files_resized(), ..ctx.refusals.counts() },
+        refusals: refusals(ctx),
     }
+}
+
+/// What the per-user limits refused since start, and the resized log files found.
+pub fn refusals(ctx: &Ctx) -> crate::limits::RefusalCounts {
+    crate::limits::RefusalCounts { log_resized: ctx.node.log_files_resized(), ..ctx.refusals.counts() }
 }
 
 /// Writes the status to `path` atomically.
