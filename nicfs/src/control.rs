@@ -162,27 +162,26 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
 
 /// How long an attach waits for departed clients' logs to be published.
 const DEPARTED_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-/// How long an attach waits, at most, for the end of the connection of a session whose
-/// attaching process has died: if nothing else holds the connection its end is noticed at
-/// once; if a child it forked holds it, the session is not departing at all.
-const DEAD_ATTACHER_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long attaches wait for the end of the connection of a session whose attaching
+/// process has died, counted from the first time it is seen dead: if nothing else holds the
+/// connection its end is noticed at once; if a child it forked holds it, the session is not
+/// departing at all, and no later attach waits for it.
+const DEAD_ATTACHER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Waits until every client that has gone (its connection ended) has had its committed log
 /// published: a new client builds its view from the public area, so it must find there
 /// everything the departed ones committed (a remount after a crash of the mount would
 /// otherwise see a file without the data its fsync acknowledged). A session whose
 /// attaching process died but whose connection lives on — a child forked before the
-/// parent exited — is waited for only [`DEAD_ATTACHER_WAIT`]: it is not departing.
+/// parent exited — is waited for only [`DEAD_ATTACHER_WAIT`] once: it is not departing.
 fn wait_for_departed(ctx: &Ctx) {
     let start = std::time::Instant::now();
     loop {
-        let waited = start.elapsed();
-        let pending =
-            ctx.sessions.all().iter().any(|s| s.ending() || (waited < DEAD_ATTACHER_WAIT && s.attacher_dead()));
+        let pending = ctx.sessions.all().iter().any(|s| s.ending() || s.attacher_just_died(DEAD_ATTACHER_WAIT));
         if !pending {
             return;
         }
-        if waited > DEPARTED_WAIT {
+        if start.elapsed() > DEPARTED_WAIT {
             tracing::warn!("departed clients are still being settled after 30 s; attaching anyway");
             return;
         }

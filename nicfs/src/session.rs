@@ -56,6 +56,8 @@ pub struct Session {
     /// Set once the client is gone (its control connection ended or it detached): the
     /// session is being settled.
     ending: AtomicBool,
+    /// When the attaching process was first seen dead ([`Session::attacher_just_died`]).
+    attacher_seen_dead: Mutex<Option<std::time::Instant>>,
     failure: Mutex<Option<String>>,
     /// Ids of the frames nicfs starts (notices), per session.
     next_id: AtomicU64,
@@ -96,6 +98,7 @@ impl Session {
             failed: AtomicBool::new(false),
             fence: AtomicU64::new(u64::MAX),
             ending: AtomicBool::new(false),
+            attacher_seen_dead: Mutex::new(None),
             failure: Mutex::new(None),
             next_id: AtomicU64::new(1),
             leases,
@@ -171,12 +174,18 @@ impl Session {
         self.ending.load(Ordering::Acquire)
     }
 
-    /// Whether the process that attached has died. Its connection may live on in a child
-    /// it forked (or a process it passed it to), so this alone does not mean the session
-    /// is ending: it is a hint that its end is about to be noticed.
-    pub fn attacher_dead(&self) -> bool {
-        rustix::process::Pid::from_raw(self.cred.pid)
-            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
+    /// Whether the process that attached has died within the last `grace`. Its connection
+    /// may live on in a child it forked (or a process it passed it to), so a dead attacher
+    /// alone does not mean the session is ending: it is a hint that its end is about to be
+    /// noticed, for `grace` from the first time it is seen dead, and no longer.
+    pub fn attacher_just_died(&self, grace: std::time::Duration) -> bool {
+        let dead = rustix::process::Pid::from_raw(self.cred.pid)
+            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH));
+        if !dead {
+            return false;
+        }
+        let seen = *self.attacher_seen_dead.lock().get_or_insert_with(std::time::Instant::now);
+        seen.elapsed() < grace
     }
 
     /// Marks the session failed (an entry refused) with why — the first reason given stays.

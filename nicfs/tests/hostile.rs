@@ -334,9 +334,15 @@ fn a_client_that_forks_and_exits_does_not_hold_up_attach() {
     let mut root = Client::attach(&d.socket);
     let waited = t.elapsed();
     root_file(&mut root, 0, b"quick", b"attach");
+    // And no later attach waits for it at all.
+    let t = Instant::now();
+    let again = Client::attach(&d.socket);
+    let waited_again = t.elapsed();
+    drop(again);
     // SAFETY: kill(2) of the grandchild this test started (through the hostile case).
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert!(waited < Duration::from_secs(3), "root's attach waited {waited:?}");
+    assert!(waited_again < Duration::from_millis(700), "root's second attach waited {waited_again:?}");
 }
 
 /// D (fenced): a session that ignores a revoke is fenced after the lease timeout; its user
