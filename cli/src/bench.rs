@@ -9,43 +9,41 @@
 //! 3. Debian's bindfs of the same directory with its best options for throughput
 //!    ([`bindfs`]), when installed (else the bench says it skipped it),
 //! 4. linefs in host-only mode on one node (libfs publishes its own log; no replication yet),
-//! 5. for the benches that ask for it ([`Testbed::new`]'s `offload`; `datapath` does), linefs
-//!    with nicfs offload on a one-node cluster of its own (nicfs and kworker running, the
-//!    mount a nicfs client under leases): the default mode of `linefs up`.
+//! 5. linefs with nicfs offload on a one-node cluster of its own (nicfs and kworker running,
+//!    the mount a nicfs client under leases): the default mode of `linefs up`. Every bench
+//!    has this row (`Testbed::new`'s `offload`).
 //!
 //! A row for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
-//! does) is printed as pending until that mode exists, and "linefs + nicfs offload" for the
-//! benches without it; add them in [`Target`] and [`run`]. `linefs bench offload`
-//! ([`offload`]) compares libfs clients (no FUSE) with and without nicfs on clusters of their
-//! own.
+//! does) is printed as pending until that mode exists; add it in [`Target`] and [`run`].
+//! `linefs bench offload` ([`offload`]) compares libfs clients (no FUSE) with and without
+//! nicfs on clusters of their own. `seqwrite` and `fsync` ([`syncwrite`]) run `--runs`
+//! interleaved rounds and report medians.
 //!
 //! Everything is torn down afterwards, on error too ([`TempCluster`]).
 
 mod bindfs;
 mod datapath;
 mod filebench;
+#[cfg(linefs_leveldb)]
 mod leveldb;
 mod offload;
 mod offload_report;
+mod syncwrite;
 
 pub use filebench::Personality;
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use crate::cluster;
 use crate::clusterdir::{Backend, ClusterDir};
 use crate::mounts::{self, MountRequest};
 use crate::tempcluster::TempCluster;
-use crate::util::{command_line, fail, human_size, unix_now, utc_date, CliResult, Context};
+use crate::util::{command_line, fail, unix_now, utc_date, CliResult, Context};
 
 /// Size of each write, both workloads.
-const WRITE_SIZE: usize = 16 * 1024;
+pub(crate) const WRITE_SIZE: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BenchName {
@@ -87,6 +85,7 @@ pub struct BenchArgs {
     pub pm_dir: Option<PathBuf>,
     pub pm_size: Option<u64>,
     /// leveldb: number of key/value pairs.
+    #[cfg_attr(not(linefs_leveldb), allow(dead_code))]
     pub num: u64,
     /// filebench: which flow.
     pub personality: Personality,
@@ -142,98 +141,8 @@ impl Target {
 }
 
 /// Rows that exist in DESIGN section 8 but not yet in the code.
-const PENDING: [(&str, &str); 2] = [
-    ("linefs host-only, 3 nodes", "not built yet (replication arrives with the cluster)"),
-    ("linefs + nicfs offload", "not in this bench yet (linefs bench offload measures libfs clients)"),
-];
-
-#[derive(Debug, Clone)]
-enum Figures {
-    Seq { bytes: u64, secs: f64 },
-    Lat { hist: Histogram<u64>, secs: f64 },
-}
-
-impl Figures {
-    fn mb_s(&self) -> f64 {
-        match self {
-            Figures::Seq { bytes, secs } => *bytes as f64 / 1e6 / secs.max(1e-9),
-            Figures::Lat { hist, secs } => hist.len() as f64 * WRITE_SIZE as f64 / 1e6 / secs.max(1e-9),
-        }
-    }
-    /// The figure the ratio compares: MB/s for seqwrite, mean latency for fsync.
-    fn headline(&self) -> f64 {
-        match self {
-            Figures::Seq { .. } => self.mb_s(),
-            Figures::Lat { hist, .. } => hist.mean() / 1000.0,
-        }
-    }
-    fn to_json(&self) -> Value {
-        match self {
-            Figures::Seq { bytes, secs } => {
-                json!({ "bytes": bytes, "seconds": secs, "mb_per_s": self.mb_s() })
-            }
-            Figures::Lat { hist, secs } => {
-                let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-                json!({
-                    "ops": hist.len(),
-                    "seconds": secs,
-                    "ops_per_s": hist.len() as f64 / secs.max(1e-9),
-                    "avg_us": hist.mean() / 1000.0,
-                    "p50_us": us(0.5),
-                    "p99_us": us(0.99),
-                    "p999_us": us(0.999),
-                    "max_us": hist.max() as f64 / 1000.0,
-                })
-            }
-        }
-    }
-}
-
-fn pattern() -> Vec<u8> {
-    (0..WRITE_SIZE).map(|i| (i % 251) as u8 + 1).collect()
-}
-
-/// One file, 16 KiB sequential writes, `size` bytes, fsync at the end; timed from the first
-/// write to the end of the fsync.
-fn seqwrite(dir: &Path, size: u64) -> CliResult<Figures> {
-    let path = dir.join("seqwrite.dat");
-    let what = || format!("seqwrite on {}", path.display());
-    let buf = pattern();
-    let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&path).ctx(what)?;
-    let start = Instant::now();
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(WRITE_SIZE as u64) as usize;
-        f.write_all(&buf[..n]).ctx(what)?;
-        left -= n as u64;
-    }
-    f.sync_all().ctx(what)?;
-    let secs = start.elapsed().as_secs_f64();
-    drop(f);
-    std::fs::remove_file(&path).ctx(what)?;
-    Ok(Figures::Seq { bytes: size, secs })
-}
-
-/// `count` times: append 16 KiB, fsync; each pair's latency in the histogram (ns).
-fn fsync_latency(dir: &Path, count: u64) -> CliResult<Figures> {
-    let path = dir.join("fsync.dat");
-    let what = || format!("fsync bench on {}", path.display());
-    let buf = pattern();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).ctx(what)?;
-    let mut f: File = OpenOptions::new().create(true).write(true).truncate(true).open(&path).ctx(what)?;
-    let start = Instant::now();
-    for _ in 0..count {
-        let t = Instant::now();
-        f.write_all(&buf).ctx(what)?;
-        f.sync_all().ctx(what)?;
-        let ns = t.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
-        hist.record(ns).ctx(what)?;
-    }
-    let secs = start.elapsed().as_secs_f64();
-    drop(f);
-    std::fs::remove_file(&path).ctx(what)?;
-    Ok(Figures::Lat { hist, secs })
-}
+const PENDING: [(&str, &str); 1] =
+    [("linefs host-only, 3 nodes", "not built yet (replication arrives with the cluster)")];
 
 /// The bench's temporary one-node cluster with linefs and the passthrough mounted, and the
 /// three target directories; dropping it tears everything down.
@@ -420,146 +329,19 @@ pub(crate) fn pending_json() -> Value {
     PENDING.iter().map(|(k, why)| json!({"target": k, "status": why})).collect::<Vec<_>>().into()
 }
 
-/// [`pending_json`] for a bench that measures offload itself.
-pub(crate) fn pending_json_with_offload() -> Value {
-    PENDING
-        .iter()
-        .filter(|(k, _)| !k.contains("offload"))
-        .map(|(k, why)| json!({"target": k, "status": why}))
-        .collect::<Vec<_>>()
-        .into()
-}
-
 /// Runs a benchmark; returns the report (table or JSON).
 pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     match args.name {
-        BenchName::Leveldb => return leveldb::run(dir, args),
-        BenchName::Filebench => return filebench::run(dir, args),
-        BenchName::Datapath => return datapath::run(dir, args),
-        BenchName::Offload => return offload::run(dir, args),
-        BenchName::Seqwrite | BenchName::Fsync => {}
-    }
-    if args.size == 0 || args.count == 0 {
-        return Err(fail("--size and --count must be positive"));
-    }
-    let pm_size = args.pm_size.unwrap_or_else(|| {
-        let need = match args.name {
-            BenchName::Seqwrite => args.size,
-            _ => args.count * WRITE_SIZE as u64,
-        };
-        need.saturating_mul(2).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE)
-    });
-    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, false, &args.options)?;
-    let header = Header::new(&bed);
-
-    let mut results = Vec::new();
-    for (target, path) in &bed.targets {
-        let target = *target;
-        if !args.json {
-            eprintln!("linefs: bench {}: running on {} ...", args.name.as_str(), target.label());
-        }
-        let figures = match args.name {
-            BenchName::Seqwrite => seqwrite(path, args.size)?,
-            _ => fsync_latency(path, args.count)?,
-        };
-        results.push((target, figures));
-    }
-    drop(bed);
-
-    let report = Report { name: args.name, args: args.clone(), header, results };
-    Ok(if args.json { report.json().to_string() } else { report.table() })
-}
-
-struct Report {
-    name: BenchName,
-    args: BenchArgs,
-    header: Header,
-    results: Vec<(Target, Figures)>,
-}
-
-impl Report {
-    fn linefs(&self) -> Option<&Figures> {
-        self.results.iter().find(|(t, _)| *t == Target::Linefs).map(|(_, f)| f)
-    }
-
-    /// linefs's headline figure divided by `f`'s.
-    fn ratio(&self, f: &Figures) -> f64 {
-        self.linefs().map_or(f64::NAN, |l| l.headline() / f.headline().max(1e-12))
-    }
-
-    fn workload(&self) -> String {
-        match self.name {
-            BenchName::Seqwrite => format!(
-                "one file, 16 KiB sequential writes, {} total, fsync at the end (timed)",
-                human_size(self.args.size)
-            ),
-            _ => {
-                format!("16 KiB append + fsync, {} times, one file; latency of each pair", self.args.count)
-            }
-        }
-    }
-
-    fn json(&self) -> Value {
-        let results: Vec<Value> = self
-            .results
-            .iter()
-            .map(|(t, f)| {
-                let mut v = f.to_json();
-                v["target"] = json!(t.key());
-                v["linefs_ratio"] = json!(self.ratio(f));
-                v
-            })
-            .collect();
-        json!({
-            "bench": self.name.as_str(),
-            "date": self.header.date,
-            "command": self.header.command,
-            "workload": self.workload(),
-            "ratio_meaning": match self.name {
-                BenchName::Seqwrite => "linefs MB/s / target MB/s",
-                _ => "linefs mean latency / target mean latency",
-            },
-            "pm": self.header.pm_json(),
-            "results": results,
-            "pending": pending_json(),
-        })
-    }
-
-    fn table(&self) -> String {
-        let mut o = self.header.table(self.name.as_str(), &self.workload());
-        match self.name {
-            BenchName::Seqwrite => {
-                o.push_str(&format!("{:<34} {:>10} {:>16}\n", "target", "MB/s", "linefs/target"));
-                for (t, f) in &self.results {
-                    o.push_str(&format!("{:<34} {:>10.1} {:>16.3}\n", t.label(), f.mb_s(), self.ratio(f)));
-                }
-            }
-            _ => {
-                o.push_str(&format!(
-                    "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14}\n",
-                    "target (µs)", "avg", "p50", "p99", "p99.9", "ops/s", "linefs/target"
-                ));
-                for (t, f) in &self.results {
-                    let j = f.to_json();
-                    let g = |k: &str| j[k].as_f64().unwrap_or(f64::NAN);
-                    o.push_str(&format!(
-                        "{:<34} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.0} {:>14.3}\n",
-                        t.label(),
-                        g("avg_us"),
-                        g("p50_us"),
-                        g("p99_us"),
-                        g("p999_us"),
-                        g("ops_per_s"),
-                        self.ratio(f)
-                    ));
-                }
-            }
-        }
-        o.push_str(&pending_table());
-        o.push_str(match self.name {
-            BenchName::Seqwrite => "\nlinefs/target: linefs MB/s divided by the target's (>1: linefs faster)\n",
-            _ => "\nlinefs/target: linefs mean latency divided by the target's (<1: linefs faster)\n",
-        });
-        o
+        #[cfg(linefs_leveldb)]
+        BenchName::Leveldb => leveldb::run(dir, args),
+        #[cfg(not(linefs_leveldb))]
+        BenchName::Leveldb => Err(fail(
+            "this linefs was built without LevelDB (libleveldb-dev was not found at build time): \
+             install it (scripts/install-deps.sh) and rebuild",
+        )),
+        BenchName::Filebench => filebench::run(dir, args),
+        BenchName::Datapath => datapath::run(dir, args),
+        BenchName::Offload => offload::run(dir, args),
+        BenchName::Seqwrite | BenchName::Fsync => syncwrite::run(dir, args),
     }
 }

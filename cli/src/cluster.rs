@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use linefs_pm::layout::FormatParams;
-use linefs_pm::mkfs;
+use linefs_pm::{mkfs, upgrade};
 
 use crate::clusterdir::{write_atomic, ClusterDesc, ClusterDir, NodeDesc, Offload};
 use crate::daemons::{self, Role, Stopped};
@@ -23,6 +23,14 @@ pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
 /// node's PM size and whether it was formatted.
 pub fn ensure_node(path: &Path, size: u64) -> CliResult<(u64, bool)> {
     if path.exists() {
+        if linefs_pm::node::is_node_dir(path) {
+            // A node of an older format version is upgraded in place (nothing is up: the
+            // upgrade takes the node's lock, refused while anything holds it).
+            let done = upgrade::upgrade_dir(path).ctx(|| format!("{}: upgrade", path.display()))?;
+            if done.from != done.to {
+                eprintln!("linefs: {}: PM format upgraded from version {} to {}", path.display(), done.from, done.to);
+            }
+        }
         let geo = mkfs::check_dir(path)
             .ctx(|| format!("{}: not a valid linefs node (remove it to reformat)", path.display()))?;
         return Ok((geo.node_size(), false));
@@ -44,6 +52,8 @@ pub struct UpArgs {
     pub cpus: Option<String>,
     /// `--metrics-port`; none: as recorded.
     pub metrics_port: Option<MetricsPort>,
+    /// `--trusted-group` (`none` clears it); none: as recorded.
+    pub trusted_group: Option<String>,
     /// nicfs's limit flags ([`LimitFlags::to_args`]); none: as recorded.
     pub nicfs_limits: Option<Vec<String>>,
 }
@@ -210,6 +220,11 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     if let Some(base) = metrics_port {
         check_metrics_port(base, args.nodes)?;
     }
+    let trusted_group = match args.trusted_group.as_deref() {
+        Some("none") => None,
+        Some(g) => Some(g.to_string()),
+        None => existing.as_ref().and_then(|d| d.trusted_group.clone()),
+    };
     if offload == Offload::On {
         for node in 0..args.nodes {
             for role in [Role::Nicfs, Role::Kworker] {
@@ -228,7 +243,7 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         Some(l) => l.clone(),
         None => existing.as_ref().map(|d| d.nicfs_limits.clone()).unwrap_or_default(),
     };
-    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port, nicfs_limits };
+    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port, trusted_group, nicfs_limits };
     let desc = describe(dir, &pm_dir, &pm_files, size, settings, existing.as_ref())?;
     let mut started = Vec::new();
     if offload == Offload::On {
@@ -308,6 +323,7 @@ pub struct Settings {
     pub offload: Offload,
     pub nic_cpus: Option<String>,
     pub metrics_port: Option<u16>,
+    pub trusted_group: Option<String>,
     /// nicfs's limit flags, as given to `up`.
     pub nicfs_limits: Vec<String>,
 }
@@ -322,7 +338,14 @@ pub fn create(
     zk: Option<String>,
     existing: Option<&ClusterDesc>,
 ) -> CliResult<ClusterDesc> {
-    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None, metrics_port: None, nicfs_limits: Vec::new() };
+    let settings = Settings {
+        zk,
+        offload: Offload::Off,
+        nic_cpus: None,
+        metrics_port: None,
+        trusted_group: None,
+        nicfs_limits: Vec::new(),
+    };
     let desc = describe(dir, pm_dir, pm_files, size, settings, existing)?;
     mark_up(dir)?;
     Ok(desc)
@@ -333,8 +356,14 @@ pub fn create(
 pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], size: u64) -> CliResult<ClusterDesc> {
     daemons::check_executables()?;
     daemons::check_socket_paths(dir, pm_files.len())?;
-    let settings =
-        Settings { zk: None, offload: Offload::On, nic_cpus: None, metrics_port: None, nicfs_limits: Vec::new() };
+    let settings = Settings {
+        zk: None,
+        offload: Offload::On,
+        nic_cpus: None,
+        metrics_port: None,
+        trusted_group: None,
+        nicfs_limits: Vec::new(),
+    };
     let desc = describe(dir, pm_dir, pm_files, size, settings, None)?;
     mark_up(dir)?;
     for node in 0..desc.nodes.len() {
@@ -345,7 +374,8 @@ pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], siz
 
 /// Marks the cluster in `dir` up.
 fn mark_up(dir: &ClusterDir) -> CliResult<()> {
-    std::fs::write(dir.up_marker(), format!("{}\n", unix_now())).ctx(|| format!("{}: write", dir.up_marker().display()))
+    crate::util::write_private(&dir.up_marker(), format!("{}\n", unix_now()).as_bytes())
+        .ctx(|| format!("{}: write", dir.up_marker().display()))
 }
 
 /// Formats the nodes that need it and writes the description (`cluster.json`).
@@ -359,6 +389,13 @@ fn describe(
 ) -> CliResult<ClusterDesc> {
     for sub in [dir.logs(), dir.run(), pm_dir.to_path_buf()] {
         std::fs::create_dir_all(&sub).ctx(|| format!("{}: create", sub.display()))?;
+    }
+    // The daemons' logs name sessions, uids and paths: not for everyone (docs/SECURITY.md).
+    // run/ stays searchable: nicfs's socket, there, is the interface.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.logs(), std::fs::Permissions::from_mode(0o750))
+            .ctx(|| format!("{}: chmod 750", dir.logs().display()))?;
     }
     let mut nodes = Vec::new();
     for (index, pm_path) in pm_files.iter().enumerate() {
@@ -376,6 +413,7 @@ fn describe(
         offload: Some(settings.offload),
         nic_cpus: settings.nic_cpus,
         metrics_port: settings.metrics_port,
+        trusted_group: settings.trusted_group,
         nicfs_limits: settings.nicfs_limits,
     };
     write_desc(dir, &desc)?;
@@ -390,6 +428,30 @@ fn write_desc(dir: &ClusterDir, desc: &ClusterDesc) -> CliResult<()> {
 /// kworker, then its nicfs (SIGTERM: it settles its sessions and exits; SIGKILL after a
 /// timeout), removes their pid files, sockets and status files, and marks the cluster down.
 /// The data stays.
+/// `upgrade`: every node of the stopped cluster in `dir` to this build's PM format version,
+/// in place ([`linefs_pm::upgrade`]); one line per node.
+pub fn upgrade(dir: &ClusterDir) -> CliResult<String> {
+    let desc = dir.load()?;
+    let _lock = dir.lock()?;
+    if dir.is_up() {
+        return Err(fail(format!("the cluster in {} is up: stop it first (linefs down)", dir.root.display())));
+    }
+    let mut lines = Vec::new();
+    for node in &desc.nodes {
+        let done =
+            upgrade::upgrade_dir(&node.pm_path).ctx(|| format!("node {}: {}", node.index, node.pm_path.display()))?;
+        lines.push(match (done.from == done.to, done.superblock_restored) {
+            (false, _) => format!("node {}: PM format upgraded from version {} to {}", node.index, done.from, done.to),
+            (true, true) => format!(
+                "node {}: PM format version {}; superblock restored from its copy (an upgrade had been cut short)",
+                node.index, done.to
+            ),
+            (true, false) => format!("node {}: PM format version {}, nothing to do", node.index, done.to),
+        });
+    }
+    Ok(lines.join("\n"))
+}
+
 pub fn down(dir: &ClusterDir) -> CliResult<String> {
     let desc = dir.load()?;
     let _lock = dir.lock()?;
@@ -504,6 +566,7 @@ mod tests {
             offload: Some(Offload::On),
             nic_cpus: None,
             metrics_port: None,
+            trusted_group: None,
             nicfs_limits: Vec::new(),
         };
         assert_eq!(daemons::metrics_addr(&desc, 1).unwrap(), None);

@@ -52,6 +52,10 @@ pub struct ClusterDesc {
     /// every nicfs started for the cluster (`up`, `restart-nic`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nicfs_limits: Vec<String>,
+    /// `up --trusted-group`: the group nicfs hands the public file to besides root
+    /// (`nicfs --trusted-group`); none: root only.
+    #[serde(default)]
+    pub trusted_group: Option<String>,
 }
 
 impl ClusterDesc {
@@ -210,5 +214,7 @@ impl ClusterDir {
 /// Writes a file through a temporary file and a rename.
 pub fn write_atomic(path: &Path, text: &str) -> CliResult<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)).ctx(|| format!("{}: write", path.display()))
+    crate::util::write_private(&tmp, text.as_bytes())
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .ctx(|| format!("{}: write", path.display()))
 }

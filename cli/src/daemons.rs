@@ -189,6 +189,9 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
         args.extend(["--metrics-addr".to_string(), addr]);
     }
     args.extend(desc.nicfs_limits.iter().cloned());
+    if let Some(group) = &desc.trusted_group {
+        args.extend(["--trusted-group".to_string(), group.clone()]);
+    }
     let log = log_file(dir, Role::Nicfs, node);
     let from = procs::log_len(&log);
     let pid = procs::spawn_detached(&exe, &args, &log, None)?;

@@ -9,6 +9,7 @@ mod cluster;
 mod clusterdir;
 mod crashsuite;
 mod daemons;
+mod fsck;
 mod interrupt;
 mod mounts;
 mod nodes;
@@ -72,6 +73,12 @@ enum Verb {
         /// recorded, else nicfs's defaults).
         #[command(flatten)]
         limits: cluster::LimitFlags,
+        /// A group (name or number) whose members, besides root, nicfs hands the node's
+        /// public file: they read every file of the node directly, as the `disk` group reads
+        /// a block device. Others read through a mount. `none` clears it; default: as
+        /// recorded, none at first.
+        #[arg(long, value_name = "GROUP|none")]
+        trusted_group: Option<String>,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -128,6 +135,12 @@ enum Verb {
     },
     /// Stop everything up and mount started; keep the data.
     Down {
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Upgrade every node of a stopped cluster to this build's PM format version, in place
+    /// (`up` does it too before it starts a node).
+    Upgrade {
         #[command(flatten)]
         dir: DirArg,
     },
@@ -226,6 +239,19 @@ enum Verb {
         #[command(flatten)]
         dir: DirArg,
     },
+    /// Check node I's public area (read-only): link counts, parents, the tree, every block
+    /// owned once, checksums, orphans. One line per problem; exit 1 if any, 0 if clean.
+    Fsck {
+        #[arg(long, default_value_t = 0, value_name = "I")]
+        node: usize,
+        /// The PM directory holding node<I> (default: where the cluster in DIR keeps it).
+        #[arg(long, value_name = "PMDIR")]
+        pm_dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
     #[command(hide = true)]
     FuseDaemon(fuse_mount::daemon::DaemonArgs),
@@ -243,9 +269,11 @@ impl Verb {
             Verb::KillNic { .. } => "kill-nic",
             Verb::RestartNic { .. } => "restart-nic",
             Verb::Down { .. } => "down",
+            Verb::Upgrade { .. } => "upgrade",
             Verb::Bench { .. } => "bench",
             Verb::CrashSuite { .. } => "crash-suite",
             Verb::Soak { .. } => "soak",
+            Verb::Fsck { .. } => "fsck",
             Verb::FuseDaemon(_) => "fuse-daemon",
         }
     }
@@ -253,10 +281,11 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, limits, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, limits, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
             let nicfs_limits = limits.to_args();
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, nicfs_limits })
+            let up = UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, nicfs_limits };
+            cluster::up(&d, &up)
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)
@@ -271,6 +300,7 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::KillNic { node, dir } => nodes::kill_nic(&ClusterDir::new(&dir.dir)?, node),
         Verb::RestartNic { node, dir } => nodes::restart_nic(&ClusterDir::new(&dir.dir)?, node),
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
+        Verb::Upgrade { dir } => cluster::upgrade(&ClusterDir::new(&dir.dir)?),
         Verb::Bench {
             name,
             json,
@@ -330,6 +360,15 @@ fn run(verb: Verb) -> CliResult<String> {
             interrupt::install();
             soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed, offload })
         }
+        Verb::Fsck { node, pm_dir, json, dir } => {
+            let out = fsck::run(&ClusterDir::new(&dir.dir)?, &fsck::Args { node, pm_dir, json })?;
+            if out.problems == 0 {
+                return Ok(out.text);
+            }
+            // The report goes to stdout, the verdict to stderr, and the exit is 1.
+            println!("{}", out.text);
+            Err(fail(format!("{} problems on node {node}", out.problems)))
+        }
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();
             fuse_mount::daemon::run(args).map(|()| String::new()).map_err(fail)
@@ -358,7 +397,18 @@ fn main() -> ExitCode {
     match run(cli.verb) {
         Ok(msg) => {
             if !msg.is_empty() {
-                println!("{msg}");
+                // A reader that stopped early (`linefs status | head`) is not an error: the
+                // rest of the output is dropped quietly, as other commands do.
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                match writeln!(out, "{msg}").and_then(|()| out.flush()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    Err(e) => {
+                        eprintln!("linefs: {name}: writing the output: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
             }
             ExitCode::SUCCESS
         }

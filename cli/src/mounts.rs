@@ -232,7 +232,7 @@ pub fn mount(
     };
     let rec = mount_locked(dir, &mut reg, req)?;
     let how = if rec.nicfs.is_some() { "attached to nicfs" } else { "host-only" };
-    Ok(format!("node {node} mounted at {}, {how} (pid {})", rec.mountpoint.display(), rec.pid))
+    Ok(format!("node {node} mounted at {}, {how} (mount daemon pid {})", rec.mountpoint.display(), rec.pid))
 }
 
 /// The directory of node `node`, or why there is none.

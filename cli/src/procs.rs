@@ -139,7 +139,7 @@ pub fn failure_reason(log: &Path, from: u64) -> String {
 /// mounts SCRATCH while its shell sits in TEST) would keep that mount busy for its lifetime.
 /// Every path handed to a daemon is absolute.
 pub fn spawn_detached(program: &Path, args: &[String], log: &Path, keep_fd: Option<RawFd>) -> CliResult<i32> {
-    let out = OpenOptions::new().create(true).append(true).open(log).ctx(|| format!("{}: open log", log.display()))?;
+    let out = crate::util::open_private_append(log).ctx(|| format!("{}: open log", log.display()))?;
     let err = out.try_clone().ctx(|| format!("{}: open log", log.display()))?;
     let mut cmd = Command::new(program);
     // The output goes to a file: no colour codes (tracing-subscriber honours NO_COLOR).
@@ -276,7 +276,8 @@ pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
 }
 
 pub fn write_pid_file(path: &Path, pid: i32) -> CliResult<()> {
-    std::fs::write(path, format!("{pid}\n")).ctx(|| format!("{}: write pid file", path.display()))
+    crate::util::write_private(path, format!("{pid}\n").as_bytes())
+        .ctx(|| format!("{}: write pid file", path.display()))
 }
 
 pub fn read_pid_file(path: &Path) -> Option<i32> {

@@ -10,7 +10,9 @@
 //! mount detached — and restarted with `linefs restart-host 0`, which runs recovery. After
 //! every restart and at the end, every live manifest entry must be there with its content and
 //! the latest 2,000 acknowledged deletions must still be gone. A call that fails while the
-//! mount is up (ENOSPC, EIO, …) ends the soak with that error.
+//! mount is up (ENOSPC, EIO, …) ends the soak with that error. At the very end the cluster
+//! goes down and pm's fsck checks the node at rest (`linefs fsck`): any problem fails the
+//! soak.
 //!
 //! With offload on (the default) the node's nicfs publishes the mount's log, and each kill
 //! is one of three, at random: the host (the mount and kworker, as above), the kworker alone
@@ -344,6 +346,14 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         let m = lock(&manifest);
         (m.created, m.deleted)
     };
+    // The node at rest after everything: down (a clean stop publishes every log), then
+    // pm's fsck of its public area; any problem fails the soak.
+    cluster::down(&soak)?;
+    let report = crate::fsck::check(&pm_file, false)?;
+    if !report.is_clean() {
+        let lines: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+        return Err(fail(format!("fsck after the soak: {}", lines.join("; "))));
+    }
     if kills == 0 {
         return Err(fail("the soak ended before any kill; give it more time"));
     }
@@ -368,7 +378,8 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     };
     Ok(format!(
         "soak: {:.0} s, {kills} kills ({what}), {files} fsynced files, {deleted} fsynced deletions, \
-         {checks} file checks, 0 lost",
+         {checks} file checks, 0 lost, fsck clean ({} inodes)",
         start.elapsed().as_secs_f64(),
+        report.inodes,
     ))
 }

@@ -2,7 +2,30 @@
 //! and shell quoting for reports.
 
 use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Mode of the files `linefs` and its daemons write under DIR (logs, pid and status files,
+/// the registry): readable by the owner and its group, never by everyone (they name
+/// sessions, uids and paths; docs/SECURITY.md).
+pub const PRIVATE_MODE: u32 = 0o640;
+
+/// Opens `path` for appending (creating it), mode [`PRIVATE_MODE`] even if it existed with
+/// another.
+pub fn open_private_append(path: &Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new().create(true).append(true).mode(PRIVATE_MODE).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(PRIVATE_MODE))?;
+    Ok(f)
+}
+
+/// Writes `bytes` to `path` (created or truncated), mode [`PRIVATE_MODE`].
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(PRIVATE_MODE).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(PRIVATE_MODE))?;
+    f.write_all(bytes)
+}
 
 /// A failed verb: a one-line reason, printed as `linefs: VERB: REASON`.
 #[derive(Debug)]

@@ -20,8 +20,8 @@ use serde_json::Value;
 mod common;
 use common::positive;
 
-const RUN_LIMIT: Duration = Duration::from_secs(40);
-const TARGETS: [&str; 3] = ["local", "fuse-passthrough", "linefs"];
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+const TARGETS: [&str; 4] = ["local", "fuse-passthrough", "linefs", "linefs-offload"];
 
 /// Runs `linefs bench ARGS --json --dir DIR`, bounded by RUN_LIMIT; returns its JSON report.
 fn bench(dir: &Path, args: &[&str]) -> Value {

@@ -327,6 +327,52 @@ fn nicfs_serves_metrics_on_the_port_up_was_given() {
     ok(&dir, &["down"]);
 }
 
+/// The files up writes and the daemons' files are not world-readable, the node's PM is
+/// nicfs's alone, `--trusted-group` is recorded and given to nicfs, and `fsck` finds the node
+/// clean, live and at rest (docs/SECURITY.md).
+#[test]
+fn files_are_private_the_trusted_group_reaches_nicfs_and_fsck_is_clean() {
+    use std::os::unix::fs::PermissionsExt;
+    need_daemons();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M", "--trusted-group", "4242"]);
+    let desc: Value = serde_json::from_str(&fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap();
+    assert_eq!(desc["trusted_group"], "4242");
+    let nicfs = pid_of(&dir, "nicfs-0");
+    let cmdline = fs::read_to_string(format!("/proc/{nicfs}/cmdline")).unwrap().replace('\0', " ");
+    assert!(cmdline.contains("--trusted-group 4242"), "{cmdline}");
+    let mode =
+        |p: &Path| fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777;
+    let node = PathBuf::from(desc["nodes"][0]["pm_path"].as_str().unwrap());
+    assert_eq!(mode(&node), 0o700, "{}", node.display());
+    for f in fs::read_dir(&node).unwrap() {
+        assert_eq!(mode(&f.unwrap().path()), 0o600);
+    }
+    assert_eq!(mode(&dir.join("logs")), 0o750);
+    let mut private = vec![dir.join("cluster.json"), dir.join("run/nicfs-0.status.json")];
+    private.extend(["nicfs-0", "kworker-0"].map(|n| pid_file(&dir, n)));
+    private.extend(fs::read_dir(dir.join("logs")).unwrap().map(|f| f.unwrap().path()));
+    for p in &private {
+        assert_eq!(mode(p) & 0o007, 0, "{} is world-readable", p.display());
+    }
+    // Live: nicfs holds the node.
+    let out = ok(&dir, &["fsck"]);
+    assert!(out.trim_end().ends_with(": clean") && out.contains(", live)"), "{out}");
+    let json: Value = serde_json::from_str(&ok(&dir, &["fsck", "--json"])).unwrap();
+    assert_eq!((&json["clean"], &json["live"]), (&true.into(), &true.into()), "{json:#}");
+    ok(&dir, &["down"]);
+    let out = ok(&dir, &["fsck"]);
+    assert!(out.trim_end().ends_with(": clean") && !out.contains("live"), "{out}");
+    assert!(err(&dir, &["fsck", "--node", "3"]).contains("node 3 out of range"));
+    // `none` clears the recorded group.
+    ok(&dir, &["up", "--nodes", "1", "--trusted-group", "none"]);
+    let desc: Value = serde_json::from_str(&fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap();
+    assert!(desc["trusted_group"].is_null(), "{desc:#}");
+    ok(&dir, &["down"]);
+}
+
 #[test]
 fn too_deep_a_directory_for_the_socket_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -362,6 +408,26 @@ fn offload_mount_attaches_to_nicfs() {
         let mut f = fs::File::create(mnt.join("synced")).unwrap();
         f.write_all(b"durable through nicfs").unwrap();
         f.sync_all().unwrap();
+    }
+    // The mount's status shows the node's free space as nicfs counts it (was the client's
+    // unspent reservation: 0).
+    wait_for("the mount's status to show the node's free blocks", Duration::from_secs(5), || {
+        status(&dir)["mounts"][0]["libfs"]["free_blocks"].as_u64().is_some_and(|b| b > 1000)
+    });
+    // A reader that stops early (`linefs status | head -1`): no panic, exit 0.
+    {
+        use std::process::Stdio;
+        let mut child = Command::new(LINEFS)
+            .args(["status", "--dir"])
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("panicked"), "{:?}: {stderr}", out.status);
     }
     // A host crash: the mount and the kworker die; nicfs stays and goes isolated.
     let kworker = pid_of(&dir, "kworker-0");

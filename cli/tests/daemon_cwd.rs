@@ -41,9 +41,9 @@ fn mount_daemon_runs_in_the_root_directory() {
     fs::create_dir(&start).unwrap();
     linefs(&start, &dir, &["up", "--nodes", "1", "--pm-size", "64M", "--offload", "off"]);
     let out = linefs(&start, &dir, &["mount", mnt.to_str().unwrap()]);
-    // "node 0 mounted at MNT (pid N)"
+    // "node 0 mounted at MNT, host-only (mount daemon pid N)"
     let pid: i32 = out
-        .rsplit_once("(pid ")
+        .rsplit_once("(mount daemon pid ")
         .and_then(|(_, rest)| rest.trim_end().trim_end_matches(')').parse().ok())
         .unwrap_or_else(|| panic!("no pid in {out:?}"));
     let cwd = fs::read_link(format!("/proc/{pid}/cwd"));

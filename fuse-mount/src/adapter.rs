@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, PollEvents, PollFlags,
+    PollNotifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyLseek, ReplyOpen, ReplyPoll, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use libfs::{AtimePolicy, Attr, FileKind, Fs, FsError, SetAttr, TimeSet};
 use tracing::{debug, debug_span};
@@ -159,6 +159,17 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The generation the kernel is told for an inode: the root's must be 0 (the kernel logs
+/// "root generation should be zero" otherwise, e.g. on a lookup of `..` or of an NFS file
+/// handle of the root); others carry libfs's, so that a reused number is a new file.
+fn generation(a: &Attr) -> Generation {
+    if a.ino == linefs_pm::record::ROOT_INO {
+        Generation(0)
+    } else {
+        Generation(u64::from(a.generation))
+    }
+}
+
 fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
@@ -168,12 +179,7 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 
 fn reply_entry(reply: ReplyEntry, cache: &KernelCache, op: &str, res: Result<Attr, FsError>) {
     match res {
-        Ok(a) => reply.entry_with_ttls(
-            &cache.attr_ttl(),
-            &cache.entry_ttl(),
-            &file_attr(&a),
-            Generation(u64::from(a.generation)),
-        ),
+        Ok(a) => reply.entry_with_ttls(&cache.attr_ttl(), &cache.entry_ttl(), &file_attr(&a), generation(&a)),
         Err(e) => reply.error(errno(op, &e)),
     }
 }
@@ -581,7 +587,7 @@ impl Filesystem for LinefsFuse {
                 // One time-out for the name and the attributes: the shorter.
                 &self.cache.entry_ttl().min(self.cache.attr_ttl()),
                 &file_attr(&a),
-                Generation(u64::from(a.generation)),
+                generation(&a),
                 FileHandle(fh),
                 // An existing file (another client's create won the race) may have stale pages.
                 self.open_flags(a.ino),
@@ -630,5 +636,83 @@ impl Filesystem for LinefsFuse {
             },
             Err(e) => reply.error(errno("lseek", &e)),
         }
+    }
+    /// A copy inside the file system (cp, many tools): libfs reads the source range and
+    /// writes it to the destination in 1 MiB pieces, without the bytes crossing into the
+    /// caller's address space and back. The kernel has checked the descriptors' modes and
+    /// (with the writeback cache) written the source range back first; it drops the
+    /// destination's cached pages after the reply. A short copy ends at the source's end.
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _s = debug_span!("copy_file_range", ino_in = ino_in.0, offset_in, ino_out = ino_out.0, offset_out, len)
+            .entered();
+        const PIECE: u64 = 1 << 20;
+        // The reply counts in 32 bits; the kernel never asks for more than MAX_RW_COUNT.
+        let len = len.min(u64::from(u32::MAX) & !(PIECE - 1));
+        let cred = self.cred(req);
+        let mut done: u64 = 0;
+        let mut mode_changed = false;
+        while done < len {
+            let want = (len - done).min(PIECE) as u32;
+            let data = match self.fs.read(ino_in.0, offset_in + done, want) {
+                Ok(d) => d,
+                Err(e) if done == 0 => return reply.error(errno("copy_file_range", &e)),
+                Err(_) => break,
+            };
+            if data.is_empty() {
+                break;
+            }
+            let written = if self.writeback {
+                self.fs.writeback_noting_mode(&cred, ino_out.0, offset_out + done, &data)
+            } else {
+                self.fs.write_noting_mode(&cred, ino_out.0, offset_out + done, &data)
+            };
+            match written {
+                Ok((n, changed)) => {
+                    mode_changed |= changed;
+                    done += u64::from(n);
+                    if (n as usize) < data.len() || data.len() < want as usize {
+                        break;
+                    }
+                }
+                Err(e) if done == 0 => return reply.error(errno("copy_file_range", &e)),
+                Err(_) => break,
+            }
+        }
+        if done > 0 {
+            self.accessed(ino_in.0, self.atime);
+        }
+        if mode_changed {
+            self.cache.expire_attrs(ino_out.0);
+        }
+        reply.written(done as u32)
+    }
+
+    /// Regular files, directories and the rest are always ready, as on a local file system
+    /// (FIFOs and sockets are served by the kernel, not here): the events asked for that a
+    /// file can have, and no notifier kept.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
+    ) {
+        let ready = PollEvents::POLLIN | PollEvents::POLLOUT | PollEvents::POLLRDNORM | PollEvents::POLLWRNORM;
+        reply.poll(events & ready)
     }
 }

@@ -159,7 +159,22 @@ fn write_status(path: &Path, backend: &Backend, mountpoint: &Path, args: &Daemon
         "libfs": libfs,
     });
     let tmp = path.with_extension("tmp");
-    let res = std::fs::write(&tmp, format!("{doc}\n")).and_then(|()| std::fs::rename(&tmp, path));
+    // Mode 0640: the status names the node and the mount (docs/SECURITY.md).
+    let res = {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o640)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+                f.write_all(format!("{doc}\n").as_bytes())
+            })
+            .and_then(|()| std::fs::rename(&tmp, path))
+    };
     if let Err(e) = res {
         warn!(path = %path.display(), error = %e, "cannot write status file");
     }

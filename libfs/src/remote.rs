@@ -99,6 +99,18 @@ fn refused(what: &str, e: &linefs_proto::ErrorReply) -> FsError {
     FsError::Io { what: format!("{what}: {}", e.message), source: std::io::Error::from_raw_os_error(e.errno) }
 }
 
+/// The refusal of a client nicfs does not trust with the public file.
+fn not_trusted(what: &str) -> FsError {
+    let uid = rustix::process::geteuid().as_raw();
+    FsError::Io {
+        what: format!(
+            "{what}: uid {uid} may not read the node's public area: use a mount, or ask the operator \
+             for the node's trusted group (nicfs --trusted-group)"
+        ),
+        source: std::io::Error::from_raw_os_error(libc::EACCES),
+    }
+}
+
 impl Remote {
     /// Attaches to the nicfs listening on `socket` as `role`. Every slot busy (EBUSY) is
     /// retried for a few seconds: a client that just died may still be being settled.
@@ -127,6 +139,12 @@ impl Remote {
             Control::Error(e) => return Err(refused(&what, &e)),
             other => return Err(io(&what, format!("unexpected answer {:?}", other))),
         };
+        if !attached.public {
+            // An untrusted client (docs/SECURITY.md): nicfs gave it its log but not the
+            // public file, and libfs reads through the public file. Dropping the control
+            // connection ends the session nicfs started.
+            return Err(not_trusted(&what));
+        }
         let mut fds = r.fds.into_iter();
         let (Some(log), Some(public)) = (fds.next(), fds.next()) else {
             return Err(io(&what, "Attached came without its two descriptors"));

@@ -43,6 +43,9 @@ pub struct FsStatus {
 
 impl Fs {
     pub fn status(&self) -> FsStatus {
+        // Offload: the node's space and inode numbers are nicfs's, asked before any lock is
+        // taken (statfs takes the view's lock itself).
+        let node = self.client.publication.remote().map(|_| self.statfs());
         let front = self.rlock();
         let publication = &self.client.publication;
         let ps = publication.public.read();
@@ -59,10 +62,15 @@ impl Fs {
             published_lsn: ps.published,
             tail_lsn: front.tail,
             data_blocks: publication.geo.data_blocks,
-            // Offload: the blocks nicfs reserved for this client (statfs asks for the node's).
-            free_blocks: ps.area.as_ref().map_or(publication.free_blocks.load(Ordering::Acquire), |a| a.free_blocks()),
+            // Offload: the node's free blocks as nicfs counts them (plus this client's unspent
+            // reservation), as statfs reports them.
+            free_blocks: match (&node, ps.area.as_ref()) {
+                (Some(sf), _) => sf.bfree,
+                (None, Some(a)) => a.free_blocks(),
+                (None, None) => publication.free_blocks.load(Ordering::Acquire),
+            },
             inodes: publication.geo.inode_count - 1,
-            free_inodes: front.view.inos.free(),
+            free_inodes: node.as_ref().map_or(front.view.inos.free(), |sf| sf.ffree),
             entries_appended: front.appended,
             entries_published: ps.entries,
             publish_batches: ps.batches,

@@ -456,3 +456,41 @@ fn an_open_for_writing_moves_no_lease_until_it_writes() {
     drop(a);
     published_whole(&n, &b, ino, b"from b");
 }
+
+/// A client nicfs does not trust with the public file (here uid and gid 65534, no other
+/// group: the test binary re-run as `nobody`) is refused by libfs with a message that says
+/// why and what to do, and nicfs serves root's clients on (docs/SECURITY.md).
+#[test]
+fn an_untrusted_user_cannot_attach_through_libfs() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let n = Nicfs::start();
+    let dir = n.socket.parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "untrusted_attach", "--nocapture", "--include-ignored"])
+        .env("LIBFS_TEST_SOCKET", &n.socket)
+        .env("LIBFS_TEST_NODE", &n.node)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("refused: "), "{stdout}");
+    let fs = n.attach(FsOptions::default());
+    create(&fs, "after").unwrap();
+}
+
+#[test]
+#[ignore = "run by an_untrusted_user_cannot_attach_through_libfs"]
+fn untrusted_attach() {
+    let Some(socket) = std::env::var_os("LIBFS_TEST_SOCKET") else { return };
+    let node = std::path::PathBuf::from(std::env::var_os("LIBFS_TEST_NODE").unwrap());
+    let opts = FsOptions { pm_path: node, nicfs: Some(socket.into()), ..Default::default() };
+    let e = Fs::mount(opts).err().expect("an untrusted client does not attach");
+    let text = e.to_string();
+    assert!(text.contains("uid 65534 may not read the node's public area: use a mount"), "{text}");
+    assert!(text.ends_with("Permission denied (os error 13)"), "{text}");
+    println!("refused: {text}");
+}

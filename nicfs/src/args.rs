@@ -43,6 +43,11 @@ pub struct Args {
     /// leases passed on. 0: never (a client holds its leases until its session ends).
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_LEASE_TIMEOUT_MS)]
     pub lease_timeout_ms: u64,
+    /// The group (number or name) whose members, besides root, are handed the node's public
+    /// file when they attach — a privilege equal to reading every file of the node (like
+    /// the `disk` group's). None by default: only root reads the node directly.
+    #[arg(long, value_name = "GID|NAME", value_parser = crate::trust::parse_group)]
+    pub trusted_group: Option<u32>,
     /// The uid a kworker must run as, besides nicfs's own (when nicfs runs as root, any
     /// other uid is refused the kworker channel).
     #[arg(long, value_name = "UID")]
@@ -119,6 +124,9 @@ mod tests {
         let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--lease-timeout-ms", "0"]).unwrap();
         assert_eq!(a.lease_timeout_ms, 0, "0 turns expiry off");
         assert!(Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--lease-timeout-ms", "-1"]).is_err());
+        assert_eq!(a.trusted_group, None, "nobody but root is trusted by default");
+        let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--trusted-group", "6"]).unwrap();
+        assert_eq!(a.trusted_group, Some(6));
         assert_eq!((a.kworker_uid, a.max_connections, a.max_connections_per_uid), (None, 1024, 64));
         assert_eq!((a.max_slots_per_uid, a.root_reserved_slots, a.fenced_backoff_ms), (0, None, 10_000));
         let a = Args::try_parse_from([

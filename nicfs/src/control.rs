@@ -1,6 +1,7 @@
 //! The control connection: attach (claim a slot, start the session and its publisher,
-//! answer `Attached` with the two descriptors), then serve requests until the connection
-//! ends — which ends the session.
+//! answer `Attached` with the log file's descriptor, and the public file's for a trusted
+//! client, [`crate::trust`]), then serve requests until the connection ends — which ends
+//! the session.
 //!
 //! Served today: `Ping`, `Fsync` (through the publisher, so in order with the chunks),
 //! `AllocInodes`, `ReserveBlocks`, `ReleaseBlocks`, `StatFs` (the node's allocation state,
@@ -260,6 +261,13 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         return refuse(libc::ESHUTDOWN, "nicfs is shutting down");
     }
     let node = &ctx.node;
+    // Only a trusted client is handed the public file (crate::trust): the groups are the
+    // kernel's, recorded at connect. Groups that cannot be read trust the uid alone.
+    let groups = crate::trust::peer_groups(stream).unwrap_or_else(|e| {
+        tracing::warn!(%peer, error = %e, "cannot read the peer's groups (SO_PEERGROUPS)");
+        Vec::new()
+    });
+    let trusted = ctx.trust.trusted(cred, &groups);
     wait_for_departed(ctx);
     // Held until the session is registered: the limit counts registered sessions.
     let one_at_a_time = ctx.attaching.lock();
@@ -275,7 +283,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         }
     };
     let slot = claim.slot;
-    let files = node.client_files(slot).and_then(|f| Ok((f, stream.try_clone()?)));
+    let files = node.client_files(slot, trusted).and_then(|f| Ok((f, stream.try_clone()?)));
     let start = node.checkpoint(slot);
     let ((log, public), writer) = match files {
         Ok(f) => f,
@@ -324,6 +332,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let attached = Attached {
         session: sid,
         slot,
+        public: public.is_some(),
         log: LogGeometry {
             ring_offset: BLOCK_SIZE,
             ring_bytes: node.ring_bytes(),
@@ -332,7 +341,8 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         },
         inodes,
     };
-    let sent = send_frame(stream, &Frame { id, msg: Control::Attached(attached) }, &[log.as_fd(), public.as_fd()]);
+    let fds: Vec<_> = std::iter::once(log.as_fd()).chain(public.as_ref().map(|p| p.as_fd())).collect();
+    let sent = send_frame(stream, &Frame { id, msg: Control::Attached(attached) }, &fds);
     if let Err(e) = sent {
         tracing::warn!(%peer, error = %e, "cannot send Attached; ending the session");
         // The publisher removes the session once the slot is settled.
@@ -346,6 +356,6 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         let _ = session.jobs.send(Job::End);
         return None;
     }
-    tracing::info!(session = session.id, slot, pid = cred.pid, uid = cred.uid, gid = cred.gid, role = ?hello.role, start_lsn = start, "client attached");
+    tracing::info!(session = session.id, slot, pid = cred.pid, uid = cred.uid, gid = cred.gid, role = ?hello.role, start_lsn = start, trusted, "client attached");
     Some(session)
 }

@@ -46,6 +46,8 @@ pub struct Ctx {
     /// Held from the limit checks of an attach to its claim, so that two attaches of one
     /// uid cannot both pass a check only one of them fits.
     pub attaching: parking_lot::Mutex<()>,
+    /// Who is handed the public file ([`crate::trust`]).
+    pub trust: crate::trust::Trust,
     stopping: AtomicBool,
 }
 
@@ -63,6 +65,7 @@ pub fn run(args: Args) -> Result<(), String> {
         cpus.pin().map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
         tracing::info!(cpus = ?cpus.0, "pinned");
     }
+    crate::trust::keep_node_private(&args.node);
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
     let metrics = args.metrics_addr.map(crate::metrics::http::bind).transpose()?;
@@ -93,6 +96,7 @@ pub fn run(args: Args) -> Result<(), String> {
         refusals: Refusals::default(),
         kworker_uid: args.kworker_uid,
         attaching: parking_lot::Mutex::new(()),
+        trust: crate::trust::Trust { group: args.trusted_group },
         stopping: AtomicBool::new(false),
     });
     if let Some(listener) = metrics {

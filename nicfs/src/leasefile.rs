@@ -72,7 +72,8 @@ impl LeaseFile {
             }
         }
         let _ = std::fs::remove_file(&path);
-        let region = PmRegion::create(&path, size)
+        // Mode 0600 from the first instant: the record says which inodes each slot may change.
+        let (region, _) = PmRegion::create_new(&path, size, 0o600)
             .map_err(|e| format!("cannot create the lease record {}: {e}", path.display()))?;
         let f = LeaseFile { region, inode_count };
         let mut h = [0u8; HEADER as usize];

@@ -107,3 +107,4 @@ pub mod sigbus;
 pub mod slots;
 pub mod stage;
 pub mod status;
+pub mod trust;

@@ -222,11 +222,11 @@ impl Node {
         self.slots.replaced()
     }
 
-    /// The descriptors a client of `slot` is handed: its log file read-write, the public
-    /// file read-only.
-    pub fn client_files(&self, slot: u32) -> std::io::Result<(File, File)> {
+    /// The descriptors a client of `slot` is handed: its log file read-write, and the
+    /// public file read-only when `public` (a trusted client, [`crate::trust`]).
+    pub fn client_files(&self, slot: u32, public: bool) -> std::io::Result<(File, Option<File>)> {
         let log = OpenOptions::new().read(true).write(true).open(self.log_path(slot))?;
-        let public = File::open(self.dir.join(PUBLIC_FILE))?;
+        let public = if public { Some(File::open(self.dir.join(PUBLIC_FILE))?) } else { None };
         Ok((log, public))
     }
 

@@ -117,8 +117,18 @@ pub fn write(ctx: &Ctx, path: &Path) -> std::io::Result<()> {
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", WRITES.fetch_add(1, Ordering::Relaxed)));
-    std::fs::write(&tmp, json)?;
+    write_private(Path::new(&tmp), &json)?;
     std::fs::rename(&tmp, path)
+}
+
+/// Writes `bytes` to a file of mode 0640 (not world-readable: the status names every
+/// session's pid and uid; docs/SECURITY.md), whatever mode an old file there had.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o640).open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+    f.write_all(bytes)
 }
 
 /// Rewrites the status file every [`INTERVAL`], and at once when `kicked` (a mode switch),

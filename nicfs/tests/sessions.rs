@@ -27,14 +27,14 @@ fn attach_hands_a_writable_log_and_a_read_only_public_file() {
     assert_eq!(c.attached.log.ring_bytes, c.log.ring_bytes());
 
     assert_eq!(access_mode(&c.log_fd), libc::O_RDWR);
-    assert_eq!(access_mode(&c.public_fd), libc::O_RDONLY);
+    assert_eq!(access_mode(c.public_fd.as_ref().unwrap()), libc::O_RDONLY);
     // The log descriptor writes (the same bytes back, so the ring is unchanged)...
     let log = File::from(c.log_fd.try_clone().unwrap());
     let mut b = [0u8; 64];
     log.read_exact_at(&mut b, 8192).unwrap();
     log.write_all_at(&b, 8192).unwrap();
     // ...the public one does not.
-    let public = File::from(c.public_fd.try_clone().unwrap());
+    let public = File::from(c.public_fd.as_ref().unwrap().try_clone().unwrap());
     let mut sb = [0u8; 16];
     public.read_exact_at(&mut sb, 0).unwrap();
     let err = public.write_all_at(&sb, 0).unwrap_err();

@@ -6,7 +6,9 @@
 //! array of 4 KiB blocks. The public file:
 //!
 //! ```text
-//! block 0                      superblock (first 256 bytes used, rest zero)
+//! block 0                      superblock (bytes 0..256), its copy while it is rewritten
+//!                              (512..768), the node record's two slots (1024..2048;
+//!                              crate::noderecord), the rest zero
 //! [itable_start, +itable_blocks)       inode table: 256-byte inodes, 16 per block,
 //!                              inode number i at index i (0 unused, 1 = root)
 //! [data_start, total_blocks)   data blocks: file data, directory slots, indirect
@@ -46,8 +48,14 @@
 //! The offsets are the constants of [`sb_off`], which the encoder and the decoder both use;
 //! `pm/tests/format_bytes.rs` pins the bytes against this table.
 //!
-//! The superblock is written once, at format, and never changes afterwards; opening checks
-//! magic, version, checksum and that the geometry fits the file.
+//! The superblock is written at format and rewritten only by an upgrade of the format
+//! version ([`crate::upgrade`]); opening checks magic, version, checksum and that the
+//! geometry fits the file. A rewrite first stores the new superblock at
+//! [`SUPERBLOCK_COPY_OFF`], persisted and fenced, then over the
+//! superblock: a crash in the middle leaves the superblock torn and the copy whole, and
+//! [`Superblock::read`] takes the copy when the superblock's checksum fails. What changes
+//! with a node's life (its id, epoch, chain position) is the node record's
+//! ([`crate::noderecord`]), not the superblock's.
 //!
 //! Every checksummed structure of the format follows one rule: its crc32c is the last field
 //! of its (header) bytes and covers every byte before it, reserved bytes included, then the
@@ -59,9 +67,11 @@ use crate::region::{PmError, PmRegion};
 
 /// Size of every block of a node's PM files.
 pub const BLOCK_SIZE: u64 = 4096;
-/// Persisted format version this build reads and writes. A file of any other version is
-/// refused (no upgrade path yet); `pm/tests/format_image.rs` opens a stored image of this
-/// version and says what to do at the next bump.
+/// Persisted format version this build reads and writes. Versions
+/// [`UPGRADABLE_FROM`]`..FORMAT_VERSION` are upgraded in place by [`crate::upgrade`] (`linefs
+/// upgrade`, and `linefs up`); any other is refused. `pm/tests/format_image.rs` opens a stored
+/// image of this version, upgrades the stored images of the earlier ones, and says what to do
+/// at the next bump.
 /// 2: extended attributes in a chain of blocks (up to 254 KiB per inode) and 32-bit value
 /// lengths in XATTRS records.
 /// 3: the log entry checksum moves to header bytes 28..32 and covers the whole header before
@@ -74,13 +84,22 @@ pub const BLOCK_SIZE: u64 = 4096;
 /// open a log entry; a version 4 reader would refuse them as corrupt.
 /// 6: OPEN_WRITE records (record kind 10: the entry's caller opened a file for writing,
 /// checked by nicfs); a version 5 reader would refuse them as corrupt.
-pub const FORMAT_VERSION: u32 = 6;
+/// 7: the mutable node record (node id, cluster, epoch, chain position, epoch history) in
+/// two slots of block 0, and the superblock copy used while the superblock is rewritten
+/// (crate::noderecord); versions 4–6 are upgraded in place (crate::upgrade).
+pub const FORMAT_VERSION: u32 = 7;
+/// The oldest version [`crate::upgrade`] converts: 4, the first with a file per log (a
+/// version 3 node keeps its logs inside the PM file and must be formatted anew).
+pub const UPGRADABLE_FROM: u32 = 4;
 /// Magic at offset 0 of a linefs PM file.
 pub const MAGIC: &[u8; 8] = b"LINEFSPM";
 /// Size of one on-PM inode.
 pub const INODE_SIZE: u64 = 256;
 /// Size of the superblock's used part.
 pub const SUPERBLOCK_SIZE: usize = 256;
+/// Offset in block 0 of the superblock's copy, written (persisted and fenced) before the
+/// superblock is rewritten, so that a crash in the middle leaves one of them whole.
+pub const SUPERBLOCK_COPY_OFF: u64 = 512;
 
 /// Byte offsets of the superblock's fields (the table in the module doc).
 pub mod sb_off {
@@ -114,6 +133,10 @@ pub enum FormatError {
     BadMagic,
     #[error("PM file has format version {found}, this build reads version {expected}")]
     Version { found: u32, expected: u32 },
+    #[error(
+        "PM file has format version {found}, this build reads version {expected}: `linefs upgrade` (or `linefs up`) converts it in place"
+    )]
+    NeedsUpgrade { found: u32, expected: u32 },
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): PM file is corrupt")]
     SuperblockChecksum { stored: u32, computed: u32 },
     #[error("PM file is truncated or resized: superblock says {expected} bytes, file has {found}")]
@@ -278,11 +301,16 @@ pub struct Superblock {
 impl Superblock {
     /// Encode to the 256-byte on-PM form.
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
+        self.encode_version(FORMAT_VERSION)
+    }
+
+    /// Encode as format version `version` (an upgrade's; tests making old images).
+    pub fn encode_version(&self, version: u32) -> [u8; SUPERBLOCK_SIZE] {
         use sb_off as o;
         let g = &self.geometry;
         let mut b = [0u8; SUPERBLOCK_SIZE];
         b[o::MAGIC..o::MAGIC + MAGIC.len()].copy_from_slice(MAGIC);
-        put_le32(&mut b, o::VERSION, FORMAT_VERSION);
+        put_le32(&mut b, o::VERSION, version);
         put_le32(&mut b, o::BLOCK_SIZE, BLOCK_SIZE as u32);
         put_le64(&mut b, o::TOTAL_BLOCKS, g.total_blocks);
         put_le32(&mut b, o::LOG_SLOTS, g.log_slots);
@@ -300,12 +328,20 @@ impl Superblock {
 
     /// Decode and check a superblock read from a file of `file_len` bytes.
     pub fn decode(b: &[u8; SUPERBLOCK_SIZE], file_len: u64) -> Result<Superblock, FormatError> {
+        let (version, sb) = Superblock::decode_any_version(b, file_len)?;
+        Superblock::current(version, sb)
+    }
+
+    /// Decode and check a superblock of any version whose superblock has this layout (3 to
+    /// 7: the fields never moved), and say which version it is. A version 3 superblock has
+    /// `log_start` where this one is reserved; its geometry check fails on the file size.
+    pub fn decode_any_version(b: &[u8; SUPERBLOCK_SIZE], file_len: u64) -> Result<(u32, Superblock), FormatError> {
         use sb_off as o;
         if &b[o::MAGIC..o::MAGIC + MAGIC.len()] != MAGIC {
             return Err(FormatError::BadMagic);
         }
         let version = le32(b, o::VERSION);
-        if version != FORMAT_VERSION {
+        if !(UPGRADABLE_FROM..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::Version { found: version, expected: FORMAT_VERSION });
         }
         let stored = le32(b, o::CRC);
@@ -328,33 +364,73 @@ impl Superblock {
         geometry.check(file_len)?;
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[o::UUID..o::UUID + 16]);
-        Ok(Superblock { geometry, uuid, format_time_ns: le64(b, o::FORMAT_TIME) })
+        Ok((version, Superblock { geometry, uuid, format_time_ns: le64(b, o::FORMAT_TIME) }))
     }
 
-    /// Read and check the superblock of `region`.
+    /// Read and check the superblock of the public file `region` (of this format version).
     pub fn read(region: &PmRegion) -> Result<Superblock, FormatError> {
+        let (version, sb, _) = Superblock::read_any_version(region, false)?;
+        Superblock::current(version, sb)
+    }
+
+    /// `sb` if `version` is this build's, else why not.
+    fn current(version: u32, sb: Superblock) -> Result<Superblock, FormatError> {
+        match version {
+            FORMAT_VERSION => Ok(sb),
+            v if (UPGRADABLE_FROM..FORMAT_VERSION).contains(&v) => {
+                Err(FormatError::NeedsUpgrade { found: v, expected: FORMAT_VERSION })
+            }
+            v => Err(FormatError::Version { found: v, expected: FORMAT_VERSION }),
+        }
+    }
+
+    /// The superblock of `region` of any version [`Superblock::decode_any_version`] reads,
+    /// and whether it came from the copy: a superblock whose checksum fails is replaced by
+    /// its copy at [`SUPERBLOCK_COPY_OFF`] when that
+    /// one is whole (a crash while the superblock was rewritten). `packed`: the region is a
+    /// packed node (public file, then the logs), and must be exactly the node's size;
+    /// otherwise it is the public file.
+    pub fn read_any_version(region: &PmRegion, packed: bool) -> Result<(u32, Superblock, bool), FormatError> {
         if region.len() < BLOCK_SIZE {
             return Err(FormatError::SizeMismatch { expected: BLOCK_SIZE, found: region.len() });
         }
-        let mut b = [0u8; SUPERBLOCK_SIZE];
-        region.read(0, &mut b)?;
-        Superblock::decode(&b, region.len())
+        let decode = |off: u64| -> Result<(u32, Superblock), FormatError> {
+            let mut b = [0u8; SUPERBLOCK_SIZE];
+            region.read(off, &mut b)?;
+            let public = if packed { le64(&b, sb_off::TOTAL_BLOCKS).saturating_mul(BLOCK_SIZE) } else { region.len() };
+            let (v, sb) = Superblock::decode_any_version(&b, public)?;
+            if packed && sb.geometry.node_size() != region.len() {
+                return Err(FormatError::SizeMismatch { expected: sb.geometry.node_size(), found: region.len() });
+            }
+            Ok((v, sb))
+        };
+        match decode(0) {
+            Err(e @ FormatError::SuperblockChecksum { .. }) => match decode(SUPERBLOCK_COPY_OFF) {
+                Ok((v, sb)) => Ok((v, sb, true)),
+                Err(_) => Err(e),
+            },
+            other => other.map(|(v, sb)| (v, sb, false)),
+        }
+    }
+
+    /// Rewrite the superblock of `region` as `self` at `version`: the copy first (persisted
+    /// and fenced), then the superblock (persisted and fenced). A crash between leaves one of
+    /// them whole, and [`Superblock::read`] finds it.
+    pub fn rewrite(&self, region: &PmRegion, version: u32) -> Result<(), FormatError> {
+        let b = self.encode_version(version);
+        let copy = SUPERBLOCK_COPY_OFF;
+        region.write(copy, &b)?;
+        region.persist_now(copy, SUPERBLOCK_SIZE as u64)?;
+        region.write(0, &b)?;
+        region.persist_now(0, SUPERBLOCK_SIZE as u64)?;
+        Ok(())
     }
 
     /// Read and check the superblock at the start of a packed node (public file, then the
     /// log files): the region must be exactly as large as the node it describes.
     pub fn read_packed(region: &PmRegion) -> Result<Superblock, FormatError> {
-        if region.len() < BLOCK_SIZE {
-            return Err(FormatError::SizeMismatch { expected: BLOCK_SIZE, found: region.len() });
-        }
-        let mut b = [0u8; SUPERBLOCK_SIZE];
-        region.read(0, &mut b)?;
-        let public = le64(&b, sb_off::TOTAL_BLOCKS).saturating_mul(BLOCK_SIZE);
-        let sb = Superblock::decode(&b, public)?;
-        if sb.geometry.node_size() != region.len() {
-            return Err(FormatError::SizeMismatch { expected: sb.geometry.node_size(), found: region.len() });
-        }
-        Ok(sb)
+        let (version, sb, _) = Superblock::read_any_version(region, true)?;
+        Superblock::current(version, sb)
     }
 }
 

@@ -19,6 +19,8 @@
 //! * [`slotfile`]: replacing a settled slot's log file with a fresh one, so that an old
 //!   writer's descriptor writes into a file nobody reads.
 //! * [`mkfs`]: formatting a node.
+//! * [`fsck`]: the read-only consistency check of a node's public area (`linefs fsck`, and
+//!   the crash suite's and the soak's check after every recovery).
 //! * [`bitmap`]: the DRAM bitmap allocator (data blocks, inode numbers).
 //! * [`signals`], [`cpus`]: what every linefs process shares besides PM: signals taken
 //!   synchronously, CPU lists and pinning.
@@ -30,10 +32,12 @@
 pub mod bitmap;
 pub mod coalesce;
 pub mod cpus;
+pub mod fsck;
 pub mod layout;
 pub mod mkfs;
 pub mod mountinfo;
 pub mod node;
+pub mod noderecord;
 pub mod oplog;
 pub mod public;
 pub mod publish;
@@ -45,5 +49,6 @@ pub mod slotfile;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod trace;
+pub mod upgrade;
 
 pub use region::{Backing, PersistMethod, PmError, PmRegion, PmStats};

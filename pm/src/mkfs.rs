@@ -4,6 +4,7 @@
 
 use crate::layout::{FormatError, FormatParams, Geometry, Superblock, SUPERBLOCK_SIZE};
 use crate::node::{is_node_dir, NodePm};
+use crate::noderecord::NodeRecord;
 use crate::oplog::LogSlot;
 use crate::public::PublicArea;
 use crate::record::{InodeImage, Timespec, ROOT_INO};
@@ -54,6 +55,15 @@ pub fn format_node(node: &NodePm) -> Result<(), FormatError> {
         uuid: rand::random::<u128>().to_le_bytes(),
         format_time_ns: now.as_nanos() as u64,
     };
+    // The node record (no cluster yet) in its slot, the other slot and the superblock copy
+    // cleared: a file formatted over an old one holds nothing of it.
+    region.write(crate::layout::SUPERBLOCK_COPY_OFF, &[0u8; SUPERBLOCK_SIZE])?;
+    region.persist(crate::layout::SUPERBLOCK_COPY_OFF, SUPERBLOCK_SIZE as u64)?;
+    let first = NodeRecord::initial();
+    let other = crate::noderecord::SLOT_OFF[((first.seq + 1) % 2) as usize];
+    region.write(other, &[0u8; crate::noderecord::NODE_RECORD_SIZE])?;
+    region.persist(other, crate::noderecord::NODE_RECORD_SIZE as u64)?;
+    NodeRecord::write_slot(region, &first)?;
     // Everything above is durable before the superblock that makes it a linefs node.
     region.fence();
     region.write(0, &sb.encode())?;

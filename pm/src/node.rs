@@ -84,6 +84,7 @@ impl NodePm {
     /// if missing. Formatting is [`crate::mkfs`]'s.
     pub fn create(dir: &Path, geo: &Geometry) -> Result<NodePm, FormatError> {
         std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
             .map_err(|e| crate::PmError::Io { what: format!("create {}", dir.display()), source: e })?;
         // Only the node's owner (nicfs, or the host-only client) opens these files by path:
         // clients get descriptors over the socket, a log to write and the public file to read.

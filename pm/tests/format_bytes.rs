@@ -48,15 +48,15 @@ fn le32_at(b: &[u8], off: usize) -> u32 {
 
 /// The test changes if the version does: a new version needs new literals.
 #[test]
-fn format_version_is_6() {
-    assert_eq!(FORMAT_VERSION, 6);
+fn format_version_is_7() {
+    assert_eq!(FORMAT_VERSION, 7);
 }
 
 // ---------------------------------------------------------------- superblock
 
 const SUPERBLOCK: &str = "
     4c494e454653504d                  #   0 magic b\"LINEFSPM\"
-    06000000                          #   8 version 6
+    07000000                          #   8 version 7
     00100000                          #  12 block_size 4096
     4200000000000000                  #  16 total_blocks 66 (of the public file)
     01000000                          #  24 log_slots 1
@@ -70,7 +70,7 @@ const SUPERBLOCK: &str = "
     000102030405060708090a0b0c0d0e0f  #  80 uuid
     0102030405060708                  #  96 format_time 0x0807060504030201
     00*148                            # 104 reserved
-    5ff4d44a                          # 252 crc32c over 0..252
+    3e824784                          # 252 crc32c over 0..252
 ";
 
 /// The smallest geometry `Geometry::compute` allows: one log file of 64 blocks; a public
@@ -95,7 +95,59 @@ fn superblock_bytes() {
     old[8] = 2;
     let crc = crc32c::crc32c(&old[..252]);
     old[252..].copy_from_slice(&crc.to_le_bytes());
-    assert!(matches!(Superblock::decode(&old, 66 * BLOCK_SIZE), Err(FormatError::Version { found: 2, expected: 6 })));
+    assert!(matches!(Superblock::decode(&old, 66 * BLOCK_SIZE), Err(FormatError::Version { found: 2, expected: 7 })));
+    // Version 6 (its bytes are these but for the version: checksum 0x4ad4f45f) is told to
+    // upgrade.
+    old[8] = 6;
+    let crc = crc32c::crc32c(&old[..252]);
+    assert_eq!(crc, 0x4ad4_f45f);
+    old[252..].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(
+        Superblock::decode(&old, 66 * BLOCK_SIZE),
+        Err(FormatError::NeedsUpgrade { found: 6, expected: 7 })
+    ));
+}
+
+// ---------------------------------------------------------------- node record
+
+const NODE_RECORD: &str = "
+    4c46534e4f444500                  #   0 magic b\"LFSNODE\\0\"
+    01000000                          #   8 version 1
+    01000000                          #  12 history_len 1
+    0300000000000000                  #  16 seq 3
+    02000000                          #  24 node_id 2
+    01000000                          #  28 chain_pos 1
+    0500000000000000                  #  32 epoch 5
+    101112131415161718191a1b1c1d1e1f  #  40 cluster_id
+    0700000000000000                  #  56 members {0, 1, 2}
+    0400000000000000                  #  64 history[0].epoch 4
+    0300000000000000                  #  72 history[0].members {0, 1}
+    0807060504030201                  #  80 history[0].since_ns
+    00*420                            #  88 history[1..16], reserved 448..508
+    95428b75                          # 508 crc32c over 0..508
+";
+
+#[test]
+fn node_record_bytes() {
+    use linefs_pm::noderecord::{EpochEntry, NodeRecord};
+    let expect = hex(NODE_RECORD);
+    assert_eq!(expect.len(), 512);
+    assert_eq!(le32_at(&expect, 508), crc32c::crc32c(&expect[..508]));
+    let rec = NodeRecord {
+        seq: 3,
+        node_id: Some(2),
+        chain_pos: Some(1),
+        epoch: 5,
+        cluster_id: std::array::from_fn(|i| 16 + i as u8),
+        members: 0b111,
+        history: vec![EpochEntry { epoch: 4, members: 0b11, since_ns: 0x0102_0304_0506_0708 }],
+    };
+    assert_eq!(rec.encode().to_vec(), expect);
+    assert_eq!(NodeRecord::decode(&expect.try_into().unwrap()).unwrap(), rec);
+    // No node id, no chain position: u32::MAX.
+    let none = NodeRecord::initial().encode();
+    assert_eq!(le32_at(&none, 24), u32::MAX);
+    assert_eq!(le32_at(&none, 28), u32::MAX);
 }
 
 // ---------------------------------------------------------------- log slot header

@@ -1,7 +1,10 @@
-//! A stored PM image of format version 6, opened by the current code, and the stored images
-//! of versions 5, 4 and 3, refused.
+//! A stored PM image of format version 7, opened by the current code; the stored images of
+//! versions 6, 5 and 4, upgraded in place (crash-tested at every fence of the upgrade); the
+//! image of version 3, refused.
 //!
-//! `tests/data/format-v6.img.hex` is a whole node of the smallest geometry
+//! `tests/data/format-v7.img.hex` is version 7 of the node below: the same bytes as
+//! version 6's but for the superblock's version and the node record in block 0 (new in
+//! version 7: no cluster yet). `tests/data/format-v6.img.hex` is a whole node of the smallest geometry
 //! `Geometry::compute` allows (one log file of 64 blocks; a public file of 66 blocks: the
 //! superblock, 16 inodes, 64 data blocks; 520 KiB in all), packed in one image (the public
 //! file, then the log file), made by [`make_format_image`] through pm's own API the way a
@@ -11,15 +14,16 @@
 //! more entries committed to the log but not published, two of them stating their caller (a
 //! CALLER record, new in version 5), the last one an open for writing (an OPEN_WRITE
 //! record, new in version 6). [`check_image`] states what the image holds, field by field.
+//! Opened by this build it is refused with the advice to upgrade; upgraded
+//! ([`stored_v6_image_upgrades`]) it holds exactly what the version 7 image holds.
 //!
 //! `tests/data/format-v5.img.hex` is the same tree in version 5 with three unpublished
-//! entries (no OPEN_WRITE record; a version 5 reader refuses one), refused by version 6
-//! ([`stored_v5_image_is_refused`]): its logs would be read by this build, but a node this
-//! build wrote must not be opened by a version 5 build, which cannot read OPEN_WRITE
-//! records; the superblock says which. `tests/data/format-v4.img.hex` is the same tree in
-//! version 4 (no CALLER record), refused for the same reason ([`stored_v4_image_is_refused`]).
-//! `tests/data/format-v3.img.hex` is the same tree in version 3's single PM file (logs
-//! inside it), refused as well ([`stored_v3_image_is_refused`]).
+//! entries (no OPEN_WRITE record), and `tests/data/format-v4.img.hex` in version 4 (no
+//! CALLER record, no replicated LSN in the log header): both upgrade to version 7 with the
+//! same public tree, and recovery replays their three entries
+//! ([`stored_v5_and_v4_images_upgrade`]). `tests/data/format-v3.img.hex` is the same tree in
+//! version 3's single PM file (logs inside it), refused: there is no upgrade from it
+//! ([`stored_v3_image_is_refused`]).
 //!
 //! # File format of the stored image
 //!
@@ -29,29 +33,33 @@
 //!
 //! # At the next format version bump
 //!
-//! * Keep `format-v6.img.hex` and this file's v6 expectations: the new code must either
-//!   refuse the v6 image with a clear error (change [`stored_v6_image_opens`] into a test of
-//!   that refusal, as [`stored_v5_image_is_refused`] does for version 5) or upgrade it on
-//!   purpose (then test that the upgraded image holds exactly the tree [`check_image`]
-//!   describes). Never regenerate an old image with the new code.
-//! * Make `format-v7.img.hex` with the generator for the new version (point [`IMAGE`] at the
+//! * Keep `format-v7.img.hex` and this file's v7 expectations: the new code must either
+//!   refuse the v7 image with a clear error or upgrade it on purpose (pm's `upgrade`: then
+//!   test that the upgraded image holds exactly the tree [`check_image`] describes, as
+//!   [`stored_v6_image_upgrades`] does). Never regenerate an old image with the new code.
+//! * Make `format-v8.img.hex` with the generator for the new version (point [`IMAGE`] at the
 //!   new name, run `cargo test -p linefs-pm --test format_image -- --ignored
 //!   make_format_image`), and open it in a test like this one.
 //! * Update the byte pins in `format_bytes.rs`.
 
 use linefs_pm::layout::{FormatError, FormatParams, Geometry, Superblock, BLOCK_SIZE, FORMAT_VERSION};
 use linefs_pm::node::NodePm;
+use linefs_pm::noderecord::NodeRecord;
 use linefs_pm::oplog::{LogSlot, ScanStop};
 use linefs_pm::public::{LoadedDirent, PublicArea, PublicReader};
 use linefs_pm::record::{decode_entry, decode_records, dtype, Caller, EntryBuilder, InodeImage, Record, Timespec};
+use linefs_pm::trace::CrashOpts;
+use linefs_pm::upgrade::{upgrade_packed, Upgrade};
 use linefs_pm::PmRegion;
 use std::sync::Arc;
 
 /// The stored image of the current format version, relative to the crate.
-const IMAGE: &str = "tests/data/format-v6.img.hex";
-/// The version 5 image, refused.
+const IMAGE: &str = "tests/data/format-v7.img.hex";
+/// The version 6 image, upgraded.
+const V6_IMAGE: &str = "tests/data/format-v6.img.hex";
+/// The version 5 image, upgraded.
 const V5_IMAGE: &str = "tests/data/format-v5.img.hex";
-/// The version 4 image, refused.
+/// The version 4 image, upgraded.
 const V4_IMAGE: &str = "tests/data/format-v4.img.hex";
 /// The image of version 3 (one PM file holding the logs), kept to show it is refused.
 const V3_IMAGE: &str = "tests/data/format-v3.img.hex";
@@ -220,6 +228,9 @@ fn build_image() -> Vec<u8> {
     let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     slot.format().unwrap();
     PublicArea::format(&region, &geo, &root(64, 2, 0)).unwrap();
+    let first = NodeRecord::initial();
+    region.write(1024 + 512 * (first.seq % 2), &first.encode()).unwrap();
+    region.persist_now(1024 + 512 * (first.seq % 2), 512).unwrap();
     region.fence();
     let sb = Superblock { geometry: geo, uuid: UUID, format_time_ns: FORMAT_TIME_NS };
     region.write(0, &sb.encode()).unwrap();
@@ -250,14 +261,32 @@ fn build_image() -> Vec<u8> {
 
 /// Check that `image` holds exactly what [`make_format_image`] put there.
 fn check_image(image: Vec<u8>) {
+    let node = check_public(image);
+    check_log(&node);
+}
+
+/// Check the superblock, the node record (a node of no cluster) and the public tree of
+/// `image`: those of every version's image once upgraded.
+fn check_public(image: Vec<u8>) -> NodePm {
     let geo = geometry();
     assert_eq!(image.len() as u64, geo.node_size());
     let node = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).unwrap();
     let region = node.public.clone();
+    assert_eq!(NodeRecord::load(&region).unwrap(), NodeRecord::initial());
+    // The superblock copy is the superblock (the last rewrite's) or nothing (format).
+    let mut copy = [0u8; 256];
+    region.read(512, &mut copy).unwrap();
+    let mut primary = [0u8; 256];
+    region.read(0, &mut primary).unwrap();
+    assert!(copy == primary || copy == [0u8; 256], "stale superblock copy");
 
     // Superblock.
     let sb = Superblock::read(&region).unwrap();
-    assert_eq!(sb, Superblock { geometry: geo, uuid: UUID, format_time_ns: FORMAT_TIME_NS });
+    // Each version's image names its version in its uuid ("linefs v6 image!"); version 7's
+    // is version 6's upgraded.
+    let uuid = if &sb.uuid[..8] == b"linefs v" { sb.uuid } else { UUID };
+    assert_eq!(&uuid[9..], b" image!");
+    assert_eq!(sb, Superblock { geometry: geo, uuid, format_time_ns: FORMAT_TIME_NS });
     assert_eq!(
         (geo.total_blocks, geo.log_slots, geo.log_blocks, geo.itable_start, geo.inode_count),
         (66, 1, 64, 1, 16)
@@ -305,7 +334,12 @@ fn check_image(image: Vec<u8>) {
     let (pa, _) = PublicArea::load(region.clone(), geo).unwrap();
     pa.check_suspects().unwrap();
     assert_eq!(pa.free_blocks(), 64 - 8);
+    node
+}
 
+/// Check the log of the current image: the four unpublished entries.
+fn check_log(node: &NodePm) {
+    let geo = geometry();
     // Log: exactly the four unpublished entries after the published LSN.
     let slot = LogSlot::new(node.logs[0].clone(), &geo, 0);
     let published = slot.published_lsn().unwrap();
@@ -393,27 +427,81 @@ fn read_image_at(rel: &str) -> Vec<u8> {
     image.expect("no size line")
 }
 
-/// The v6 image as stored, opened by the current code.
+/// The v7 image as stored, opened by the current code.
 #[test]
-fn stored_v6_image_opens() {
-    assert_eq!(FORMAT_VERSION, 6, "a new format version: see the module doc of this file");
+fn stored_v7_image_opens() {
+    assert_eq!(FORMAT_VERSION, 7, "a new format version: see the module doc of this file");
     check_image(read_image());
 }
 
-/// The v5 image is refused with a message naming both versions.
+/// The v6 image is refused with the advice to upgrade; upgraded, it holds exactly what the
+/// v7 image holds (byte for byte, but for the superblock copy the upgrade leaves), and a
+/// second upgrade changes nothing.
 #[test]
-fn stored_v5_image_is_refused() {
-    let image = read_image_at(V5_IMAGE);
-    let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
-    assert_eq!(err.to_string(), "PM file has format version 5, this build reads version 6");
+fn stored_v6_image_upgrades() {
+    let image = read_image_at(V6_IMAGE);
+    let region = Arc::new(PmRegion::traced_from_image(image));
+    let err = NodePm::packed(region.clone()).err().expect("refused before the upgrade");
+    assert_eq!(
+        err.to_string(),
+        "PM file has format version 6, this build reads version 7: `linefs upgrade` (or `linefs up`) converts it in place"
+    );
+    let done = upgrade_packed(&region).unwrap();
+    assert_eq!(done, Upgrade { from: 6, to: 7, superblock_restored: false });
+    let upgraded = region.tracer().unwrap().live_image();
+    check_image(upgraded.clone());
+    let mut want = read_image();
+    want[512..768].copy_from_slice(&upgraded[..256]);
+    assert!(upgraded == want, "the upgraded v6 image differs from the v7 image");
+    assert!(!upgrade_packed(&region).unwrap().changed());
 }
 
-/// The v4 image is refused with a message naming both versions.
+/// A crash at every fence of the upgrade, each pending line present or not (and torn):
+/// the node opens as version 7 with everything, or is still version 6 and upgrades.
 #[test]
-fn stored_v4_image_is_refused() {
-    let image = read_image_at(V4_IMAGE);
-    let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
-    assert_eq!(err.to_string(), "PM file has format version 4, this build reads version 6");
+fn an_upgrade_crashed_anywhere_opens_or_upgrades_again() {
+    let region = Arc::new(PmRegion::traced_from_image(read_image_at(V6_IMAGE)));
+    let tracer = region.tracer().unwrap();
+    tracer.start_recording();
+    upgrade_packed(&region).unwrap();
+    let opts = CrashOpts { max_exhaustive: 6, samples: 8, seed: 11, torn_words: true, line_cap: 4 };
+    let (mut images, mut old, mut restored) = (0, 0, 0);
+    for point in tracer.crash_points() {
+        for img in point.images(&opts) {
+            let crashed = Arc::new(PmRegion::traced_from_image(img.image));
+            match NodePm::packed(crashed.clone()) {
+                Ok(_) => {}
+                Err(FormatError::NeedsUpgrade { found: 6, .. }) => old += 1,
+                Err(e) => panic!("{point:?} {}: {e}", img.description),
+            }
+            let done = upgrade_packed(&crashed).unwrap_or_else(|e| panic!("{point:?} {}: {e}", img.description));
+            restored += usize::from(done.superblock_restored);
+            check_image(crashed.tracer().unwrap().live_image());
+            images += 1;
+        }
+    }
+    assert!(images > 10 && old > 0 && restored > 0, "{images} images, {old} old, {restored} restored");
+}
+
+/// The v5 and v4 images upgrade to version 7: the same public tree, the replicated LSN
+/// raised to the published one where version 4 left it zero, and recovery replays their
+/// three unpublished entries.
+#[test]
+fn stored_v5_and_v4_images_upgrade() {
+    for (rel, from) in [(V5_IMAGE, 5), (V4_IMAGE, 4)] {
+        let region = Arc::new(PmRegion::traced_from_image(read_image_at(rel)));
+        let err = NodePm::packed(region.clone()).err().expect("refused before the upgrade");
+        assert!(matches!(err, FormatError::NeedsUpgrade { found, expected: 7 } if found == from), "{err:?}");
+        assert_eq!(upgrade_packed(&region).unwrap(), Upgrade { from, to: 7, superblock_restored: false });
+        let node = check_public(region.tracer().unwrap().live_image());
+        let slot = LogSlot::new(node.logs[0].clone(), &geometry(), 0);
+        let published = slot.published_lsn().unwrap();
+        assert!(published > 0);
+        assert_eq!(slot.replicated_lsn().unwrap(), published, "version {from}");
+        let rec = linefs_pm::recovery::recover(&node).expect("recovery");
+        assert_eq!(rec.replayed(), 3, "version {from}");
+        assert!(!rec.loaded.inodes.contains_key(&4) && rec.loaded.inodes.contains_key(&5));
+    }
 }
 
 /// The v3 image (one PM file with the logs inside) is refused with a message naming both
@@ -422,16 +510,18 @@ fn stored_v4_image_is_refused() {
 fn stored_v3_image_is_refused() {
     let image = read_image_at(V3_IMAGE);
     let err = Superblock::read(&PmRegion::traced_from_image(image.clone())).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 3, expected: 6 }), "{err:?}");
-    let err = NodePm::packed(Arc::new(PmRegion::traced_from_image(image))).err().expect("refused");
-    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 6");
+    assert!(matches!(err, FormatError::Version { found: 3, expected: 7 }), "{err:?}");
+    let region = Arc::new(PmRegion::traced_from_image(image));
+    let err = NodePm::packed(region.clone()).err().expect("refused");
+    assert_eq!(err.to_string(), "PM file has format version 3, this build reads version 7");
+    assert!(matches!(upgrade_packed(&region), Err(FormatError::Version { found: 3, .. })));
 }
 
 /// Recovery of the stored image replays its four unpublished entries: `late` appears with
 /// its data, `docs` gets its two attributes, `link` and its inode are gone, and the open
 /// for writing changes nothing (`data` is as published).
 #[test]
-fn stored_v6_image_recovers() {
+fn stored_v7_image_recovers() {
     let node = NodePm::packed(Arc::new(PmRegion::traced_from_image(read_image()))).unwrap();
     let rec = linefs_pm::recovery::recover(&node).expect("recovery");
     assert_eq!(rec.replayed(), 4);
@@ -469,13 +559,13 @@ fn version_2_is_refused() {
     image[252..256].copy_from_slice(&crc.to_le_bytes());
     let region = PmRegion::traced_from_image(image);
     let err = Superblock::read(&region).unwrap_err();
-    assert!(matches!(err, FormatError::Version { found: 2, expected: 6 }), "{err:?}");
-    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 6");
+    assert!(matches!(err, FormatError::Version { found: 2, expected: 7 }), "{err:?}");
+    assert_eq!(err.to_string(), "PM file has format version 2, this build reads version 7");
 }
 
 /// Write the image of the current format version (run on purpose, see the module doc).
 #[test]
-#[ignore = "generator: writes tests/data/format-v6.img.hex"]
+#[ignore = "generator: writes tests/data/format-v7.img.hex"]
 fn make_format_image() {
     let image = build_image();
     check_image(image.clone());

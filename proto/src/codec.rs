@@ -58,7 +58,8 @@ pub fn encode_into<M: Codec>(frame: &Frame<M>, out: &mut Vec<u8>) -> Result<(), 
         out.truncate(start);
         return Err(EncodeError::Oversized { kind, len: payload_len + HEADER_LEN });
     }
-    let header = Header::new(kind, payload_len, frame.id);
+    let mut header = Header::new(kind, payload_len, frame.id);
+    header.fd_count = frame.msg.fds();
     out[start..start + HEADER_LEN].copy_from_slice(&header.encode());
     Ok(())
 }
@@ -98,13 +99,18 @@ pub fn decode_payload<M: Codec>(header: &Header, payload: &[u8], from: Party) ->
     if !kind.sent_by(from) {
         return Err(DecodeError::WrongSender { kind, from });
     }
-    if header.fd_count != kind.fds() {
+    if header.fd_count > kind.fds() {
         return Err(DecodeError::FdCount { kind, expected: kind.fds(), found: header.fd_count as usize });
     }
     if header.id == 0 && kind != Kind::Error {
         return Err(DecodeError::FieldOutOfRange { field: "id", value: 0 });
     }
     let msg = M::decode_payload(kind, payload)?;
+    // The payload says how many descriptors came (an Attached without the public file's
+    // carries one); the header must agree.
+    if header.fd_count != msg.fds() {
+        return Err(DecodeError::FdCount { kind, expected: msg.fds(), found: header.fd_count as usize });
+    }
     Ok(Frame { id: header.id, msg })
 }
 

@@ -5,11 +5,12 @@
 //! ```text
 //! off len field
 //!   0   4 magic        b"LFSP" (linefs socket protocol)
-//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 4)
+//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 5)
 //!   6   2 kind         the message kind (crate::kind::Kind)
 //!   8   4 payload_len  bytes that follow the header; HEADER_LEN + payload_len <= MAX_FRAME
 //!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
-//!                      what the kind carries (2 for Attached, 0 for every other kind)
+//!                      what the message carries (Attached: 2, or 1 when its `public`
+//!                      byte is 0; 0 for every other kind)
 //!  13   3 reserved     0
 //!  16   8 id           a request or notice: the sender's own id for it (never 0);
 //!                      a reply: the id of the request it answers (an Error reply may say 0
@@ -40,8 +41,9 @@ pub const MAGIC: [u8; 4] = *b"LFSP";
 /// The protocol version this build speaks (and the only one it accepts). 2: StatFs and
 /// Space. 3: the Opened and Closed notices. 4: OpenCheck (kind 0x0107) is gone — a client
 /// logs its opens for writing instead — so a version 3 client would send a request this
-/// version cannot answer.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// version cannot answer. 5: Attached's `public` byte — an untrusted client gets no
+/// descriptor of the public file (a version 4 client would take its log file for it).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 24;
 /// Hard maximum of a whole frame, header included (1 MiB). A header declaring more is

@@ -152,7 +152,8 @@ impl Kind {
         self.info().class
     }
 
-    /// File descriptors that travel with a frame of this kind.
+    /// The most file descriptors that travel with a frame of this kind (a message may carry
+    /// fewer: `LinkMessage::fds`).
     pub fn fds(self) -> u8 {
         self.info().fds
     }

@@ -81,12 +81,16 @@ pub struct InodeRange {
     pub count: u64,
 }
 
-/// The reply to a control Hello. Two descriptors travel with it: `[0]` the slot's log file,
-/// read-write; `[1]` the node's public file, read-only.
+/// The reply to a control Hello. One or two descriptors travel with it: `[0]` the slot's
+/// log file, read-write; `[1]`, only when `public` is set, the node's public file,
+/// read-only. Reading the public file is reading every file of the node, so nicfs hands it
+/// only to a trusted client (root, or a member of the operator's trusted group; version 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attached {
     pub session: u64,
     pub slot: u32,
+    /// Whether the public file's descriptor follows the log file's.
+    pub public: bool,
     pub log: LogGeometry,
     pub inodes: InodeRange,
 }
@@ -316,6 +320,11 @@ pub enum Kworker {
 pub trait LinkMessage: Sized {
     const LINK: Link;
     fn kind(&self) -> Kind;
+    /// The file descriptors that travel with this message: its kind's count, except for an
+    /// `Attached` without the public file's (one fewer).
+    fn fds(&self) -> u8 {
+        self.kind().fds()
+    }
 }
 
 impl LinkMessage for Control {
@@ -345,6 +354,13 @@ impl LinkMessage for Control {
             Control::Space(_) => Kind::Space,
             Control::Ok => Kind::Ok,
             Control::Error(_) => Kind::Error,
+        }
+    }
+
+    fn fds(&self) -> u8 {
+        match self {
+            Control::Attached(a) if !a.public => self.kind().fds() - 1,
+            _ => self.kind().fds(),
         }
     }
 }

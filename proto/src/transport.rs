@@ -93,8 +93,8 @@ pub fn write_frame<M: Codec>(stream: &UnixStream, frame: &Frame<M>) -> Result<()
 /// Writes a frame with the descriptors its kind carries (exactly that many).
 pub fn send_frame<M: Codec>(stream: &UnixStream, frame: &Frame<M>, fds: &[BorrowedFd<'_>]) -> Result<(), SendError> {
     let kind = frame.msg.kind();
-    if fds.len() != kind.fds() as usize {
-        return Err(SendError::FdCount { kind, expected: kind.fds(), given: fds.len() });
+    if fds.len() != frame.msg.fds() as usize {
+        return Err(SendError::FdCount { kind, expected: frame.msg.fds(), given: fds.len() });
     }
     let bytes = codec::encode(frame)?;
     send_bytes(stream, &bytes, fds)?;

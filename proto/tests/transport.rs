@@ -32,6 +32,7 @@ fn attached() -> Control {
     Control::Attached(Attached {
         session: 1,
         slot: 2,
+        public: true,
         log: LogGeometry { ring_offset: 4096, ring_bytes: 1 << 20, start_lsn: 0, chunk_bytes: 1 << 18 },
         inodes: InodeRange { first: 100, count: 10 },
     })
@@ -110,6 +111,27 @@ fn descriptors_must_match_the_kind() {
     // The stream is still in step.
     write_frame(&a, &Frame { id: 5, msg: Control::Pong }).unwrap();
     assert_eq!(read_frame::<Control>(&b, Party::Client, WAIT).unwrap().id, 5);
+
+    // An Attached without the public file carries the log file's descriptor alone; one
+    // whose header declares two (and passes two) while its payload says "no public file"
+    // is refused, so a client never takes a stray descriptor for the public file.
+    let Control::Attached(mut no_public) = attached() else { unreachable!() };
+    no_public.public = false;
+    let msg = Control::Attached(no_public);
+    assert!(matches!(
+        send_frame(&a, &Frame { id: 6, msg: msg.clone() }, &[file.as_fd(), file.as_fd()]),
+        Err(SendError::FdCount { kind: Kind::Attached, expected: 1, given: 2 })
+    ));
+    send_frame(&a, &Frame { id: 6, msg: msg.clone() }, &[file.as_fd()]).unwrap();
+    let r = recv_frame::<Control>(&b, Party::Nicfs, WAIT).unwrap();
+    assert_eq!((r.frame.msg, r.fds.len()), (msg.clone(), 1));
+    let mut bytes = encode(&Frame { id: 7, msg }).unwrap();
+    bytes[12] = 2;
+    send_bytes(&a, &bytes, &[file.as_fd(), file.as_fd()]).unwrap();
+    match recv_frame::<Control>(&b, Party::Nicfs, WAIT) {
+        Err(ReadError::Decode { error: DecodeError::FdCount { expected: 1, found: 2, .. }, id: 7, in_step: true }) => {}
+        other => panic!("unexpected {other:?}"),
+    }
 }
 
 #[test]

@@ -44,7 +44,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::{bindfs, pending_json_with_offload, BenchArgs, Header, Target, Testbed};
+use super::{bindfs, pending_json, BenchArgs, Header, Target, Testbed};
 use crate::cluster;
 use crate::clusterdir::ClusterDir;
 use crate::util::{fail, human_size, CliResult, Context};
@@ -497,7 +497,7 @@ impl Report {
                               linefs is host-only, linefs_offload with nicfs offload",
             "pm": self.header.pm_json(),
             "workloads": workloads,
-            "pending": pending_json_with_offload(),
+            "pending": pending_json(),
         })
     }
 

@@ -467,7 +467,7 @@ pub(super) fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
     let pm_size = args
         .pm_size
         .unwrap_or_else(|| need.saturating_add(growth).saturating_add(512 << 20).max(cluster::DEFAULT_PM_SIZE));
-    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, false, &args.options)?;
+    let bed = Testbed::new(dir, args.pm_dir.as_deref(), pm_size, true, &args.options)?;
     let header = Header::new(&bed);
     let mut results = Vec::new();
     for (target, path) in &bed.targets {

@@ -396,6 +396,7 @@ fn run_case(dir: &ClusterDir, plan: &Plan, case: Case, seq: usize) -> CliResult<
                 cpus: Some(plan.cpus.nic.to_string()),
                 metrics_port: None,
                 nicfs_limits: None,
+                trusted_group: None,
             };
             step(|| cluster::up(&cd, &up))?;
             let gone = |r: Role| fail(format!("{}'s {} is not running after up", cd.root.display(), r.name()));

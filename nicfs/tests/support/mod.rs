@@ -226,7 +226,8 @@ pub struct Client {
     pub bulk: UnixStream,
     pub attached: Attached,
     pub log_fd: OwnedFd,
-    pub public_fd: OwnedFd,
+    /// The public file, read-only: only a trusted client (root, the trusted group) has it.
+    pub public_fd: Option<OwnedFd>,
     pub log: LogSlot,
     pub geometry: Geometry,
     /// Where the next entry goes.
@@ -260,8 +261,25 @@ impl Client {
             other => panic!("unexpected answer to Hello: {other:?}"),
         };
         let mut fds = r.fds.into_iter();
-        let (log_fd, public_fd) = (fds.next().unwrap(), fds.next().unwrap());
-        let geometry = Superblock::read(&read_public(&public_fd)).unwrap().geometry;
+        let log_fd = fds.next().unwrap();
+        let public_fd = fds.next();
+        assert_eq!(public_fd.is_some(), attached.public);
+        // An untrusted client knows the node's geometry only as far as its log file tells.
+        let geometry = match &public_fd {
+            Some(fd) => Superblock::read(&read_public(fd)).unwrap().geometry,
+            None => {
+                let len = File::from(log_fd.try_clone().unwrap()).metadata().unwrap().len();
+                Geometry {
+                    total_blocks: 0,
+                    log_slots: 0,
+                    log_blocks: len / linefs_pm::layout::BLOCK_SIZE,
+                    itable_start: 0,
+                    inode_count: 0,
+                    data_start: 0,
+                    data_blocks: 0,
+                }
+            }
+        };
         // Mapped from the descriptor itself: the file need not be openable by this process.
         let name = PathBuf::from(format!("/proc/self/fd/{}", log_fd.as_raw_fd()));
         let region = PmRegion::from_file(File::from(log_fd.try_clone().unwrap()), &name, true).unwrap();
@@ -397,7 +415,8 @@ impl Client {
 
     /// The public area as read now through the read-only descriptor.
     pub fn public(&self) -> PublicReader {
-        PublicReader::new(Arc::new(read_public(&self.public_fd)), self.geometry)
+        let fd = self.public_fd.as_ref().expect("an untrusted client has no public descriptor");
+        PublicReader::new(Arc::new(read_public(fd)), self.geometry)
     }
 }
 

@@ -14,10 +14,12 @@
 //!  2 6 reserved                             6 2 reserved
 //!  8 8 session  0 on control                8 … message   UTF-8, text_len bytes
 //!
-//! Attached (2 fds: log file rw, public ro) Creds (embedded; 16 bytes + groups)
+//! Attached (1 or 2 fds: log rw[, public ro]) Creds (embedded; 16 bytes + groups)
 //!  0 8 session                              0 4 uid
 //!  8 4 slot                                 4 4 gid
-//! 12 4 reserved                             8 4 ngroups   <= 65536
+//! 12 1 public   0 or 1 (v5): 1 = the public 8 4 ngroups   <= 65536
+//!               file's descriptor follows
+//! 13 3 reserved
 //! 16 8 ring_offset                         12 4 reserved
 //! 24 8 ring_bytes                          16 … groups    ngroups × u32
 //! 32 8 start_lsn
@@ -91,7 +93,8 @@ pub mod error_off {
 pub mod attached_off {
     pub const SESSION: usize = 0;
     pub const SLOT: usize = 8;
-    pub const RESERVED: usize = 12;
+    pub const PUBLIC: usize = 12;
+    pub const RESERVED: usize = 13;
     pub const RING_OFFSET: usize = 16;
     pub const RING_BYTES: usize = 24;
     pub const START_LSN: usize = 32;
@@ -334,6 +337,7 @@ impl Payload for Attached {
         FixedOut::<{ o::END }>::new()
             .u64::<{ o::SESSION }>(self.session)
             .u32::<{ o::SLOT }>(self.slot)
+            .u8::<{ o::PUBLIC }>(self.public as u8)
             .u64::<{ o::RING_OFFSET }>(self.log.ring_offset)
             .u64::<{ o::RING_BYTES }>(self.log.ring_bytes)
             .u64::<{ o::START_LSN }>(self.log.start_lsn)
@@ -357,7 +361,8 @@ impl Payload for Attached {
         no_overflow("ring_bytes", log.ring_offset, log.ring_bytes)?;
         let inodes = InodeRange { first: f.u64::<{ o::INO_FIRST }>(), count: f.u64::<{ o::INO_COUNT }>() };
         no_overflow("ino_count", inodes.first, inodes.count)?;
-        Ok(Attached { session: f.u64::<{ o::SESSION }>(), slot: f.u32::<{ o::SLOT }>(), log, inodes })
+        let public = get_bool("public", f.u8::<{ o::PUBLIC }>())?;
+        Ok(Attached { session: f.u64::<{ o::SESSION }>(), slot: f.u32::<{ o::SLOT }>(), public, log, inodes })
     }
 }
 

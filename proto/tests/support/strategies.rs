@@ -56,10 +56,11 @@ pub fn range() -> impl Strategy<Value = (u64, u64)> {
 }
 
 pub fn attached() -> impl Strategy<Value = Attached> {
-    (any::<u64>(), any::<u32>(), range(), any::<u64>(), any::<u64>(), range()).prop_map(
-        |(session, slot, (ring_offset, ring_bytes), start_lsn, chunk_bytes, (first, count))| Attached {
+    (any::<u64>(), any::<u32>(), any::<bool>(), range(), any::<u64>(), any::<u64>(), range()).prop_map(
+        |(session, slot, public, (ring_offset, ring_bytes), start_lsn, chunk_bytes, (first, count))| Attached {
             session,
             slot,
+            public,
             log: LogGeometry { ring_offset, ring_bytes, start_lsn, chunk_bytes },
             inodes: InodeRange { first, count },
         },

@@ -13,7 +13,9 @@
 //! without fsync vanish). The live states themselves are checked against an independent
 //! model of POSIX by libfs's reference-model test.
 //!
-//! Every recovered image must also be consistent ([`crate::snapshot::snapshot`]: link
+//! Every recovered image must pass pm's fsck (`linefs_pm::fsck`: link counts, parents, the
+//! tree, every block owned once, checksums, no orphan) and be consistent
+//! ([`crate::snapshot::snapshot`]: link
 //! counts, parents, readable data and attributes), and, for a share of the images, usable:
 //! a file created after recovery survives publication and another mount, and nothing else
 //! changes on the way.
@@ -167,6 +169,7 @@ fn check_into(w: &Workload, crash: &CrashOpts, nicfs_steps: bool, out: &mut Outc
             let r = Arc::new(PmRegion::traced_from_image(img.image));
             let at = || format!("crash point {} ({}), image {}", point.index, point.label, img.description);
             let fs = Fs::mount_region(r.clone(), opts()).map_err(|e| format!("{}: recovery failed: {e}", at()))?;
+            fsck(&r).map_err(|e| format!("{}: fsck after recovery: {e}", at()))?;
             let got = snapshot(&fs).map_err(|e| format!("{}: inconsistent after recovery: {e}", at()))?;
             let ok = &states[acked..(acked + 2).min(states.len())];
             if !ok.contains(&got) {
@@ -188,6 +191,18 @@ fn check_into(w: &Workload, crash: &CrashOpts, nicfs_steps: bool, out: &mut Outc
         }
     }
     Ok(())
+}
+
+/// pm's fsck of a recovered image (at rest: recovery has freed every orphan): any problem
+/// is a violation.
+fn fsck(r: &Arc<PmRegion>) -> Result<(), String> {
+    let report =
+        linefs_pm::fsck::check_packed(r, &linefs_pm::fsck::Options { live: false }).map_err(|e| e.to_string())?;
+    if report.is_clean() {
+        return Ok(());
+    }
+    let lines: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    Err(lines.join("; "))
 }
 
 /// A recovered file system keeps working: a new file survives publication and a remount,
