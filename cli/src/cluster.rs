@@ -54,6 +54,60 @@ pub struct UpArgs {
     pub metrics_port: Option<MetricsPort>,
     /// `--trusted-group` (`none` clears it); none: as recorded.
     pub trusted_group: Option<String>,
+    /// nicfs's limit flags ([`LimitFlags::to_args`]); none: as recorded.
+    pub nicfs_limits: Option<Vec<String>>,
+}
+
+/// `up`'s flags for the limits nicfs holds unprivileged users to (see nicfs's `limits`
+/// module for what each bounds and its default); passed on to every nicfs as given.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LimitFlags {
+    /// Connections of all unprivileged users together (nicfs default 1024).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<u32>,
+    /// Connections per unprivileged uid (nicfs default 64).
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_uid: Option<u32>,
+    /// Log slots per unprivileged uid (nicfs default: half the slots not kept for root, at
+    /// least 2).
+    #[arg(long, value_name = "N")]
+    pub max_slots_per_uid: Option<u32>,
+    /// Log slots only root may claim (nicfs default 1).
+    #[arg(long, value_name = "N")]
+    pub root_reserved_slots: Option<u32>,
+    /// Inode numbers granted and not yet used per unprivileged uid (nicfs default: half the
+    /// inode table).
+    #[arg(long, value_name = "N")]
+    pub max_inodes_per_uid: Option<u64>,
+    /// Data blocks reserved per unprivileged uid (nicfs default: half the data blocks).
+    #[arg(long, value_name = "N")]
+    pub max_blocks_per_uid: Option<u64>,
+    /// No lease for a uid whose session was fenced, for this long, doubled for each
+    /// further fencing (nicfs default 10000).
+    #[arg(long, value_name = "MS")]
+    pub fenced_backoff_ms: Option<u64>,
+    /// The uid a kworker may run as besides nicfs's own.
+    #[arg(long, value_name = "UID")]
+    pub kworker_uid: Option<u32>,
+}
+
+impl LimitFlags {
+    /// The nicfs flags for the limits given; None if none was.
+    pub fn to_args(&self) -> Option<Vec<String>> {
+        let flags: [(&str, Option<u64>); 8] = [
+            ("--max-connections", self.max_connections.map(u64::from)),
+            ("--max-connections-per-uid", self.max_connections_per_uid.map(u64::from)),
+            ("--max-slots-per-uid", self.max_slots_per_uid.map(u64::from)),
+            ("--root-reserved-slots", self.root_reserved_slots.map(u64::from)),
+            ("--max-inodes-per-uid", self.max_inodes_per_uid),
+            ("--max-blocks-per-uid", self.max_blocks_per_uid),
+            ("--fenced-backoff-ms", self.fenced_backoff_ms),
+            ("--kworker-uid", self.kworker_uid.map(u64::from)),
+        ];
+        let args: Vec<String> =
+            flags.iter().filter_map(|(f, v)| v.map(|v| [f.to_string(), v.to_string()])).flatten().collect();
+        (!args.is_empty()).then_some(args)
+    }
 }
 
 /// `up --metrics-port`: a base port (node i's nicfs serves `/metrics` on
@@ -185,7 +239,11 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     }
     let size = args.pm_size.unwrap_or(DEFAULT_PM_SIZE);
     let pm_files: Vec<PathBuf> = (0..args.nodes).map(|i| pm_dir.join(format!("node{i}"))).collect();
-    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port, trusted_group };
+    let nicfs_limits = match &args.nicfs_limits {
+        Some(l) => l.clone(),
+        None => existing.as_ref().map(|d| d.nicfs_limits.clone()).unwrap_or_default(),
+    };
+    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port, trusted_group, nicfs_limits };
     let desc = describe(dir, &pm_dir, &pm_files, size, settings, existing.as_ref())?;
     let mut started = Vec::new();
     if offload == Offload::On {
@@ -266,6 +324,8 @@ pub struct Settings {
     pub nic_cpus: Option<String>,
     pub metrics_port: Option<u16>,
     pub trusted_group: Option<String>,
+    /// nicfs's limit flags, as given to `up`.
+    pub nicfs_limits: Vec<String>,
 }
 
 /// Creates (or re-ups) a host-only cluster in `dir` with the given PM files and marks it up:
@@ -278,7 +338,14 @@ pub fn create(
     zk: Option<String>,
     existing: Option<&ClusterDesc>,
 ) -> CliResult<ClusterDesc> {
-    let settings = Settings { zk, offload: Offload::Off, nic_cpus: None, metrics_port: None, trusted_group: None };
+    let settings = Settings {
+        zk,
+        offload: Offload::Off,
+        nic_cpus: None,
+        metrics_port: None,
+        trusted_group: None,
+        nicfs_limits: Vec::new(),
+    };
     let desc = describe(dir, pm_dir, pm_files, size, settings, existing)?;
     mark_up(dir)?;
     Ok(desc)
@@ -289,7 +356,14 @@ pub fn create(
 pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], size: u64) -> CliResult<ClusterDesc> {
     daemons::check_executables()?;
     daemons::check_socket_paths(dir, pm_files.len())?;
-    let settings = Settings { zk: None, offload: Offload::On, nic_cpus: None, metrics_port: None, trusted_group: None };
+    let settings = Settings {
+        zk: None,
+        offload: Offload::On,
+        nic_cpus: None,
+        metrics_port: None,
+        trusted_group: None,
+        nicfs_limits: Vec::new(),
+    };
     let desc = describe(dir, pm_dir, pm_files, size, settings, None)?;
     mark_up(dir)?;
     for node in 0..desc.nodes.len() {
@@ -340,6 +414,7 @@ fn describe(
         nic_cpus: settings.nic_cpus,
         metrics_port: settings.metrics_port,
         trusted_group: settings.trusted_group,
+        nicfs_limits: settings.nicfs_limits,
     };
     write_desc(dir, &desc)?;
     Ok(desc)
@@ -472,6 +547,13 @@ mod tests {
     }
 
     #[test]
+    fn limit_flags_become_nicfs_flags() {
+        assert_eq!(LimitFlags::default().to_args(), None);
+        let l = LimitFlags { max_slots_per_uid: Some(2), kworker_uid: Some(1000), ..Default::default() };
+        assert_eq!(l.to_args().unwrap(), ["--max-slots-per-uid", "2", "--kworker-uid", "1000"]);
+    }
+
+    #[test]
     fn node_i_serves_metrics_on_base_plus_i() {
         let node = |index| NodeDesc { index, pm_path: PathBuf::from("/pm"), pm_size: 1 };
         let mut desc = ClusterDesc {
@@ -485,6 +567,7 @@ mod tests {
             nic_cpus: None,
             metrics_port: None,
             trusted_group: None,
+            nicfs_limits: Vec::new(),
         };
         assert_eq!(daemons::metrics_addr(&desc, 1).unwrap(), None);
         desc.metrics_port = Some(9100);

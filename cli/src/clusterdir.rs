@@ -48,6 +48,10 @@ pub struct ClusterDesc {
     /// 127.0.0.1:BASE+i (BASE 0: each picks a free port); none: no metrics port.
     #[serde(default)]
     pub metrics_port: Option<u16>,
+    /// The limit flags `up` was given for nicfs (`--max-slots-per-uid 2 ...`), passed to
+    /// every nicfs started for the cluster (`up`, `restart-nic`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nicfs_limits: Vec<String>,
     /// `up --trusted-group`: the group nicfs hands the public file to besides root
     /// (`nicfs --trusted-group`); none: root only.
     #[serde(default)]

@@ -188,6 +188,7 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
     if let Some(addr) = metrics_addr(desc, node)? {
         args.extend(["--metrics-addr".to_string(), addr]);
     }
+    args.extend(desc.nicfs_limits.iter().cloned());
     if let Some(group) = &desc.trusted_group {
         args.extend(["--trusted-group".to_string(), group.clone()]);
     }

@@ -6,8 +6,8 @@
 //! Which node: `--pm-dir PMDIR` names the PM directory holding `node<I>` (as `up
 //! --pm-dir`); otherwise the cluster description in `--dir` says where node I lives.
 //!
-//! Live or at rest: a node is live when its public file is locked (nicfs, or a host-only
-//! mount, holds an exclusive `flock` of it for its life; fsck only probes the lock) or the
+//! Live or at rest: a node is live when its lock file (`nicfs.lock`) is locked (nicfs, or a
+//! host-only mount, holds an exclusive `flock` of it for its life; fsck only probes the lock) or the
 //! cluster's nicfs of the node runs. On a live node an orphan (a file with no name and no
 //! link) may be open, so it is a note, not a problem; and a snapshot may be
 //! mid-publication, so problems found are checked again a moment later and only those both
@@ -70,9 +70,10 @@ pub fn check(path: &Path, live: bool) -> CliResult<Report> {
     Ok(second.agreeing_with(&first))
 }
 
-/// Whether another process holds the node's public file locked (nicfs, a host-only mount).
+/// Whether another process holds the node's lock (nicfs, a host-only mount: the `flock` of
+/// pm's `node::LOCK_FILE`).
 fn locked(node: &Path) -> bool {
-    let Ok(f) = std::fs::File::open(node.join(linefs_pm::node::PUBLIC_FILE)) else { return false };
+    let Ok(f) = std::fs::File::open(node.join(linefs_pm::node::LOCK_FILE)) else { return false };
     match rustix::fs::flock(&f, FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
             let _ = rustix::fs::flock(&f, FlockOperation::Unlock);

@@ -69,6 +69,10 @@ enum Verb {
         /// each picks a free port (see status); off: none (recorded; default: none).
         #[arg(long, value_name = "BASE|off", value_parser = cluster::parse_metrics_port)]
         metrics_port: Option<cluster::MetricsPort>,
+        /// Limits every nicfs holds unprivileged users to (recorded; none given: as
+        /// recorded, else nicfs's defaults).
+        #[command(flatten)]
+        limits: cluster::LimitFlags,
         /// A group (name or number) whose members, besides root, nicfs hands the node's
         /// public file: they read every file of the node directly, as the `disk` group reads
         /// a block device. Others read through a mount. `none` clears it; default: as
@@ -277,9 +281,11 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, dir } => {
+        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, limits, dir } => {
             let d = ClusterDir::new(&dir.dir)?;
-            cluster::up(&d, &UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group })
+            let nicfs_limits = limits.to_args();
+            let up = UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, nicfs_limits };
+            cluster::up(&d, &up)
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {
             mounts::mount(&ClusterDir::new(&dir.dir)?, node, &consistency, options, &mountpoint)

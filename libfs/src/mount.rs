@@ -21,7 +21,7 @@ use crate::remote::Remote;
 use crate::state::{Client, Front, Fs};
 use crate::view::{Node, View};
 use linefs_pm::layout::{Geometry, Superblock};
-use linefs_pm::node::{NodePm, PUBLIC_FILE};
+use linefs_pm::node::NodePm;
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::{Loaded, PublicReader};
 use linefs_pm::record::Record;
@@ -42,16 +42,13 @@ impl Fs {
         if let Some(socket) = opts.nicfs.clone() {
             return Fs::attach(&socket, opts);
         }
-        let public = opts.pm_path.join(PUBLIC_FILE);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&public)
-            .map_err(|e| FsError::Io { what: format!("open {}", public.display()), source: e })?;
-        // One client per node in the host-only mode: it publishes and recovers the node.
-        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            return Err(FsError::Busy(opts.pm_path.display().to_string()));
-        }
+        // One client per node in the host-only mode: it publishes and recovers the node, so
+        // it takes the node's lock, as nicfs does (pm's `node::LOCK_FILE`).
+        let lock = linefs_pm::node::lock_node(&opts.pm_path).map_err(|e| FsError::Io {
+            what: format!("lock {}", opts.pm_path.join(linefs_pm::node::LOCK_FILE).display()),
+            source: e,
+        })?;
+        let Some(file) = lock else { return Err(FsError::Busy(opts.pm_path.display().to_string())) };
         let node = NodePm::open(&opts.pm_path)?;
         let mut fs = Fs::mount_node(node, opts)?;
         fs._lock = Some(file);

@@ -47,10 +47,25 @@ pub enum AllocError {
     NoInodes,
     #[error("{asked} blocks asked, {available} available on the node")]
     NoSpace { asked: u64, available: u64 },
+    /// An unprivileged uid is at its limit ([`crate::limits`]).
+    #[error("uid {uid} holds {held} {what} not yet used; {asked} more asked (limit {limit})")]
+    Limit { uid: u32, what: &'static str, held: u64, asked: u64, limit: u64 },
+}
+
+impl AllocError {
+    /// The errno a client is answered with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            AllocError::NoInodes | AllocError::NoSpace { .. } => libc::ENOSPC,
+            AllocError::Limit { .. } => libc::EDQUOT,
+        }
+    }
 }
 
 #[derive(Default)]
 struct SlotState {
+    /// The uid of the session ([`Alloc::begin_session`]).
+    uid: u32,
     /// Inode numbers granted and not yet known to be used or returned.
     granted: Vec<u64>,
     /// Data blocks reserved.
@@ -62,6 +77,10 @@ struct Inner {
     taken: Bitmap,
     slots: HashMap<u32, SlotState>,
     reserved_total: u64,
+    /// Per unprivileged uid: most inode numbers granted and not yet used, most blocks
+    /// reserved.
+    max_inodes: u64,
+    max_blocks: u64,
 }
 
 /// The node's inode-number and block-reservation state.
@@ -81,7 +100,46 @@ impl Alloc {
         for ino in in_use {
             taken.set(ino);
         }
-        Alloc { inner: Mutex::new(Inner { taken, slots: HashMap::new(), reserved_total: 0 }), reader, geo }
+        let inner =
+            Inner { taken, slots: HashMap::new(), reserved_total: 0, max_inodes: u64::MAX, max_blocks: u64::MAX };
+        Alloc { inner: Mutex::new(inner), reader, geo }
+    }
+
+    /// Sets the per-uid limits (`--max-inodes-per-uid`, `--max-blocks-per-uid`); root has
+    /// none.
+    pub fn set_limits(&self, inodes: u64, blocks: u64) {
+        let mut inner = self.inner.lock();
+        inner.max_inodes = inodes;
+        inner.max_blocks = blocks;
+    }
+
+    /// A session of `uid` starts on `slot`: what it is granted counts against that uid.
+    pub fn begin_session(&self, slot: u32, uid: u32) {
+        self.inner.lock().slots.entry(slot).or_default().uid = uid;
+    }
+
+    /// How many of `count` inode numbers `slot`'s session may still be granted under its
+    /// uid's limit; numbers the public area now uses stop counting (they are dropped from
+    /// the grants: a number in use is never granted again anyway).
+    fn inodes_allowed(&self, inner: &mut Inner, slot: u32, count: u64) -> Result<u64, AllocError> {
+        let uid = inner.slots.get(&slot).map_or(0, |s| s.uid);
+        if uid == 0 || inner.max_inodes == u64::MAX {
+            return Ok(count);
+        }
+        let held = |inner: &Inner| -> u64 {
+            inner.slots.values().filter(|s| s.uid == uid).map(|s| s.granted.len() as u64).sum()
+        };
+        if held(inner) + count > inner.max_inodes {
+            for s in inner.slots.values_mut().filter(|s| s.uid == uid) {
+                s.granted.retain(|&ino| self.unused(ino));
+            }
+        }
+        let held = held(inner);
+        let left = inner.max_inodes.saturating_sub(held);
+        if left == 0 {
+            return Err(AllocError::Limit { uid, what: "inode numbers", held, asked: count, limit: inner.max_inodes });
+        }
+        Ok(count.min(left))
     }
 
     /// Grants up to `count` inode numbers to `slot`'s session, as one contiguous range
@@ -101,6 +159,7 @@ impl Alloc {
         busy: &dyn Fn(u64) -> bool,
     ) -> Result<(u64, u64), AllocError> {
         let mut inner = self.inner.lock();
+        let count = self.inodes_allowed(&mut inner, slot, count)?;
         if inner.taken.free() == 0 {
             self.rescan(&mut inner);
         }
@@ -167,6 +226,19 @@ impl Alloc {
     /// blocks now (pending frees included).
     pub fn reserve(&self, slot: u32, count: u64, free: u64) -> Result<(), AllocError> {
         let mut inner = self.inner.lock();
+        let uid = inner.slots.get(&slot).map_or(0, |s| s.uid);
+        if uid != 0 {
+            let held: u64 = inner.slots.values().filter(|s| s.uid == uid).map(|s| s.reserved).sum();
+            if held.saturating_add(count) > inner.max_blocks {
+                return Err(AllocError::Limit {
+                    uid,
+                    what: "blocks reserved",
+                    held,
+                    asked: count,
+                    limit: inner.max_blocks,
+                });
+            }
+        }
         let available = free.saturating_sub(inner.reserved_total + META_RESERVE);
         if count > available {
             return Err(AllocError::NoSpace { asked: count, available });
@@ -184,6 +256,13 @@ impl Alloc {
         s.reserved -= n;
         inner.reserved_total -= n;
         n
+    }
+
+    /// Blocks reserved by every session but `slot`'s: what a batch of `slot`'s may not use
+    /// ([`linefs_pm::public::PublicArea::set_alloc_floor`]).
+    pub fn reserved_by_others(&self, slot: u32) -> u64 {
+        let inner = self.inner.lock();
+        inner.reserved_total - inner.slots.get(&slot).map_or(0, |s| s.reserved)
     }
 
     /// Blocks `slot`'s session holds reserved.
@@ -273,6 +352,32 @@ mod tests {
         assert_eq!(a.grant_inodes(1, 1), Err(AllocError::NoInodes));
         a.end_session(0);
         assert!(a.grant_inodes(1, 1).is_ok());
+    }
+
+    #[test]
+    fn an_unprivileged_uid_is_held_to_its_limits_root_is_not() {
+        let (_d, node) = node();
+        let a = alloc(&node);
+        a.set_limits(20, 100);
+        a.begin_session(0, 1000);
+        a.begin_session(1, 1000);
+        a.begin_session(2, 0);
+        assert_eq!(a.grant_inodes(0, 15).unwrap().1, 15);
+        assert_eq!(a.grant_inodes(1, 15).unwrap().1, 5, "clamped to what is left of the uid's 20");
+        assert!(matches!(a.grant_inodes(1, 1), Err(AllocError::Limit { uid: 1000, held: 20, .. })));
+        assert_eq!(a.grant_inodes(2, 100).unwrap().1, 100, "root has no limit");
+        a.reserve(0, 60, 10_000).unwrap();
+        let e = a.reserve(1, 41, 10_000).unwrap_err();
+        assert_eq!(e.errno(), libc::EDQUOT);
+        let (_, reserved_before) = a.totals();
+        assert_eq!(reserved_before, 60, "a refused reservation takes nothing");
+        a.reserve(1, 40, 10_000).unwrap();
+        a.reserve(2, 5000, 10_000).unwrap();
+        assert_eq!(a.reserved_by_others(2), 100);
+        assert_eq!(a.reserved_by_others(0), 5040);
+        a.end_session(0);
+        a.begin_session(0, 1000);
+        a.reserve(0, 60, 10_000).unwrap();
     }
 
     #[test]

@@ -48,6 +48,37 @@ pub struct Args {
     /// the `disk` group's). None by default: only root reads the node directly.
     #[arg(long, value_name = "GID|NAME", value_parser = crate::trust::parse_group)]
     pub trusted_group: Option<u32>,
+    /// The uid a kworker must run as, besides nicfs's own (when nicfs runs as root, any
+    /// other uid is refused the kworker channel).
+    #[arg(long, value_name = "UID")]
+    pub kworker_uid: Option<u32>,
+    /// Most connections open at once from all unprivileged users together (root's are not
+    /// counted). See [`crate::limits`].
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
+    /// Most connections open at once per unprivileged uid.
+    #[arg(long, value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_UID)]
+    pub max_connections_per_uid: u32,
+    /// Most log slots one unprivileged uid holds at once; 0: half the slots root does not
+    /// keep, at least 2 (at most all of them).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_slots_per_uid: u32,
+    /// Log slots only root may claim; 1 by default (0 on a node of one slot).
+    #[arg(long, value_name = "N")]
+    pub root_reserved_slots: Option<u32>,
+    /// Most inode numbers granted and not yet used per unprivileged uid; 0: half the inode
+    /// table (at least 256, four first grants).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_inodes_per_uid: u64,
+    /// Most data blocks reserved and not yet handed back per unprivileged uid; 0: half the
+    /// data blocks.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_blocks_per_uid: u64,
+    /// After a session is fenced for leaving a revoke unanswered, its uid's sessions get no
+    /// lease for this long (doubled for each further fencing within it, at most 10 min);
+    /// 0: no backoff. Root is never backed off.
+    #[arg(long, value_name = "MS", default_value_t = crate::limits::DEFAULT_FENCED_BACKOFF_MS)]
+    pub fenced_backoff_ms: u64,
 }
 
 /// `--lease-timeout-ms` by default.
@@ -96,6 +127,21 @@ mod tests {
         assert_eq!(a.trusted_group, None, "nobody but root is trusted by default");
         let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--trusted-group", "6"]).unwrap();
         assert_eq!(a.trusted_group, Some(6));
+        assert_eq!((a.kworker_uid, a.max_connections, a.max_connections_per_uid), (None, 1024, 64));
+        assert_eq!((a.max_slots_per_uid, a.root_reserved_slots, a.fenced_backoff_ms), (0, None, 10_000));
+        let a = Args::try_parse_from([
+            "nicfs",
+            "--node",
+            "n",
+            "--socket",
+            "s",
+            "--kworker-uid",
+            "7",
+            "--root-reserved-slots",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!((a.kworker_uid, a.root_reserved_slots), (Some(7), Some(0)));
     }
 
     #[test]

@@ -20,6 +20,7 @@
 use crate::conn::{describe, BadFrames};
 use crate::daemon::Ctx;
 use crate::lease::Input;
+use crate::limits::Refusal;
 use crate::publisher::{self, Job};
 use crate::session::{run_outbox, Session};
 use linefs_pm::layout::BLOCK_SIZE;
@@ -58,7 +59,15 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 let _ = session.jobs.send(Job::Fsync { id, lsn: f.lsn, at });
             }
             Control::LeaseRequest(r) => {
-                if let Err((errno, why)) = check_request(ctx, &session, &r) {
+                if let Some(left) = ctx.sessions.fenced.backoff(session.cred.uid) {
+                    let why = format!(
+                        "a session of uid {} was fenced for leaving a revoke unanswered: no lease for {} ms",
+                        session.cred.uid,
+                        left.as_millis()
+                    );
+                    ctx.refusals.refused(Refusal::Fenced, &peer, &why);
+                    let _ = session.control_error(id, libc::EAGAIN, &why);
+                } else if let Err((errno, why)) = check_request(ctx, &session, &r) {
                     tracing::debug!(%peer, id, inode = r.inode, errno, "lease request refused: {why}");
                     let _ = session.control_error(id, errno, why);
                 } else if !ctx.leases.request(&session, id, r.inode, r.mode) {
@@ -91,7 +100,10 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 });
                 let reply = match grant {
                     Ok((first, count)) => Control::InodeRange(InodeRange { first, count }),
-                    Err(e) => Control::Error(ErrorReply { errno: libc::ENOSPC, message: e.to_string() }),
+                    Err(e) => {
+                        ctx.refusals.refused(Refusal::Inodes, &peer, &e.to_string());
+                        Control::Error(ErrorReply { errno: e.errno(), message: e.to_string() })
+                    }
                 };
                 let _ = session.send_control(&Frame { id, msg: reply });
             }
@@ -101,7 +113,10 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
                 } else {
                     match ctx.node.alloc.reserve(session.slot, b.count, ctx.node.free_blocks()) {
                         Ok(()) => Control::Ok,
-                        Err(e) => Control::Error(ErrorReply { errno: libc::ENOSPC, message: e.to_string() }),
+                        Err(e) => {
+                            ctx.refusals.refused(Refusal::Blocks, &peer, &e.to_string());
+                            Control::Error(ErrorReply { errno: e.errno(), message: e.to_string() })
+                        }
                     }
                 };
                 let _ = session.send_control(&Frame { id, msg: reply });
@@ -148,15 +163,26 @@ pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, 
 
 /// How long an attach waits for departed clients' logs to be published.
 const DEPARTED_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long attaches wait for the end of the connection of a session whose attaching
+/// process has died, counted from the first time it is seen dead: if nothing else holds the
+/// connection its end is noticed at once; if a child it forked holds it, the session is not
+/// departing at all, and no later attach waits for it.
+const DEAD_ATTACHER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Waits until every client that has gone (its connection ended, or its process died) has
-/// had its committed log published: a new client builds its view from the public area, so
-/// it must find there everything the departed ones committed (a remount after a crash of
-/// the mount would otherwise see a file without the data its fsync acknowledged).
+/// Waits until every client that has gone (its connection ended) has had its committed log
+/// published: a new client builds its view from the public area, so it must find there
+/// everything the departed ones committed (a remount after a crash of the mount would
+/// otherwise see a file without the data its fsync acknowledged). A session whose
+/// attaching process died but whose connection lives on — a child forked before the
+/// parent exited — is waited for only [`DEAD_ATTACHER_WAIT`] once: it is not departing.
 fn wait_for_departed(ctx: &Ctx) {
-    let deadline = std::time::Instant::now() + DEPARTED_WAIT;
-    while ctx.sessions.all().iter().any(|s| s.departing()) {
-        if std::time::Instant::now() > deadline {
+    let start = std::time::Instant::now();
+    loop {
+        let pending = ctx.sessions.all().iter().any(|s| s.ending() || s.attacher_just_died(DEAD_ATTACHER_WAIT));
+        if !pending {
+            return;
+        }
+        if start.elapsed() > DEPARTED_WAIT {
             tracing::warn!("departed clients are still being settled after 30 s; attaching anyway");
             return;
         }
@@ -192,6 +218,33 @@ fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (
     Ok(())
 }
 
+/// Claims a slot for a client of `cred` within the limits ([`crate::limits`]): an
+/// unprivileged uid holds at most `--max-slots-per-uid` slots and never one of the
+/// `--root-reserved-slots` last free ones. Called under `ctx.attaching`.
+fn claim_within_limits(ctx: &Ctx, cred: &PeerCred) -> Result<crate::node::Claim, (i32, String)> {
+    let l = &ctx.limits;
+    let keep_free = if cred.uid == 0 {
+        0
+    } else {
+        let held = ctx.sessions.all().iter().filter(|s| s.cred.uid == cred.uid).count();
+        if held >= l.max_slots_per_uid as usize {
+            return Err((
+                libc::EUSERS,
+                format!("uid {} holds {held} log slots (--max-slots-per-uid {})", cred.uid, l.max_slots_per_uid),
+            ));
+        }
+        l.root_reserved_slots as usize
+    };
+    ctx.node.claim_keeping(keep_free).ok_or_else(|| {
+        let why = if keep_free > 0 {
+            format!("every log slot is in use but the {keep_free} kept for root (--root-reserved-slots)")
+        } else {
+            "every log slot is in use".to_string()
+        };
+        (libc::EBUSY, why)
+    })
+}
+
 /// Claims a slot, starts the session, sends Attached. None (after an Error reply) if the
 /// client cannot be attached.
 fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: Hello) -> Option<Arc<Session>> {
@@ -221,7 +274,19 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     });
     let trusted = ctx.trust.trusted(cred, &groups);
     wait_for_departed(ctx);
-    let Some(claim) = node.claim() else { return refuse(libc::EBUSY, "every log slot is in use") };
+    // Held until the session is registered: the limit counts registered sessions.
+    let one_at_a_time = ctx.attaching.lock();
+    let claimed = claim_within_limits(ctx, cred);
+    let claim = match claimed {
+        Ok(c) => c,
+        Err((errno, why)) => {
+            if errno != libc::EBUSY || cred.uid != 0 {
+                ctx.refusals.refused(Refusal::Slot, &peer, &why);
+            }
+            let _ = linefs_proto::write_error(stream, id, errno, &why);
+            return None;
+        }
+    };
     let slot = claim.slot;
     let files = node.client_files(slot, trusted).and_then(|f| Ok((f, stream.try_clone()?)));
     let start = node.checkpoint(slot);
@@ -233,6 +298,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         }
     };
     let sid = ctx.sessions.new_id();
+    node.alloc.begin_session(slot, cred.uid);
     ctx.leases.attach(sid, slot);
     let (session, rx, out_rx) = Session::new(sid, slot, *cred, hello.role, writer, start, ctx.leases.clone());
     let session = Arc::new(session);
@@ -260,6 +326,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     // lease frames (a revoke of a number granted below) wait in the outbox, whose thread
     // starts once Attached is written.
     ctx.sessions.insert(session.clone());
+    drop(one_at_a_time);
     // A first range of inode numbers; a node with none left still attaches (reads work).
     let grant =
         ctx.leases.grant_inodes(sid, |busy| node.alloc.grant_inodes_avoiding(slot, crate::alloc::FIRST_GRANT, busy));

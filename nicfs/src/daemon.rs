@@ -7,6 +7,7 @@ use crate::args::Args;
 use crate::hostlink::HostLink;
 use crate::latency::EndToEnd;
 use crate::leases::Leases;
+use crate::limits::{Connections, Limits, Refusal, Refusals};
 use crate::node::Node;
 use crate::pipeline::Pipeline;
 use crate::session::Sessions;
@@ -34,6 +35,17 @@ pub struct Ctx {
     pub socket: PathBuf,
     /// Where `/metrics` is served (the bound address: a port 0 asked for is resolved).
     pub metrics_addr: Option<SocketAddr>,
+    /// The per-user limits in force ([`crate::limits`]).
+    pub limits: Limits,
+    /// The open connections of unprivileged users.
+    pub conns: Arc<Connections>,
+    /// What the limits (and the kworker check) refused.
+    pub refusals: Refusals,
+    /// The uid a kworker may run as besides nicfs's own (`--kworker-uid`).
+    pub kworker_uid: Option<u32>,
+    /// Held from the limit checks of an attach to its claim, so that two attaches of one
+    /// uid cannot both pass a check only one of them fits.
+    pub attaching: parking_lot::Mutex<()>,
     /// Who is handed the public file ([`crate::trust`]).
     pub trust: crate::trust::Trust,
     stopping: AtomicBool,
@@ -66,6 +78,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let sessions = Arc::new(Sessions::default());
     let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
     let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone()), args.lease_timeout_ms));
+    let limits = Limits::resolve(&args, &node.geometry);
+    tracing::info!(?limits, kworker_uid = ?args.kworker_uid, "per-user limits");
+    sessions.fenced.set_base(limits.fenced_backoff_ms);
+    node.alloc.set_limits(limits.max_inodes_per_uid, limits.max_blocks_per_uid);
     let ctx = Arc::new(Ctx {
         pipeline: Pipeline::start(node.clone(), host.clone(), Some(leases.clone()), !args.no_coalesce),
         node,
@@ -75,6 +91,11 @@ pub fn run(args: Args) -> Result<(), String> {
         latency: EndToEnd::default(),
         socket: args.socket.clone(),
         metrics_addr,
+        limits,
+        conns: Arc::new(Connections::default()),
+        refusals: Refusals::default(),
+        kworker_uid: args.kworker_uid,
+        attaching: parking_lot::Mutex::new(()),
         trust: crate::trust::Trust { group: args.trusted_group },
         stopping: AtomicBool::new(false),
     });
@@ -123,8 +144,12 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         match conn {
             Ok(stream) => {
+                let Some(counted) = admit(&ctx, &stream) else { continue };
                 let c = ctx.clone();
-                if let Err(e) = spawn("conn", move || crate::conn::serve(c, stream)) {
+                if let Err(e) = spawn("conn", move || {
+                    crate::conn::serve(c, stream);
+                    drop(counted);
+                }) {
                     tracing::error!("{e}");
                 }
             }
@@ -138,6 +163,28 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     stop(&ctx, args.status_file.as_deref());
     Ok(())
+}
+
+/// Counts a new connection against the limits, or refuses it — one Error frame, then the
+/// connection is closed here, without a thread of its own.
+fn admit(ctx: &Arc<Ctx>, stream: &UnixStream) -> Option<crate::limits::Counted> {
+    let cred = match linefs_proto::peer_credentials(stream) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a peer's credentials; closing");
+            return None;
+        }
+    };
+    match ctx.conns.admit(cred.uid, &ctx.limits) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            ctx.refusals.refused(Refusal::Connection, &crate::conn::describe(&cred), &why);
+            // A new socket's buffer takes one small frame; never wait on it.
+            let _ = stream.set_nonblocking(true);
+            let _ = linefs_proto::write_error(stream, 0, libc::EUSERS, &why);
+            None
+        }
+    }
 }
 
 /// Publishes every attached client's committed log, then holds the public area (no

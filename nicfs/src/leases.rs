@@ -322,6 +322,9 @@ impl Leases {
                     lease = reason.lease,
                     "lease expired: the client {reason}; fencing its session"
                 );
+                // Its uid's sessions get no lease for a while: one that re-attaches at once
+                // would otherwise hold up the others again ([`crate::limits::Fenced`]).
+                sessions.fenced.fenced(session.cred.uid);
                 if !session.expire(reason.to_string()) {
                     // The publisher has stopped: the log is settled.
                     then.push_back(Input::SessionEnded { session: id });

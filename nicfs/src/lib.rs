@@ -11,10 +11,16 @@
 //! What exists now:
 //!
 //! * **process** ([`daemon`], [`args`], pm's `signals`): an exclusive `flock` of
-//!   `DIR/public.pm` (a second nicfs, or a host-only mount, is refused: one line on stderr,
-//!   exit 1), pm's recovery of the node, the socket (mode 0666, a stale one replaced), a
-//!   thread per connection; SIGTERM/SIGINT publish every attached client's committed log,
-//!   write the last status, remove the socket and exit 0.
+//!   `DIR/nicfs.lock` (pm's `node::lock_node`: a file no client is handed; a second nicfs,
+//!   or a host-only mount, is refused: one line on stderr, exit 1), log files of the wrong
+//!   size replaced, pm's recovery of the node, the socket (mode 0666, a stale one
+//!   replaced), a thread per connection within the limits; SIGTERM/SIGINT publish every
+//!   attached client's committed log, write the last status, remove the socket and exit 0.
+//! * **limits and faults** ([`limits`], [`sigbus`]): per-user limits on connections (counted
+//!   at accept, the excess refused without a thread), log slots (root keeps a reserve),
+//!   inode numbers and block reservations; a fenced uid's backoff; refusals counted in
+//!   status. A client that resizes its log file under nicfs's mapping fails its session;
+//!   nicfs survives the fault.
 //! * **sessions** ([`conn`], [`control`], [`session`], [`bulk`], [`slots`]): a control Hello
 //!   claims a free log slot (an exclusive `flock` of its log file, held for the session),
 //!   records the peer's SO_PEERCRED, and answers `Attached` with the log file read-write and
@@ -89,6 +95,7 @@ pub mod latency;
 pub mod lease;
 pub mod leasefile;
 pub mod leases;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod opens;
@@ -96,6 +103,7 @@ pub mod perms;
 pub mod pipeline;
 pub mod publisher;
 pub mod session;
+pub mod sigbus;
 pub mod slots;
 pub mod stage;
 pub mod status;

@@ -57,6 +57,8 @@ pub struct Sample {
     pub mode_switches: u64,
     pub chunk: Latency,
     pub fsync: Latency,
+    /// What the per-user limits refused ([`crate::limits`]).
+    pub refusals: crate::limits::RefusalCounts,
 }
 
 impl Sample {
@@ -87,6 +89,7 @@ impl Sample {
             mode_switches: host.mode_switches,
             chunk: ctx.latency.chunk.clone(),
             fsync: ctx.latency.fsync.clone(),
+            refusals: crate::status::refusals(ctx),
         }
     }
 
@@ -238,6 +241,25 @@ impl Collector for Sample {
         };
         one(e, "mode", "The node's mode: 0 normal (kworker copies), 1 isolated (nicfs copies)", None, &gauge(mode))?;
         one(e, "mode_switches", "Switches between normal and isolated mode", None, &counter(self.mode_switches))?;
+        let r = &self.refusals;
+        let kinds = [
+            ("connections", counter(r.connections)),
+            ("slots", counter(r.slots)),
+            ("kworker", counter(r.kworker)),
+            ("fenced", counter(r.fenced)),
+            ("inodes", counter(r.inodes)),
+            ("blocks", counter(r.blocks)),
+            ("log_resized", counter(r.log_resized)),
+        ];
+        family(
+            e,
+            "refusals",
+            "Requests refused by the per-user limits, by kind",
+            None,
+            MetricType::Counter,
+            "kind",
+            &kinds,
+        )?;
         let l = &self.leases;
         one(
             e,
@@ -295,6 +317,7 @@ mod tests {
             mode_switches: 1,
             chunk: Latency::new(),
             fsync: Latency::new(),
+            refusals: crate::limits::RefusalCounts { connections: 3, ..Default::default() },
         };
         s.fsync.record(Duration::from_micros(800));
         s
@@ -330,6 +353,8 @@ mod tests {
         assert_eq!(get("linefs_nicfs_chunk_latency_seconds_count"), 0.0);
         assert_eq!((get("linefs_nicfs_mode"), get("linefs_nicfs_sessions")), (1.0, 1.0));
         assert_eq!((get("linefs_nicfs_lease_writers"), get("linefs_nicfs_lease_grants_total")), (2.0, 5.0));
+        assert_eq!(get("linefs_nicfs_refusals_total{kind=\"connections\"}"), 3.0);
+        assert_eq!(get("linefs_nicfs_refusals_total{kind=\"log_resized\"}"), 0.0);
         assert_eq!(
             get(&format!("linefs_nicfs_node_info{{node=\"node0\",version=\"{}\"}}", env!("CARGO_PKG_VERSION"))),
             1.0

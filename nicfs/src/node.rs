@@ -1,9 +1,10 @@
-//! What nicfs owns of its node: the exclusive lock of the public file, the mapped PM, the
+//! What nicfs owns of its node: the exclusive lock of the node (pm's `node::LOCK_FILE`), the mapped PM, the
 //! public area (one publisher at a time: a mutex), the log slots and which of them sessions
 //! hold ([`crate::slots`]: claims, and a fresh log file for every session), and the
 //! publication counters.
 //!
-//! Opening the node takes the lock, removes the fresh log files a crash left before their
+//! Opening the node takes the lock, replaces the log files a client left the wrong size
+//! (`replace_resized_logs`), removes the fresh log files a crash left before their
 //! rename (pm's `slotfile::remove_stray`), recovers the node, and then replaces every slot's
 //! log file, so that no process holding a descriptor from before can write a log that
 //! counts.
@@ -25,14 +26,13 @@ use crate::leasefile::LeaseFile;
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
-use linefs_pm::oplog::LogCopy;
+use linefs_pm::oplog::{LogCopy, LogSlot};
 use linefs_pm::public::{Permissions, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch_checked, Batch, Published, SlotError};
 use linefs_pm::record::InodeImage;
 use linefs_pm::record::Record;
 use linefs_pm::recovery::{recover_with, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
-use rustix::fs::{flock, FlockOperation};
 
 pub use crate::slots::Claim;
 use crate::slots::Slots;
@@ -81,22 +81,20 @@ pub struct Node {
     /// Keeps the public file mapped (the area holds its own reference too; the slots hold
     /// the log files).
     _pm: NodePm,
-    /// The exclusive flock of public.pm, held for the process's life.
+    /// The exclusive flock of the node's lock file (pm's `node::LOCK_FILE`), held for the
+    /// process's life.
     _lock: File,
 }
 
 impl Node {
     /// Locks the node in `dir`, opens it and recovers it.
     pub fn open(dir: &Path) -> Result<Node, StartError> {
-        let public = dir.join(PUBLIC_FILE);
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&public)
-            .map_err(|source| StartError::Open { path: public.clone(), source })?;
-        if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
-            return Err(StartError::Busy(dir.to_path_buf()));
-        }
+        let lock = match linefs_pm::node::lock_node(dir) {
+            Ok(Some(l)) => l,
+            Ok(None) => return Err(StartError::Busy(dir.to_path_buf())),
+            Err(source) => return Err(StartError::Open { path: dir.join(linefs_pm::node::LOCK_FILE), source }),
+        };
+        replace_resized_logs(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
         let mut pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
         linefs_pm::slotfile::remove_stray(dir, &pm.geometry);
         // The log suffixes are admitted by the write leases recorded before the restart; a
@@ -147,10 +145,63 @@ impl Node {
     fn log_path(&self, slot: u32) -> PathBuf {
         self.dir.join(log_file_name(slot))
     }
+}
 
+/// Replaces every log file of the node in `dir` whose size is not the geometry's — a client
+/// of an earlier nicfs truncated or grew it — by a fresh one (pm's `slotfile`), so that the
+/// node starts: what that client logged past its checkpoint is lost, and nothing else. The
+/// checkpoint is the old header's published LSN if the header is still whole and valid,
+/// else 0 (a fresh ring of zeros is empty from any LSN).
+fn replace_resized_logs(dir: &Path) -> Result<(), FormatError> {
+    use linefs_pm::slotfile::{self, SlotLsns};
+    let public = linefs_pm::PmRegion::open_read_only(&dir.join(PUBLIC_FILE))?;
+    let geo = linefs_pm::layout::Superblock::read(&public)?.geometry;
+    drop(public);
+    for slot in 0..geo.log_slots {
+        let path = dir.join(log_file_name(slot));
+        let size = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_file() => m.len(),
+            Ok(_) => 0,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(linefs_pm::PmError::Io { what: format!("stat {}", path.display()), source: e }.into()),
+        };
+        if size == geo.log_size() {
+            continue;
+        }
+        let published = header_lsn(&path, &geo, slot).unwrap_or(0);
+        tracing::warn!(
+            slot,
+            size,
+            expected = geo.log_size(),
+            published,
+            "log file of the wrong size (its client resized it): replaced by a fresh one"
+        );
+        slotfile::replace(dir, &geo, slot, SlotLsns { published, replicated: published })?;
+    }
+    Ok(())
+}
+
+/// The published LSN in the header of the log file at `path`, read with `pread` (the file
+/// may be shorter than its header), if the header is whole and valid.
+fn header_lsn(path: &Path, geo: &Geometry, slot: u32) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).ok()?;
+    let mut block = vec![0u8; linefs_pm::layout::BLOCK_SIZE as usize];
+    f.read_exact_at(&mut block, 0).ok()?;
+    // The header block alone: the header's checks take the ring's size from `geo`.
+    let region = Arc::new(linefs_pm::PmRegion::traced_from_image(block));
+    LogSlot::new(region, geo, slot).published_lsn().ok()
+}
+
+impl Node {
     /// Claims a free slot, or None when every slot is held.
     pub fn claim(&self) -> Option<Claim> {
         self.slots.claim()
+    }
+
+    /// Claims a free slot if more than `keep_free` are free.
+    pub fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
+        self.slots.claim_keeping(keep_free)
     }
 
     /// Frees a claimed slot once its log is settled: its session's reservations end, the
@@ -159,6 +210,11 @@ impl Node {
     pub fn release(&self, claim: Claim) {
         self.alloc.end_session(claim.slot);
         self.slots.release(claim);
+    }
+
+    /// Times a client's log file was found resized since start.
+    pub fn log_files_resized(&self) -> u64 {
+        self.slots.resized_found()
     }
 
     /// Log files replaced since start (one per session ended, and every slot at start).
@@ -207,8 +263,20 @@ impl Node {
     /// [`Node::fetch`] into `buf`, the buffer of an earlier copy handed back for reuse.
     pub fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
-        let (copy, read) =
-            self.slots.log(slot).fetch_into(from, until, max, buf).map_err(|source| SlotError::Log { slot, source })?;
+        let resized = |why: String| {
+            tracing::warn!(slot, "{why}; the session fails");
+            SlotError::Log { slot, source: FormatError::Corrupt { what: format!("log slot {slot}"), detail: why } }
+        };
+        if let Some(why) = self.slots.resized(slot) {
+            return Err(resized(why));
+        }
+        let fetched = self.slots.log(slot).fetch_into(from, until, max, buf);
+        // A shrink during the copy faulted into zeros ([`crate::sigbus`]): what was read
+        // is not the log.
+        if let Some(why) = self.slots.resized(slot) {
+            return Err(resized(why));
+        }
+        let (copy, read) = fetched.map_err(|source| SlotError::Log { slot, source })?;
         self.counters.fetched(read);
         Ok(copy)
     }
@@ -227,8 +295,12 @@ impl Node {
         let mut copied = Copied::default();
         let r = {
             let mut area = self.area.lock();
+            // What the other sessions reserved is theirs: a batch that would need it fails
+            // (its own session fails), rather than theirs later.
+            area.set_alloc_floor(self.alloc.reserved_by_others(batch.slot));
             let mut mover = copylist::mover(host, batch.slot, log.region().len(), &mut copied);
             let r = publish_batch_checked(&mut area, &log, batch, plan, &mut mover, perms);
+            area.set_alloc_floor(0);
             if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &r {
                 self.slots.set_checkpoint(batch.slot, p.upto);
             }

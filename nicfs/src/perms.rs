@@ -6,7 +6,7 @@
 //!   entry's CALLER record) and is believed: root could do anything anyway. An entry
 //!   without a CALLER record is root's. Any other client is held to what the kernel says it
 //!   is: its uid and gid from SO_PEERCRED, its supplementary groups read from
-//!   `/proc/<pid>/status` when it attached; an entry stating another uid is refused.
+//!   SO_PEERGROUPS of its connection when it attached; an entry stating another uid is refused.
 //! * **Opens for writing.** POSIX lets a file opened for writing be written through that
 //!   open after its mode changes. The client logs every open for writing (an OPEN_WRITE
 //!   record, in an entry committed before the open returns); pm's policy checks it in log
@@ -72,15 +72,49 @@ fn resolve(session: &Session, stated: Option<(u32, u32, &[u32])>) -> Result<Call
     Ok(Caller { uid: peer.uid, gid: peer.gid, groups: session.groups.clone() })
 }
 
-/// The supplementary groups of process `pid` (the `Groups:` line of its status file);
-/// empty if it cannot be read.
-pub fn groups_of(pid: i32) -> Vec<u32> {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
-        .unwrap_or_default()
+/// The supplementary groups of the process at the other end of `stream`, as the kernel
+/// recorded them when it connected (SO_PEERGROUPS) — not read from `/proc/<pid>`, which a
+/// departed pid (or one reused since) makes say anything.
+pub fn peer_groups(stream: &impl std::os::fd::AsRawFd) -> std::io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a live buffer of `len` bytes, and the kernel writes at most
+        // `len` bytes to it and the size it needs (or wrote) to `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ERANGE) && n > groups.len() && n <= 65536 {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn peer_groups_are_the_kernel_s_record_of_the_connecting_process() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut want = rustix::process::getgroups().unwrap().iter().map(|g| g.as_raw()).collect::<Vec<_>>();
+        let mut got = super::peer_groups(&a).unwrap();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+    }
 }
 
 /// At most this many directories the session holds are searched for a name of a file it

@@ -56,6 +56,8 @@ pub struct Session {
     /// Set once the client is gone (its control connection ended or it detached): the
     /// session is being settled.
     ending: AtomicBool,
+    /// When the attaching process was first seen dead ([`Session::attacher_just_died`]).
+    attacher_seen_dead: Mutex<Option<std::time::Instant>>,
     failure: Mutex<Option<String>>,
     /// Ids of the frames nicfs starts (notices), per session.
     next_id: AtomicU64,
@@ -82,7 +84,10 @@ impl Session {
         let session = Session {
             id,
             slot,
-            groups: crate::perms::groups_of(cred.pid),
+            groups: crate::perms::peer_groups(&control).unwrap_or_else(|e| {
+                tracing::warn!(session = id, pid = cred.pid, error = %e, "cannot read the peer's groups (SO_PEERGROUPS); none assumed");
+                Vec::new()
+            }),
             cred,
             role,
             control: Mutex::new(control),
@@ -93,6 +98,7 @@ impl Session {
             failed: AtomicBool::new(false),
             fence: AtomicU64::new(u64::MAX),
             ending: AtomicBool::new(false),
+            attacher_seen_dead: Mutex::new(None),
             failure: Mutex::new(None),
             next_id: AtomicU64::new(1),
             leases,
@@ -163,12 +169,23 @@ impl Session {
         self.ending.store(true, Ordering::Release);
     }
 
-    /// Whether the client is gone — it ended, or its process has died and its connection's
-    /// end is about to be noticed — and the session not yet settled.
-    pub fn departing(&self) -> bool {
+    /// Whether the client's connection has ended and the session is not yet settled.
+    pub fn ending(&self) -> bool {
         self.ending.load(Ordering::Acquire)
-            || rustix::process::Pid::from_raw(self.cred.pid)
-                .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH))
+    }
+
+    /// Whether the process that attached has died within the last `grace`. Its connection
+    /// may live on in a child it forked (or a process it passed it to), so a dead attacher
+    /// alone does not mean the session is ending: it is a hint that its end is about to be
+    /// noticed, for `grace` from the first time it is seen dead, and no longer.
+    pub fn attacher_just_died(&self, grace: std::time::Duration) -> bool {
+        let dead = rustix::process::Pid::from_raw(self.cred.pid)
+            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err_and(|e| e == rustix::io::Errno::SRCH));
+        if !dead {
+            return false;
+        }
+        let seen = *self.attacher_seen_dead.lock().get_or_insert_with(std::time::Instant::now);
+        seen.elapsed() < grace
     }
 
     /// Marks the session failed (an entry refused) with why — the first reason given stays.
@@ -235,6 +252,8 @@ pub fn run_outbox(session: Weak<Session>, frames: crossbeam_channel::Receiver<Fr
 pub struct Sessions {
     map: Mutex<BTreeMap<u64, Arc<Session>>>,
     last_id: AtomicU64,
+    /// The uids whose sessions were fenced lately, backed off ([`crate::limits::Fenced`]).
+    pub fenced: crate::limits::Fenced,
 }
 
 impl Sessions {

@@ -45,6 +45,12 @@
 //! nicfs's mapping is an `Arc` behind a lock, swapped whole: a reader that took the old one
 //! finishes on it (none does once the session is settled: its fetches and publications are
 //! all answered before it ends).
+//!
+//! **Resized files.** Every mapping of a log file is registered with the SIGBUS guard
+//! ([`crate::sigbus`]) for as long as the mapping lives (a reader may finish on an old one
+//! after a swap), and [`Slots::resized`] tells a fetch that the client resized its file —
+//! its size is not the geometry's, or a read of the mapping faulted — so that the session
+//! fails instead of nicfs.
 
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::log_file_name;
@@ -56,7 +62,7 @@ use rustix::fs::{flock, FlockOperation};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// A claimed slot: released (lock dropped, file replaced, slot free again) by
 /// [`Slots::release`].
@@ -79,6 +85,8 @@ enum State {
 struct Slot {
     /// nicfs's mapping of the slot's log file, swapped when the file is replaced.
     log: RwLock<Arc<LogSlot>>,
+    /// The SIGBUS guard of that mapping ([`crate::sigbus`]).
+    guard: RwLock<Option<Arc<crate::sigbus::Guard>>>,
     /// nicfs's record of the slot's durable checkpoint (see the module notes).
     checkpoint: AtomicU64,
 }
@@ -91,6 +99,11 @@ pub struct Slots {
     states: Mutex<Vec<State>>,
     /// Log files replaced since start (status).
     replaced: AtomicU64,
+    /// Every guarded mapping that may still be accessed: a guard is dropped only once its
+    /// mapping is gone (a reader may finish on an old mapping after a swap).
+    guards: Mutex<Vec<(Weak<PmRegion>, Arc<crate::sigbus::Guard>)>>,
+    /// Sessions found with their log file resized (status).
+    resized_found: AtomicU64,
 }
 
 impl Slots {
@@ -104,6 +117,7 @@ impl Slots {
             .enumerate()
             .map(|(s, (region, &at))| Slot {
                 log: RwLock::new(Arc::new(LogSlot::new(region, &geometry, s as u32))),
+                guard: RwLock::new(None),
                 checkpoint: AtomicU64::new(at),
             })
             .collect::<Vec<_>>();
@@ -113,7 +127,12 @@ impl Slots {
             states: Mutex::new(vec![State::Free; slots.len()]),
             slots,
             replaced: AtomicU64::new(0),
+            guards: Mutex::new(Vec::new()),
+            resized_found: AtomicU64::new(0),
         };
+        for slot in 0..slots.slots.len() as u32 {
+            slots.guard(slot);
+        }
         let mut states = slots.states.lock();
         for (slot, state) in states.iter_mut().enumerate() {
             if let Err(e) = slots.replace(slot as u32) {
@@ -128,6 +147,42 @@ impl Slots {
     /// Slot `slot`'s log as nicfs maps it now.
     pub fn log(&self, slot: u32) -> Arc<LogSlot> {
         self.slots[slot as usize].log.read().clone()
+    }
+
+    /// Guards slot `slot`'s mapping now against SIGBUS ([`crate::sigbus`]), and lets go of
+    /// the guards of mappings that are gone.
+    fn guard(&self, slot: u32) {
+        let region = self.log(slot).region().clone();
+        let mut guards = self.guards.lock();
+        guards.retain(|(r, _)| r.strong_count() > 0);
+        let guard = region.mapped_range().and_then(|(start, len)| crate::sigbus::register(start, len));
+        if let Some(g) = &guard {
+            guards.push((Arc::downgrade(&region), g.clone()));
+        }
+        *self.slots[slot as usize].guard.write() = guard;
+    }
+
+    /// Why slot `slot`'s log file cannot be read as its log, if it cannot: its client
+    /// resized it (its size is not the geometry's, or a read of nicfs's mapping faulted).
+    pub fn resized(&self, slot: u32) -> Option<String> {
+        let hits = self.slots[slot as usize].guard.read().as_ref().map_or(0, |g| g.hits());
+        let why = if hits > 0 {
+            format!("the client shrank its log file under nicfs's mapping ({hits} pages faulted)")
+        } else {
+            let want = self.geometry.log_size();
+            match std::fs::metadata(self.log_path(slot)) {
+                Ok(m) if m.len() == want => return None,
+                Ok(m) => format!("the client resized its log file to {} bytes ({want} expected)", m.len()),
+                Err(e) => format!("cannot stat the log file: {e}"),
+            }
+        };
+        self.resized_found.fetch_add(1, Ordering::Relaxed);
+        Some(why)
+    }
+
+    /// Times a resized log file was found since start.
+    pub fn resized_found(&self) -> u64 {
+        self.resized_found.load(Ordering::Relaxed)
     }
 
     /// nicfs's record of `slot`'s durable checkpoint.
@@ -152,7 +207,16 @@ impl Slots {
     /// Claims a free slot (the lowest), or None when every slot is held. A stale slot is
     /// replaced first, or skipped.
     pub fn claim(&self) -> Option<Claim> {
+        self.claim_keeping(0)
+    }
+
+    /// [`Slots::claim`], but only while more than `keep_free` slots are not claimed (the
+    /// slots kept for root: [`crate::limits`]).
+    pub fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
         let mut states = self.states.lock();
+        if states.iter().filter(|s| **s != State::Claimed).count() <= keep_free {
+            return None;
+        }
         for slot in 0..self.slots.len() as u32 {
             match states[slot as usize] {
                 State::Claimed => continue,
@@ -230,6 +294,7 @@ impl Slots {
         };
         let region = fresh.install()?;
         *self.slots[slot as usize].log.write() = Arc::new(LogSlot::new(region, &self.geometry, slot));
+        self.guard(slot);
         self.replaced.fetch_add(1, Ordering::Relaxed);
         tracing::info!(slot, checkpoint = at, "log file replaced: earlier descriptors of the slot reach nothing");
         Ok(lock)

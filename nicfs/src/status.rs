@@ -40,6 +40,12 @@ pub struct Status {
     pub orphans_kept: u64,
     /// Inodes some client holds open.
     pub inodes_open: u64,
+    /// The per-user limits in force ([`crate::limits`]).
+    pub limits: crate::limits::Limits,
+    /// Connections of unprivileged users open now.
+    pub unprivileged_connections: u32,
+    /// What the limits refused since start, by kind.
+    pub refusals: crate::limits::RefusalCounts,
 }
 
 #[derive(Debug, Serialize)]
@@ -93,7 +99,15 @@ pub fn snapshot(ctx: &Ctx) -> Status {
         leases: ctx.leases.counts(),
         orphans_kept,
         inodes_open,
+        limits: ctx.limits,
+        unprivileged_connections: ctx.conns.open(),
+        refusals: refusals(ctx),
     }
+}
+
+/// What the per-user limits refused since start, and the resized log files found.
+pub fn refusals(ctx: &Ctx) -> crate::limits::RefusalCounts {
+    crate::limits::RefusalCounts { log_resized: ctx.node.log_files_resized(), ..ctx.refusals.counts() }
 }
 
 /// Writes the status to `path` atomically.

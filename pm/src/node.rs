@@ -24,6 +24,48 @@ use std::sync::Arc;
 /// Name of the public file in a node directory.
 pub const PUBLIC_FILE: &str = "public.pm";
 
+/// Name of the node's lock file: whoever publishes the node (nicfs, or a host-only client)
+/// holds an exclusive `flock` of it. No client is ever handed a descriptor of it (unlike
+/// the public and log files), so no process can keep one from an earlier session and take
+/// the lock to stop the node's publisher from starting.
+pub const LOCK_FILE: &str = "nicfs.lock";
+
+/// Takes the exclusive lock of the node in `dir` ([`LOCK_FILE`], created mode 0600 if
+/// missing); `Ok(None)` if another process holds it. Once held, a lock file this process's
+/// user does not own (left by another user's run, or planted) is made its own (when running
+/// as root) and mode 0600, so that nobody else can open it and take the lock next time.
+/// The file is never unlinked: a holder of a lock on an unlinked file would exclude nobody.
+pub fn lock_node(dir: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!("{} is not a regular file", path.display())));
+    }
+    let me = rustix::process::geteuid();
+    if meta.uid() != me.as_raw() {
+        tracing::warn!(path = %path.display(), owner = meta.uid(), "the node's lock file belongs to another user; taking it over");
+        rustix::fs::fchown(&file, Some(me), Some(rustix::process::getegid()))?;
+    }
+    if meta.mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(Some(file))
+}
+
 /// Name of log slot `slot`'s file in a node directory.
 pub fn log_file_name(slot: u32) -> String {
     format!("log-{slot:02}.pm")
@@ -115,4 +157,37 @@ impl NodePm {
 /// Whether `dir` holds a node's public file.
 pub fn is_node_dir(dir: &Path) -> bool {
     dir.join(PUBLIC_FILE).is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn the_node_lock_excludes_a_second_holder_and_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = lock_node(dir.path()).unwrap().expect("free");
+        assert!(lock_node(dir.path()).unwrap().is_none(), "held: a second taker is refused");
+        let meta = std::fs::metadata(dir.path().join(LOCK_FILE)).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        drop(first);
+        assert!(lock_node(dir.path()).unwrap().is_some(), "free again");
+    }
+
+    #[test]
+    fn a_lock_file_left_readable_by_others_is_made_private_when_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOCK_FILE);
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let me = rustix::process::geteuid();
+        if me.is_root() {
+            // Another user's file (root may take it over).
+            rustix::fs::chown(&path, Some(rustix::fs::Uid::from_raw(65534)), None).unwrap();
+        }
+        let _l = lock_node(dir.path()).unwrap().expect("free");
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, me.as_raw()));
+    }
 }

@@ -383,6 +383,19 @@ impl PmRegion {
         self.backing
     }
 
+    /// The address range `[start, start + len)` of the mapping, for a mapped region (a
+    /// window: its part of its parent's). A process mapping a file others may resize uses
+    /// it to tell a fault on this region from any other ([`nicfs`'s SIGBUS guard]).
+    pub fn mapped_range(&self) -> Option<(usize, usize)> {
+        match &self.backend {
+            Backend::Mapped(map) => Some((map.as_ptr() as usize, self.size as usize)),
+            Backend::Traced(_) => None,
+            Backend::Window { parent, base } => {
+                parent.mapped_range().map(|(a, _)| (a + *base as usize, self.size as usize))
+            }
+        }
+    }
+
     /// The backing file, for a mapped region.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

@@ -26,7 +26,6 @@ use crate::node::{log_file_name, PUBLIC_FILE};
 use crate::noderecord::{NodeRecord, NODE_RECORD_SIZE, SLOT_OFF};
 use crate::oplog::LogSlot;
 use crate::region::PmRegion;
-use rustix::fs::{flock, FlockOperation};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -50,18 +49,18 @@ impl Upgrade {
 }
 
 /// Upgrade the node in directory `dir` in place. The node must not be in use: its lock
-/// (the exclusive `flock` of `public.pm` that nicfs and a host-only mount hold) is taken for
-/// the upgrade, and a node in use is refused.
+/// (the exclusive `flock` of [`crate::node::LOCK_FILE`] that nicfs and a host-only mount
+/// hold) is taken for the upgrade, and a node in use is refused.
 pub fn upgrade_dir(dir: &Path) -> Result<Upgrade, FormatError> {
     let public_path = dir.join(PUBLIC_FILE);
     let io = |what: String| move |e: std::io::Error| FormatError::Pm(crate::PmError::Io { what, source: e });
-    let lock = std::fs::File::open(&public_path).map_err(io(format!("open {}", public_path.display())))?;
-    if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
+    let lock_path = dir.join(crate::node::LOCK_FILE);
+    let Some(lock) = crate::node::lock_node(dir).map_err(io(format!("lock {}", lock_path.display())))? else {
         return Err(FormatError::Options(format!(
             "{} is in use (a nicfs or a mount holds it): stop it before upgrading (linefs down)",
             dir.display()
         )));
-    }
+    };
     let public = PmRegion::open(&public_path)?;
     let (version, sb, _) = Superblock::read_any_version(&public, false)?;
     let logs = (0..sb.geometry.log_slots)

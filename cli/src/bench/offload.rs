@@ -395,6 +395,7 @@ fn run_case(dir: &ClusterDir, plan: &Plan, case: Case, seq: usize) -> CliResult<
                 offload: Some(Offload::On),
                 cpus: Some(plan.cpus.nic.to_string()),
                 metrics_port: None,
+                nicfs_limits: None,
                 trusted_group: None,
             };
             step(|| cluster::up(&cd, &up))?;

@@ -197,7 +197,7 @@ impl PublicArea {
                     prev = Some(b);
                 }
                 None => {
-                    let b = self.alloc.alloc(prev.map(|p| p + 1)).ok_or(PublishError::NoSpace)?;
+                    let b = self.alloc_for(prev.map(|p| p + 1), &new_links)?;
                     mover.fill_block(&self.region, b * BLOCK_SIZE, within, src, n)?;
                     new_links.push((idx, b));
                     prev = Some(b);
@@ -255,6 +255,21 @@ impl PublicArea {
         self.map_blocks(&mut inode, off, len, mover)
     }
 
+    /// A new data block for a record that has taken the blocks of `taken` so far; if none is
+    /// left, those are given back (nothing points to them yet) and the record fails whole,
+    /// so that a refused allocation leaves the free space as it found it.
+    fn alloc_for(&mut self, goal: Option<u64>, taken: &[(u64, u64)]) -> Result<u64> {
+        match self.alloc.alloc(goal) {
+            Some(b) => Ok(b),
+            None => {
+                for &(_, b) in taken {
+                    self.alloc.unclaim(b);
+                }
+                Err(PublishError::NoSpace)
+            }
+        }
+    }
+
     /// Maps every unmapped block of [off, off+len) of a file to a new, zero-filled block.
     fn map_blocks(&mut self, inode: &mut PmInode, off: u64, len: u64, mover: &mut dyn DataMover) -> Result<()> {
         let mut new_links = Vec::new();
@@ -263,7 +278,7 @@ impl PublicArea {
             match self.data_block(inode, idx)? {
                 Some(b) => prev = Some(b),
                 None => {
-                    let b = self.alloc.alloc(prev.map(|p: u64| p + 1)).ok_or(PublishError::NoSpace)?;
+                    let b = self.alloc_for(prev.map(|p: u64| p + 1), &new_links)?;
                     mover.zero(&self.region, b * BLOCK_SIZE, BLOCK_SIZE)?;
                     new_links.push((idx, b));
                     prev = Some(b);

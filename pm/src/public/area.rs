@@ -33,11 +33,13 @@ pub(super) struct BlockAlloc {
     first: u64,
     used: Bitmap,
     pending: Vec<u64>,
+    /// Free blocks no allocation may take ([`PublicArea::set_alloc_floor`]).
+    floor: u64,
 }
 
 impl BlockAlloc {
     fn new(geo: &Geometry) -> BlockAlloc {
-        BlockAlloc { first: geo.data_start, used: Bitmap::new(geo.data_blocks), pending: Vec::new() }
+        BlockAlloc { first: geo.data_start, used: Bitmap::new(geo.data_blocks), pending: Vec::new(), floor: 0 }
     }
 
     /// Mark `block` used at load; false if it already was (two owners).
@@ -47,6 +49,9 @@ impl BlockAlloc {
 
     /// A free block, near `goal` if possible.
     pub(super) fn alloc(&mut self, goal: Option<u64>) -> Option<u64> {
+        if self.used.free() <= self.floor {
+            return None;
+        }
         self.used.alloc(goal.map(|g| g.saturating_sub(self.first))).map(|i| self.first + i)
     }
 
@@ -181,6 +186,13 @@ impl PublicArea {
     /// Data blocks free now (pending frees not counted).
     pub fn free_blocks(&self) -> u64 {
         self.alloc.used.free()
+    }
+
+    /// Keeps `blocks` free blocks out of every allocation until set again (0: none kept): a
+    /// publisher serving several writers sets it, for each writer's batch, to the space the
+    /// others have reserved, so that one writer's entries cannot use it up.
+    pub fn set_alloc_floor(&mut self, blocks: u64) {
+        self.alloc.floor = blocks;
     }
 
     /// Data blocks freed by publication and waiting for the checkpoint.

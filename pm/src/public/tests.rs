@@ -251,3 +251,44 @@ fn a_deferred_mover_s_blocks_are_linked_only_after_its_moves_ran() {
     pa.checkpoint_done();
     assert_eq!(pa.free_blocks(), free);
 }
+
+#[test]
+fn an_allocation_that_runs_out_of_space_gives_back_what_it_took() {
+    let (region, geo) = setup();
+    let (mut pa, _) = PublicArea::load(region, geo).unwrap();
+    let mut b = EntryBuilder::new();
+    b.inode(&file(2), true);
+    b.dirent(1, b"f", 2, dtype::REG);
+    apply(&mut pa, &b);
+    let free = pa.free_blocks();
+    let too_many = (free + 10) * BLOCK_SIZE;
+    for rec in
+        [Record::Alloc { ino: 2, off: 0, len: too_many }, Record::Write { ino: 2, off: 0, len: too_many, data_off: 0 }]
+    {
+        let log = if matches!(rec, Record::Write { .. }) { PmRegion::traced(too_many + 4096) } else { no_log() };
+        assert!(matches!(pa.apply(&rec, &log), Err(PublishError::NoSpace)), "{rec:?}");
+        assert_eq!(pa.free_blocks(), free, "{rec:?}: every block it took is free again");
+    }
+}
+
+#[test]
+fn the_allocation_floor_keeps_blocks_out_of_reach() {
+    let (region, geo) = setup();
+    let (mut pa, _) = PublicArea::load(region, geo).unwrap();
+    let mut b = EntryBuilder::new();
+    b.inode(&file(2), true);
+    b.dirent(1, b"f", 2, dtype::REG);
+    apply(&mut pa, &b);
+    let free = pa.free_blocks();
+    pa.set_alloc_floor(free - 10);
+    let log = no_log();
+    assert!(matches!(
+        pa.apply(&Record::Alloc { ino: 2, off: 0, len: 11 * BLOCK_SIZE }, &log),
+        Err(PublishError::NoSpace)
+    ));
+    assert_eq!(pa.free_blocks(), free);
+    pa.apply(&Record::Alloc { ino: 2, off: 0, len: 9 * BLOCK_SIZE }, &log).unwrap();
+    assert_eq!(pa.free_blocks(), free - 9, "what lies above the floor may be used");
+    pa.set_alloc_floor(0);
+    pa.apply(&Record::Alloc { ino: 2, off: 0, len: 20 * BLOCK_SIZE }, &log).unwrap();
+}
