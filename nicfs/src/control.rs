@@ -268,8 +268,8 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let node = &ctx.node;
     // Only a trusted client is handed the public file (crate::trust): the groups are the
     // kernel's, recorded at connect. Groups that cannot be read trust the uid alone.
-    let groups = crate::trust::peer_groups(stream).unwrap_or_else(|e| {
-        tracing::warn!(%peer, error = %e, "cannot read the peer's groups (SO_PEERGROUPS)");
+    let groups = crate::perms::peer_groups(stream).unwrap_or_else(|e| {
+        tracing::warn!(%peer, error = %e, "cannot read the peer's groups (SO_PEERGROUPS); none assumed");
         Vec::new()
     });
     let trusted = ctx.trust.trusted(cred, &groups);
@@ -300,7 +300,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let sid = ctx.sessions.new_id();
     node.alloc.begin_session(slot, cred.uid);
     ctx.leases.attach(sid, slot);
-    let (session, rx, out_rx) = Session::new(sid, slot, *cred, hello.role, writer, start, ctx.leases.clone());
+    let (session, rx, out_rx) = Session::new(sid, slot, (*cred, groups), hello.role, writer, start, ctx.leases.clone());
     let session = Arc::new(session);
     let (c, sess, leases) = (ctx.clone(), session.clone(), ctx.leases.clone());
     std::thread::Builder::new()

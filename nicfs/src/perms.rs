@@ -104,19 +104,6 @@ pub fn peer_groups(stream: &impl std::os::fd::AsRawFd) -> std::io::Result<Vec<u3
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn peer_groups_are_the_kernel_s_record_of_the_connecting_process() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let mut want = rustix::process::getgroups().unwrap().iter().map(|g| g.as_raw()).collect::<Vec<_>>();
-        let mut got = super::peer_groups(&a).unwrap();
-        want.sort();
-        got.sort();
-        assert_eq!(got, want);
-    }
-}
-
 /// At most this many directories the session holds are searched for a name of a file it
 /// asks the write lease of (the last rule of [`may_lease_write`]).
 const LEASED_DIRS_SEARCHED: usize = 256;
@@ -169,4 +156,17 @@ pub fn may_lease_write(
         "write lease refused: the caller could change nothing of it"
     );
     Err("the caller may not change this inode")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn peer_groups_are_the_kernel_s_record_of_the_connecting_process() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut want = rustix::process::getgroups().unwrap().iter().map(|g| g.as_raw()).collect::<Vec<_>>();
+        let mut got = super::peer_groups(&a).unwrap();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+    }
 }

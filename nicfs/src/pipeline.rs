@@ -465,7 +465,7 @@ mod tests {
         let (control, _peer) = UnixStream::pair().unwrap();
         let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
         let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default()), None, 0));
-        let (session, _jobs, _outbox) = Session::new(7, 0, cred, Role::DirectApi, control, 0, leases);
+        let (session, _jobs, _outbox) = Session::new(7, 0, (cred, Vec::new()), Role::DirectApi, control, 0, leases);
         let session = Arc::new(session);
         let (tx, events) = crossbeam_channel::unbounded();
         let flow = Arc::new(Flow { session, events: tx });

@@ -73,7 +73,7 @@ impl Session {
     pub fn new(
         id: u64,
         slot: u32,
-        cred: PeerCred,
+        (cred, groups): (PeerCred, Vec<u32>),
         role: Role,
         control: UnixStream,
         published: u64,
@@ -84,10 +84,7 @@ impl Session {
         let session = Session {
             id,
             slot,
-            groups: crate::perms::peer_groups(&control).unwrap_or_else(|e| {
-                tracing::warn!(session = id, pid = cred.pid, error = %e, "cannot read the peer's groups (SO_PEERGROUPS); none assumed");
-                Vec::new()
-            }),
+            groups,
             cred,
             role,
             control: Mutex::new(control),

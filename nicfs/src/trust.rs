@@ -16,9 +16,7 @@
 //! every PM file in it (`public.pm`, `log-NN.pm`, `leases.pm`) 0600, so nobody else opens
 //! them by path; clients get descriptors over the socket, which stays 0666.
 
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use linefs_proto::PeerCred;
@@ -54,34 +52,6 @@ fn group_in(text: &str, name: &str) -> Option<u32> {
         (f.next()? == name).then_some(())?;
         f.nth(1)?.parse().ok()
     })
-}
-
-/// `SO_PEERGROUPS` (Linux 4.13; `asm-generic/socket.h`, the same on x86-64 and arm64): the
-/// libc crate does not name it.
-const SO_PEERGROUPS: libc::c_int = 59;
-
-/// The supplementary groups of the process that connected `stream`, as the kernel recorded
-/// them at `connect`.
-pub fn peer_groups(stream: &UnixStream) -> std::io::Result<Vec<u32>> {
-    let mut groups = vec![0u32; 64];
-    loop {
-        let mut len = (groups.len() * 4) as libc::socklen_t;
-        // SAFETY: the buffer is valid for `len` bytes and outlives the call; getsockopt writes
-        // at most `len` bytes and sets `len` to what it wrote (or needs, on ERANGE).
-        let rc = unsafe {
-            libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut len)
-        };
-        if rc == 0 {
-            groups.truncate(len as usize / 4);
-            return Ok(groups);
-        }
-        let e = std::io::Error::last_os_error();
-        let need = len as usize / 4;
-        if e.raw_os_error() != Some(libc::ERANGE) || need <= groups.len() || need > 65536 {
-            return Err(e);
-        }
-        groups.resize(need, 0);
-    }
 }
 
 /// Makes the node directory 0700 and its PM files 0600: nobody but nicfs's user opens them
@@ -127,15 +97,5 @@ mod tests {
         assert_eq!(group_in(text, "bad line"), None);
         assert_eq!(parse_group("42"), Ok(42));
         assert!(parse_group("no-such-group-here").unwrap_err().contains("no group"));
-    }
-
-    #[test]
-    fn peer_groups_are_this_process_groups() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        let mut got = peer_groups(&a).unwrap();
-        let mut want: Vec<u32> = rustix::process::getgroups().unwrap().into_iter().map(|g| g.as_raw()).collect();
-        got.sort_unstable();
-        want.sort_unstable();
-        assert_eq!(got, want);
     }
 }
