@@ -320,6 +320,22 @@ impl Header {
     }
 }
 
+/// The median of `v` (NaNs left out; NaN if nothing is left): what every bench reports over
+/// its interleaved runs.
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| !x.is_nan());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// The pending rows, as table lines.
 pub(crate) fn pending_table() -> String {
     PENDING.iter().map(|(k, why)| format!("{k:<34} {why}\n")).collect()

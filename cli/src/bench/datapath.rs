@@ -44,7 +44,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::{bindfs, pending_json, BenchArgs, Header, Target, Testbed};
+use super::{bindfs, median, pending_json, BenchArgs, Header, Target, Testbed};
 use crate::cluster;
 use crate::clusterdir::ClusterDir;
 use crate::util::{fail, human_size, CliResult, Context};
@@ -169,19 +169,6 @@ impl Sample {
             Workload::Fsync => self.avg,
             _ => self.mb_s,
         }
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+use super::median;
 use super::offload::{cpu_list, Case, Mode, Plan, Sample, IO};
 use crate::util::{command_line, human_size, unix_now, utc_date};
 
@@ -14,20 +15,6 @@ use crate::util::{command_line, human_size, unix_now, utc_date};
 const CPU_GOAL: f64 = 0.6;
 /// With the co-runner, MB/s with offload at least this times host-only's.
 const MBS_GOAL: f64 = 1.3;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| !x.is_nan());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// The medians of a case's runs, each figure separately.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use super::{pending_json, pending_table, BenchArgs, BenchName, Header, Target, Testbed, WRITE_SIZE};
+use super::{median, pending_json, pending_table, BenchArgs, BenchName, Header, Target, Testbed, WRITE_SIZE};
 use crate::cluster;
 use crate::clusterdir::ClusterDir;
 use crate::util::{fail, human_size, CliResult, Context};
@@ -166,19 +166,6 @@ struct Report {
     header: Header,
     results: Vec<(Target, Vec<Figures>)>,
     skipped: Vec<(Target, String)>,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 impl Report {
