@@ -440,7 +440,9 @@ impl Drop for Reaped {
 }
 
 fn run_sequence(ops: &[Op]) -> Result<(), TestCaseError> {
-    let d = Daemon::start(2);
+    // Three slots: root's client, the one root keeps in reserve (--root-reserved-slots), the
+    // hostile user's.
+    let d = Daemon::start(3);
     std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut root = Client::attach(&d.socket);
     let node = build(&mut root);
