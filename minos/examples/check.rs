@@ -50,7 +50,8 @@ fn main() {
     for mode in modes {
         for w in &workloads {
             let cfg = ModelCfg::named(w, mode).expect("known workload");
-            let outcome = run(cfg.with_duplicates(dups).with_drops(drops).with_crashes(crashes).with_fifo(fifo), depth, threads);
+            let outcome =
+                run(cfg.with_duplicates(dups).with_drops(drops).with_crashes(crashes).with_fifo(fifo), depth, threads);
             println!("{w:>9} {outcome}");
             if !outcome.unseen.is_empty() {
                 println!("          never seen: {:?}", outcome.unseen);

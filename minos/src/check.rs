@@ -224,7 +224,8 @@ fn show(msg: &Message<u8>) -> String {
         Message::AckPScope { scope } => format!("[ACK_P]sc{scope}"),
         Message::Rejoin => "REJOIN".to_string(),
         Message::Catchup { records } => {
-            let r: Vec<String> = records.iter().map(|(k, ts, v)| format!("key {k} {ts} value {}", value_byte(v))).collect();
+            let r: Vec<String> =
+                records.iter().map(|(k, ts, v)| format!("key {k} {ts} value {}", value_byte(v))).collect();
             format!("CATCHUP [{}]", r.join(", "))
         }
         Message::Ack { key, ts }
@@ -383,11 +384,8 @@ impl MinosModel {
         s.crashes_left -= 1;
         s.faults += 1;
         s.restarted |= 1 << n;
-        let persisted: Vec<(u8, Ts, Value)> = s.pm[n]
-            .iter()
-            .enumerate()
-            .map(|(k, &(ts, v))| (k as u8, ts, Value::from(&[v][..])))
-            .collect();
+        let persisted: Vec<(u8, Ts, Value)> =
+            s.pm[n].iter().enumerate().map(|(k, &(ts, v))| (k as u8, ts, Value::from(&[v][..]))).collect();
         let (engine, outputs) = Engine::recover(self.engine_cfg(node), persisted);
         s.nodes[n] = engine;
         s.store[n] = s.pm[n].clone();

@@ -239,7 +239,8 @@ impl<K: Key> Engine<K> {
 
     /// Like [`Engine::on_input`], appending to a caller's buffer.
     pub fn handle(&mut self, input: Input<K>, out: &mut Vec<Output<K>>) {
-        if self.rejoining.is_some() && matches!(input, Input::Write { .. } | Input::Read { .. } | Input::ScopeEnd { .. })
+        if self.rejoining.is_some()
+            && matches!(input, Input::Write { .. } | Input::Read { .. } | Input::ScopeEnd { .. })
         {
             self.held.push(input);
             return;

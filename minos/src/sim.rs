@@ -159,7 +159,9 @@ impl Sim<'_> {
     fn check_value(&self, what: &str, node: NodeId, key: u32, ts: Ts, value: u64) -> Result<(), String> {
         let expected = if ts == Ts::ZERO { Some(0) } else { self.written.get(&(key, ts)).copied() };
         if expected != Some(value) {
-            return Err(format!("{what} on node {node}: record {key} {ts} carries value {value}, the write wrote {expected:?}"));
+            return Err(format!(
+                "{what} on node {node}: record {key} {ts} carries value {value}, the write wrote {expected:?}"
+            ));
         }
         Ok(())
     }
@@ -354,8 +356,8 @@ fn run(cfg: &SimCfg) -> Result<SimReport, String> {
             .filter(|&c| sim.clients[c].pending.is_none() && !sim.clients[c].scope_pending)
             .collect();
         let can_start = started < cfg.ops && !idle.is_empty();
-        if !can_start && sim.pending.is_empty() {
-            break;
+        if started >= cfg.ops && sim.pending.is_empty() {
+            break; // the rest settles below
         }
         if started < cfg.ops && rng.random_range(0..100_000) < cfg.crash_per_100k {
             sim.crash(rng.random_range(0..cfg.nodes))?;
@@ -429,7 +431,8 @@ fn run(cfg: &SimCfg) -> Result<SimReport, String> {
     }
     for key in 0..cfg.keys {
         let first = sim.nodes[0].record(&key);
-        let value = if first.volatile_ts == Ts::ZERO { Some(0) } else { sim.written.get(&(key, first.volatile_ts)).copied() };
+        let value =
+            if first.volatile_ts == Ts::ZERO { Some(0) } else { sim.written.get(&(key, first.volatile_ts)).copied() };
         for (i, e) in sim.nodes.iter().enumerate() {
             let r = e.record(&key);
             let persisted = sim.pm[i].get(&key).copied().unwrap_or_default();

@@ -7,7 +7,7 @@
 //!   and re-drive, a restarted node catching up and answering a read.
 //! - `pair` (2 concurrent writes to one record and a racing read; in lin-scope a scope of two
 //!   writes): to the end in synch (with one duplicated delivery), renf and event; strict to
-//!   depth 18 and scope to depth 22 (their full spaces are in docs/MINOS.md). Every coverage
+//!   depth 18 and scope to depth 20 (their full spaces are in docs/MINOS.md). Every coverage
 //!   property but those seen only at a run's end must be seen.
 //! - lin-scope: `scoped` (a scope of two writes and a racing read) to the end.
 //! - `standard`: 3 concurrent writes (two to one record) and a read per node, explored
@@ -41,7 +41,7 @@ fn pair(mode: Mode) {
     let (depth, dups) = match mode {
         Mode::Synch => (None, 1),
         Mode::Strict => (Some(18), 0),
-        Mode::Scope => (Some(22), 0),
+        Mode::Scope => (Some(20), 0),
         _ => (None, 0),
     };
     let o = run(ModelCfg::pair(mode).with_duplicates(dups), depth, 2);

@@ -129,7 +129,12 @@ fn rejoin_without_catchup_is_caught() {
         caught(
             ModelCfg::faulty(mode).with_crashes(1),
             Mutation::NoCatchup,
-            &["linearizable", "2a unlocked => volatileTS, glb_volatileTS agree", "2c glb_volatileTS is in every volatile memory", STUCK[1]],
+            &[
+                "linearizable",
+                "2a unlocked => volatileTS, glb_volatileTS agree",
+                "2c glb_volatileTS is in every volatile memory",
+                STUCK[1],
+            ],
         );
     }
 }

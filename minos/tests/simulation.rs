@@ -79,8 +79,8 @@ fn simulation_catches_mutations() {
         (Mutation::ObsoleteValueApplied, Mode::ReadEnforced),
         (Mutation::AcksCounted, Mode::Strict),
         (Mutation::NoRetransmit, Mode::Scope),
-        (Mutation::NoRedrive, Mode::Synch),
-        (Mutation::NoCatchup, Mode::Eventual),
+        (Mutation::NoRedrive, Mode::Strict),
+        (Mutation::NoCatchup, Mode::ReadEnforced),
         (Mutation::DuplicateInvNotReacked, Mode::ReadEnforced),
     ] {
         let found = (1..=4).find_map(|seed| simulate(&SimCfg { mutation, ..SimCfg::new(mode, 5, 3000, seed) }).err());

@@ -131,7 +131,9 @@ pub fn for_cfg(cfg: &ModelCfg) -> Vec<Property<MinosModel>> {
             s.seen & seen::WRITE_RETURNED_DURABLE != 0
         }));
     }
-    if mode == Mode::Scope && cfg.scripts.iter().any(|sc| sc.iter().filter(|o| matches!(o, super::Op::Write { .. })).count() >= 2) {
+    if mode == Mode::Scope
+        && cfg.scripts.iter().any(|sc| sc.iter().filter(|o| matches!(o, super::Op::Write { .. })).count() >= 2)
+    {
         p.push(Property::sometimes("a scope of two writes ended (durability checked)", |_, s: &State| {
             s.seen & seen::SCOPE_OF_TWO_ENDED != 0
         }));
@@ -206,8 +208,7 @@ fn everywhere_volatile(s: &State, k: u8, ts: Ts) -> bool {
 fn inv_2b(_: &MinosModel, s: &State) -> bool {
     s.broken & broken::VALIDATED_EARLY == 0
         && s.nodes.iter().all(|c| {
-            c.coordinating()
-                .all(|(k, ts, w)| !w.acks_c.covers(c.followers()) || everywhere_volatile(s, *k, ts))
+            c.coordinating().all(|(k, ts, w)| !w.acks_c.covers(c.followers()) || everywhere_volatile(s, *k, ts))
         })
 }
 

@@ -54,14 +54,8 @@ impl<K: Key> Engine<K> {
 
     /// Start coordinating (key, ts): a client's write, or one re-driven on a tick.
     pub(super) fn coordinate(&mut self, key: K, ts: Ts, op: Option<OpId>, value: Value, scope: Option<ScopeId>) {
-        let w = CoordWrite {
-            op,
-            value,
-            scope,
-            acks_c: NodeSet::EMPTY,
-            acks_p: NodeSet::EMPTY,
-            stage: Stage::Consistency,
-        };
+        let w =
+            CoordWrite { op, value, scope, acks_c: NodeSet::EMPTY, acks_p: NodeSet::EMPTY, stage: Stage::Consistency };
         self.coord.insert((key, ts), w);
     }
 
