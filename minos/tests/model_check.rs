@@ -7,11 +7,11 @@
 //!   and re-drive, a restarted node catching up and answering a read.
 //! - `pair` (2 concurrent writes to one record and a racing read; in lin-scope a scope of two
 //!   writes): to the end in synch (with one duplicated delivery), renf and event; strict to
-//!   depth 18 and scope to depth 20 (their full spaces are in docs/MINOS.md). Every coverage
+//!   depth 17 and scope to depth 18 (their full spaces are in docs/MINOS.md). Every coverage
 //!   property but those seen only at a run's end must be seen.
 //! - lin-scope: `scoped` (a scope of two writes and a racing read) to the end.
 //! - `standard`: 3 concurrent writes (two to one record) and a read per node, explored
-//!   breadth-first to depth 12.
+//!   breadth-first to depth 11.
 //!
 //! The deeper run is `cargo run --release -p linefs-minos --example check` (docs/MINOS.md).
 
@@ -40,8 +40,8 @@ fn faulty(mode: Mode) {
 fn pair(mode: Mode) {
     let (depth, dups) = match mode {
         Mode::Synch => (None, 1),
-        Mode::Strict => (Some(18), 0),
-        Mode::Scope => (Some(20), 0),
+        Mode::Strict => (Some(17), 0),
+        Mode::Scope => (Some(18), 0),
         _ => (None, 0),
     };
     let o = run(ModelCfg::pair(mode).with_duplicates(dups), depth, 2);
@@ -51,7 +51,7 @@ fn pair(mode: Mode) {
 }
 
 fn standard(mode: Mode) {
-    report("standard", &run(ModelCfg::standard(mode), Some(12), 2));
+    report("standard", &run(ModelCfg::standard(mode), Some(11), 2));
 }
 
 #[test]

@@ -79,7 +79,7 @@ fn simulation_catches_mutations() {
         (Mutation::ObsoleteValueApplied, Mode::ReadEnforced),
         (Mutation::AcksCounted, Mode::Strict),
         (Mutation::NoRetransmit, Mode::Scope),
-        (Mutation::NoRedrive, Mode::Strict),
+        (Mutation::NoRedrive, Mode::ReadEnforced),
         (Mutation::NoCatchup, Mode::ReadEnforced),
         (Mutation::DuplicateInvNotReacked, Mode::ReadEnforced),
     ] {
