@@ -19,7 +19,7 @@
 //! - when nothing is in flight (no message, no persist), a node's timeout ([`Input::Tick`])
 //!   fires if it would do something: timeouts are long, so they fire only once the network
 //!   is quiet. Without faults a quiet state has nothing left to retransmit. Timeouts have a
-//!   budget too (3 per loss or crash allowed), so that a protocol that retransmits forever
+//!   budget too (3 per node per loss or crash allowed), so that a protocol that retransmits forever
 //!   without progress ends in a state the deadlock check sees, instead of a cycle.
 //!
 //! The model keeps, besides the engines, what the driver of each node holds: its store of
@@ -175,7 +175,8 @@ pub struct State {
     pub duplicates_left: u8,
     pub drops_left: u8,
     pub crashes_left: u8,
-    pub ticks_left: u8,
+    /// Timeouts left, per node.
+    pub ticks_left: Vec<u8>,
     /// Messages lost and crashes so far.
     pub faults: u8,
     /// Nodes that restarted (bit per node).
@@ -425,7 +426,7 @@ impl Model for MinosModel {
             duplicates_left: c.duplicates,
             drops_left: c.drops,
             crashes_left: c.crashes,
-            ticks_left: 3 * (c.drops + c.crashes),
+            ticks_left: vec![3 * (c.drops + c.crashes); c.nodes as usize],
             faults: 0,
             restarted: 0,
             broken: 0,
@@ -467,9 +468,9 @@ impl Model for MinosModel {
                 actions.push(Action::Crash { node });
             }
         }
-        if MinosModel::quiet(s) && s.ticks_left > 0 {
+        if MinosModel::quiet(s) {
             for (node, e) in s.nodes.iter().enumerate() {
-                if e.tick_would_act() {
+                if s.ticks_left[node] > 0 && e.tick_would_act() {
                     actions.push(Action::Tick { node: node as NodeId });
                 }
             }
@@ -533,7 +534,7 @@ impl Model for MinosModel {
             }
             Action::Crash { node } => self.crash(&mut s, node),
             Action::Tick { node } => {
-                s.ticks_left -= 1;
+                s.ticks_left[node as usize] -= 1;
                 let before: usize = s.nodes[node as usize].coordinating().filter(|(_, _, w)| w.op.is_none()).count();
                 let sent = s.net.len();
                 self.input(&mut s, node, Input::Tick);

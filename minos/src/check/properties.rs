@@ -10,8 +10,8 @@
 //! - 1 (concurrency): no deadlock — a state with nothing left to do (no message, no persist,
 //!   no timeout that would act, no client able to invoke) has every client operation
 //!   answered (a request abandoned by its node's crash excepted). No livelock: every action
-//!   consumes a finite resource (timeouts a budget of 3 per loss or crash allowed, enough
-//!   for every correct run), so every run ends, and one that retransmits without progress
+//!   consumes a finite resource (timeouts a budget of 3 per node per loss or crash
+//!   allowed, enough for every correct run explored), so every run ends, and one that retransmits without progress
 //!   ends with a client waiting.
 //! - 2a: when a record is readable on every node (caught up, RDLock free), its volatileTS
 //!   and its glb_volatileTS are each equal on every node.
@@ -179,7 +179,7 @@ fn terminal(m: &MinosModel, s: &State) -> bool {
     s.net.is_empty()
         && s.persists.is_empty()
         && s.clients.iter().enumerate().all(|(i, c)| c.pending || c.next >= m.cfg.scripts[i].len())
-        && (s.ticks_left == 0 || s.nodes.iter().all(|n| !n.tick_would_act()))
+        && s.nodes.iter().enumerate().all(|(i, n)| s.ticks_left[i] == 0 || !n.tick_would_act())
 }
 
 fn deadlocked(m: &MinosModel, s: &State) -> bool {
