@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run --release -p linefs-minos --example check -- [--mode all|synch|strict|renf|event|scope]
-//!     [--workload all|pair|small|standard|contended] [--depth N] [--dups N] [--fifo] [--threads N]
+//!     [--workload all|pair|small|standard|contended|faulty] [--depth N] [--dups N] [--drops N]
+//!     [--crashes N] [--fifo] [--threads N]
 //! ```
 //!
 //! Without `--depth` every workload is explored to the end. Prints, per mode and workload,
@@ -15,6 +16,7 @@ fn main() {
     let mut modes = Mode::ALL.to_vec();
     let mut workloads = vec!["standard", "contended"];
     let (mut depth, mut dups, mut threads, mut fifo) = (None, 1u8, 2usize, false);
+    let (mut drops, mut crashes) = (0u8, 0u8);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || -> String { args.next().unwrap_or_else(|| panic!("{a} needs a value")) };
@@ -28,7 +30,7 @@ fn main() {
             "--workload" => {
                 let v = val();
                 if v != "all" {
-                    workloads = vec![["pair", "small", "standard", "contended"]
+                    workloads = vec![ModelCfg::WORKLOADS
                         .into_iter()
                         .find(|w| *w == v)
                         .unwrap_or_else(|| panic!("unknown workload {v}"))];
@@ -36,6 +38,8 @@ fn main() {
             }
             "--depth" => depth = Some(val().parse().expect("--depth N")),
             "--dups" => dups = val().parse().expect("--dups N"),
+            "--drops" => drops = val().parse().expect("--drops N"),
+            "--crashes" => crashes = val().parse().expect("--crashes N"),
             "--fifo" => fifo = true,
             "--threads" => threads = val().parse().expect("--threads N"),
             other => panic!("unknown argument {other}"),
@@ -46,7 +50,8 @@ fn main() {
     for mode in modes {
         for w in &workloads {
             let cfg = ModelCfg::named(w, mode).expect("known workload");
-            let outcome = run(cfg.with_duplicates(dups).with_fifo(fifo), depth, threads);
+            let outcome =
+                run(cfg.with_duplicates(dups).with_drops(drops).with_crashes(crashes).with_fifo(fifo), depth, threads);
             println!("{w:>9} {outcome}");
             if !outcome.unseen.is_empty() {
                 println!("          never seen: {:?}", outcome.unseen);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p linefs-minos --example sim -- [--mode all|synch|...] [--nodes N]
-//!     [--seeds N] [--first-seed S] [--ops N] [--keys N] [--mutation NAME]
+//!     [--seeds N] [--first-seed S] [--ops N] [--keys N] [--mutation NAME] [--reliable]
 //! ```
 //!
 //! Prints per mode the operations and messages simulated and every failing seed.
@@ -14,6 +14,7 @@ fn main() {
     let mut modes = Mode::ALL.to_vec();
     let (mut nodes, mut seeds, mut first, mut ops, mut keys) = (5u32, 20u64, 1u64, 3000usize, 4u32);
     let mut mutation = Mutation::None;
+    let mut reliable = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || -> String { args.next().unwrap_or_else(|| panic!("{a} needs a value")) };
@@ -29,6 +30,7 @@ fn main() {
             "--first-seed" => first = val().parse().expect("--first-seed S"),
             "--ops" => ops = val().parse().expect("--ops N"),
             "--keys" => keys = val().parse().expect("--keys N"),
+            "--reliable" => reliable = true,
             "--mutation" => {
                 let v = val();
                 mutation = *Mutation::ALL
@@ -43,7 +45,11 @@ fn main() {
     for mode in modes {
         let (mut w, mut r, mut msgs) = (0, 0, 0);
         for seed in first..first + seeds {
-            match simulate(&SimCfg { keys, mutation, ..SimCfg::new(mode, nodes, ops, seed) }) {
+            let mut cfg = SimCfg { keys, mutation, ..SimCfg::new(mode, nodes, ops, seed) };
+            if reliable {
+                cfg = cfg.reliable();
+            }
+            match simulate(&cfg) {
                 Ok(rep) => {
                     w += rep.writes;
                     r += rep.reads;

@@ -1,31 +1,42 @@
 //! The model check: a cluster of [`Engine`]s explored by stateright.
 //!
 //! The model drives the very engine nicfs will run; nothing of the protocol is re-written
-//! here. A [`ModelCfg`] names the mode, the cluster size and a script of client operations
-//! per node (one client per node, one operation at a time, so several nodes' writes run
-//! concurrently). From a state, the enabled actions are:
+//! here. A [`ModelCfg`] names the mode, the cluster size, a script of client operations per
+//! node (one client per node, one operation at a time, so several nodes' writes run
+//! concurrently; `check/workloads.rs`) and fault budgets. From a state, the enabled actions
+//! are:
 //!
 //! - a node's client invokes its next operation (write, read or scope end);
 //! - any message in flight is delivered (the network is an unordered multiset: every
 //!   reordering is explored);
 //! - any message in flight is delivered *and kept* for a second delivery, while the
 //!   duplication budget lasts;
-//! - any persist in flight completes (persists complete in any order, as PM flushes do).
+//! - any message in flight is lost, while the loss budget lasts;
+//! - any persist in flight completes (persists complete in any order, as PM flushes do);
+//! - any node crashes, while the crash budget lasts: its volatile state (engine, the driver's
+//!   store, persists under way, messages in flight to and from it, its client's request) is
+//!   lost, its persistent memory kept, and it restarts at once with [`Engine::recover`];
+//! - when nothing is in flight (no message, no persist), a node's timeout ([`Input::Tick`])
+//!   fires if it would do something: timeouts are long, so they fire only once the network
+//!   is quiet. Without faults a quiet state has nothing left to retransmit. Timeouts have a
+//!   budget too (3 per node per loss or crash allowed), so that a protocol that retransmits forever
+//!   without progress ends in a state the deadlock check sees, instead of a cycle.
 //!
-//! Crashes. A node crash loses its volatile state and keeps what it persisted. The model
-//! keeps each node's persistent memory itself (`pm`: per record, the newest persisted
-//! timestamp, written only when a persist completes), so a crash of any set of nodes at any
-//! state leaves exactly `pm`. The durability properties are stated over `pm` at the moment
-//! a client is answered: they hold for a crash at every point of every explored run. The
-//! paper leaves recovery and rejoin as future work, so restarted nodes are not modelled.
+//! The model keeps, besides the engines, what the driver of each node holds: its store of
+//! applied values (from `Apply`) and its persistent memory (per record, the newest persisted
+//! timestamp and value, written when a persist completes), and the value of every write by
+//! timestamp. Every `Apply` and `Persist` is checked against the value the write wrote, the
+//! store must only move forward, and the engine's copy must equal the store and the PM. The
+//! durability properties are stated over the PM at the moment a client is answered.
 //!
 //! The properties are in `check/properties.rs`; [`run`] explores and reports counts.
 
 mod properties;
+mod workloads;
 
 use crate::engine::{Config, Engine};
 use crate::mode::{Mode, Mutation};
-use crate::msg::{Input, Message, Output, ScopeId, Value};
+use crate::msg::{Input, Message, OpId, Output, ScopeId, Value};
 use crate::ts::{NodeId, Ts};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
 use stateright::{Checker, Expectation, Model, Property};
@@ -58,6 +69,10 @@ pub struct ModelCfg {
     pub scripts: Vec<Vec<Op>>,
     /// How many deliveries may keep their message for another delivery.
     pub duplicates: u8,
+    /// How many messages may be lost.
+    pub drops: u8,
+    /// How many node crashes (with restart) may happen.
+    pub crashes: u8,
     /// The network: `false` delivers any message in flight next (every reordering);
     /// `true` keeps each (sender, receiver) channel in order, as the TCP connections between
     /// nicfs daemons do, and reorders only across channels.
@@ -67,96 +82,6 @@ pub struct ModelCfg {
 
 /// The scope every lin-scope write of a node's client belongs to.
 const SCOPE: ScopeId = 1;
-
-impl ModelCfg {
-    /// 3 nodes, 2 records, 3 concurrent writes (two to the same record), a read on every
-    /// node; in lin-scope every write is in its client's scope, which ends after the read.
-    pub fn standard(mode: Mode) -> ModelCfg {
-        use Op::*;
-        let mut scripts = vec![
-            vec![Write { key: 0, value: 1 }, Read { key: 1 }],
-            vec![Write { key: 0, value: 2 }, Read { key: 0 }],
-            vec![Write { key: 1, value: 3 }, Read { key: 0 }],
-        ];
-        if mode == Mode::Scope {
-            for s in &mut scripts {
-                s.push(ScopeEnd);
-            }
-        }
-        ModelCfg { mode, nodes: 3, keys: 2, scripts, duplicates: 0, fifo: false, mutation: Mutation::None }
-    }
-
-    /// 3 nodes, 3 concurrent writes to one record: the most snatching and obsolete skipping.
-    pub fn contended(mode: Mode) -> ModelCfg {
-        use Op::*;
-        let mut scripts = vec![
-            vec![Write { key: 0, value: 1 }, Read { key: 0 }],
-            vec![Write { key: 0, value: 2 }],
-            vec![Write { key: 0, value: 3 }, Read { key: 0 }],
-        ];
-        if mode == Mode::Scope {
-            for s in &mut scripts {
-                s.push(ScopeEnd);
-            }
-        }
-        ModelCfg { mode, nodes: 3, keys: 2, scripts, duplicates: 0, fifo: false, mutation: Mutation::None }
-    }
-
-    /// The bounded workload CI explores to the end in every mode: 3 nodes, 2 records, 3
-    /// concurrent writes (two to the same record), one read, racing the writes.
-    pub fn small(mode: Mode) -> ModelCfg {
-        use Op::*;
-        let mut scripts = vec![
-            vec![Write { key: 0, value: 1 }],
-            vec![Write { key: 0, value: 2 }, Read { key: 0 }],
-            vec![Write { key: 1, value: 3 }],
-        ];
-        if mode == Mode::Scope {
-            for s in &mut scripts {
-                s.push(ScopeEnd);
-            }
-        }
-        ModelCfg { mode, nodes: 3, keys: 2, scripts, duplicates: 0, fifo: false, mutation: Mutation::None }
-    }
-
-    /// 3 nodes, 2 concurrent writes to one record, a read racing them on the third node; in
-    /// lin-scope node 0 then ends its scope.
-    pub fn pair(mode: Mode) -> ModelCfg {
-        use Op::*;
-        let mut scripts =
-            vec![vec![Write { key: 0, value: 1 }], vec![Write { key: 0, value: 2 }], vec![Read { key: 0 }]];
-        if mode == Mode::Scope {
-            scripts[0].push(ScopeEnd);
-        }
-        ModelCfg { mode, nodes: 3, keys: 2, scripts, duplicates: 0, fifo: false, mutation: Mutation::None }
-    }
-
-    /// A workload by name: `pair`, `small`, `standard` or `contended`.
-    pub fn named(name: &str, mode: Mode) -> Option<ModelCfg> {
-        match name {
-            "pair" => Some(ModelCfg::pair(mode)),
-            "small" => Some(ModelCfg::small(mode)),
-            "standard" => Some(ModelCfg::standard(mode)),
-            "contended" => Some(ModelCfg::contended(mode)),
-            _ => None,
-        }
-    }
-
-    pub fn with_duplicates(mut self, n: u8) -> ModelCfg {
-        self.duplicates = n;
-        self
-    }
-
-    pub fn with_fifo(mut self, fifo: bool) -> ModelCfg {
-        self.fifo = fifo;
-        self
-    }
-
-    pub fn with_mutation(mut self, m: Mutation) -> ModelCfg {
-        self.mutation = m;
-        self
-    }
-}
 
 /// The sequential specification the history must be linearizable to: one register per
 /// record.
@@ -196,15 +121,39 @@ pub struct Client {
     /// Index of the next operation of the script.
     pub next: usize,
     pub pending: bool,
+    /// Its thread in the history: the node id, plus the cluster size per crash of its node
+    /// (a crash abandons the request in flight, which may or may not take effect).
+    pub thread: u32,
+    /// The write in flight (record, value) until its timestamp is known.
+    pub writing: Option<(u8, u8)>,
     /// lin-scope: the (record, TS_WR) of the writes of its scope that returned.
     pub scope_writes: Vec<(u8, Ts)>,
 }
 
-/// Durability promises found broken when a client was answered (bit flags).
+/// Promises found broken when the driver carried out an output (bit flags).
 pub mod broken {
-    pub const WRITE_NOT_DURABLE: u8 = 1;
-    pub const READ_NOT_DURABLE: u8 = 2;
-    pub const SCOPE_NOT_DURABLE: u8 = 4;
+    pub const WRITE_NOT_DURABLE: u16 = 1;
+    pub const READ_NOT_DURABLE: u16 = 2;
+    pub const SCOPE_NOT_DURABLE: u16 = 4;
+    /// An Apply, Persist or read answer carried a value other than the one its write wrote.
+    pub const WRONG_VALUE: u16 = 8;
+    /// An Apply moved the driver's store back to an older write.
+    pub const STORE_BACKWARDS: u16 = 16;
+    /// A validation (VAL, VAL_C) was sent while a node's volatile record is older.
+    pub const VALIDATED_EARLY: u16 = 32;
+}
+
+/// Things seen happen, for the coverage ("sometimes") properties (bit flags).
+pub mod seen {
+    pub const WRITE_RETURNED_DURABLE: u16 = 1;
+    pub const READ_RETURNED_WRITTEN: u16 = 2;
+    pub const SCOPE_OF_TWO_ENDED: u16 = 4;
+    pub const VALIDATION_SENT: u16 = 8;
+    pub const REDRIVEN: u16 = 16;
+    pub const CAUGHT_UP: u16 = 32;
+    pub const READ_AFTER_RESTART: u16 = 64;
+    pub const FOLLOWER_PERSISTED: u16 = 128;
+    pub const RETRANSMITTED: u16 = 256;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -213,14 +162,27 @@ pub struct State {
     /// Messages in flight (from, to, message): sorted (a multiset) on an unordered network;
     /// on a FIFO network grouped by channel, in sending order within each.
     pub net: Vec<(NodeId, NodeId, Message<u8>)>,
-    /// Persists in flight (node, record, timestamp), sorted.
-    pub persists: Vec<(NodeId, u8, Ts)>,
-    /// Each node's persistent memory: per record, the newest persisted timestamp.
-    pub pm: Vec<Vec<Ts>>,
+    /// Persists in flight (node, record, timestamp, value), sorted.
+    pub persists: Vec<(NodeId, u8, Ts, u8)>,
+    /// Each node's persistent memory: per record, the newest persisted timestamp and value.
+    pub pm: Vec<Vec<(Ts, u8)>>,
+    /// Each node's driver store: per record, the timestamp and value last applied.
+    pub store: Vec<Vec<(Ts, u8)>>,
+    /// Every write's (record, timestamp, value), sorted.
+    pub written: Vec<(u8, Ts, u8)>,
     pub clients: Vec<Client>,
-    pub history: LinearizabilityTester<NodeId, Registers>,
+    pub history: LinearizabilityTester<u32, Registers>,
     pub duplicates_left: u8,
-    pub broken: u8,
+    pub drops_left: u8,
+    pub crashes_left: u8,
+    /// Timeouts left, per node.
+    pub ticks_left: Vec<u8>,
+    /// Messages lost and crashes so far.
+    pub faults: u8,
+    /// Nodes that restarted (bit per node).
+    pub restarted: u8,
+    pub broken: u16,
+    pub seen: u16,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -228,7 +190,10 @@ pub enum Action {
     Invoke { node: NodeId, op: Op },
     Deliver { from: NodeId, to: NodeId, msg: Message<u8> },
     Duplicate { from: NodeId, to: NodeId, msg: Message<u8> },
-    Persisted { node: NodeId, key: u8, ts: Ts },
+    Drop { from: NodeId, to: NodeId, msg: Message<u8> },
+    Persisted { node: NodeId, key: u8, ts: Ts, value: u8 },
+    Crash { node: NodeId },
+    Tick { node: NodeId },
 }
 
 impl fmt::Display for Action {
@@ -237,7 +202,10 @@ impl fmt::Display for Action {
             Action::Invoke { node, op } => write!(f, "client@{node} {op:?}"),
             Action::Deliver { from, to, msg } => write!(f, "deliver {from}->{to} {}", show(msg)),
             Action::Duplicate { from, to, msg } => write!(f, "deliver a copy {from}->{to} {}", show(msg)),
-            Action::Persisted { node, key, ts } => write!(f, "persisted @{node} key {key} {ts}"),
+            Action::Drop { from, to, msg } => write!(f, "LOSE {from}->{to} {}", show(msg)),
+            Action::Persisted { node, key, ts, value } => write!(f, "persisted @{node} key {key} {ts} value {value}"),
+            Action::Crash { node } => write!(f, "CRASH and restart node {node}"),
+            Action::Tick { node } => write!(f, "timeout @{node}"),
         }
     }
 }
@@ -247,7 +215,7 @@ fn show(msg: &Message<u8>) -> String {
         Message::Inv { key, ts, value, scope } => {
             format!(
                 "INV key {key} {ts} value {:?}{}",
-                value.first().copied().unwrap_or(0),
+                value_byte(value),
                 scope.map(|s| format!(" sc{s}")).unwrap_or_default()
             )
         }
@@ -255,18 +223,18 @@ fn show(msg: &Message<u8>) -> String {
             format!("{} sc{scope} {writes:?}", msg.kind())
         }
         Message::AckPScope { scope } => format!("[ACK_P]sc{scope}"),
-        other => {
-            let (key, ts) = match other {
-                Message::Ack { key, ts }
-                | Message::AckC { key, ts }
-                | Message::AckP { key, ts }
-                | Message::Val { key, ts }
-                | Message::ValC { key, ts }
-                | Message::ValP { key, ts } => (key, ts),
-                _ => unreachable!(),
-            };
-            format!("{} key {key} {ts}", other.kind())
+        Message::Rejoin => "REJOIN".to_string(),
+        Message::Catchup { records } => {
+            let r: Vec<String> =
+                records.iter().map(|(k, ts, v)| format!("key {k} {ts} value {}", value_byte(v))).collect();
+            format!("CATCHUP [{}]", r.join(", "))
         }
+        Message::Ack { key, ts }
+        | Message::AckC { key, ts }
+        | Message::AckP { key, ts }
+        | Message::Val { key, ts }
+        | Message::ValC { key, ts }
+        | Message::ValP { key, ts } => format!("{} key {key} {ts}", msg.kind()),
     }
 }
 
@@ -285,11 +253,30 @@ impl MinosModel {
         MinosModel { cfg }
     }
 
+    fn engine_cfg(&self, id: NodeId) -> Config {
+        let mut cfg = Config::new(id, self.cfg.nodes, self.cfg.mode);
+        cfg.mutation = self.cfg.mutation;
+        cfg
+    }
+
+    /// The value the write (key, ts) wrote; 0 for the initial value (`Ts::ZERO`).
+    fn written(s: &State, key: u8, ts: Ts) -> Option<u8> {
+        if ts == Ts::ZERO {
+            return Some(0);
+        }
+        s.written.iter().find(|w| w.0 == key && w.1 == ts).map(|w| w.2)
+    }
+
     fn input(&self, s: &mut State, node: NodeId, input: Input<u8>) {
         let outputs = s.nodes[node as usize].on_input(input);
+        self.register_write(s, node);
         for o in outputs {
             self.output(s, node, o);
         }
+        self.sort(s);
+    }
+
+    fn sort(&self, s: &mut State) {
         if self.cfg.fifo {
             s.net.sort_by_key(|m| (m.0, m.1));
         } else {
@@ -298,42 +285,122 @@ impl MinosModel {
         s.persists.sort();
     }
 
+    /// Once the engine of `node` coordinates its client's write, the write's timestamp is
+    /// known: record the value it writes.
+    fn register_write(&self, s: &mut State, node: NodeId) {
+        let n = node as usize;
+        let Some((key, value)) = s.clients[n].writing else { return };
+        let op = s.clients[n].next as OpId;
+        let ts = s.nodes[n].coordinating().find(|(_, _, w)| w.op == Some(op)).map(|(_, ts, _)| ts);
+        if let Some(ts) = ts {
+            s.written.push((key, ts, value));
+            s.written.sort();
+            s.clients[n].writing = None;
+        }
+    }
+
     fn everywhere_durable(&self, s: &State, key: u8, ts: Ts) -> bool {
-        s.pm.iter().all(|pm| pm[key as usize] >= ts)
+        s.pm.iter().all(|pm| pm[key as usize].0 >= ts)
+    }
+
+    fn check_value(&self, s: &mut State, key: u8, ts: Ts, value: &Value) {
+        if Self::written(s, key, ts) != Some(value_byte(value)) {
+            s.broken |= broken::WRONG_VALUE;
+        }
     }
 
     fn output(&self, s: &mut State, node: NodeId, o: Output<u8>) {
         let mode = self.cfg.mode;
         let n = node as usize;
         match o {
-            Output::Send { to, msg } => s.net.push((node, to, msg)),
-            Output::Apply { .. } => {}
-            Output::Persist { key, ts, .. } => s.persists.push((node, key, ts)),
+            Output::Send { to, msg } => {
+                if let Message::Val { key, ts } | Message::ValC { key, ts } = &msg {
+                    s.seen |= seen::VALIDATION_SENT;
+                    let behind = s.nodes.iter().any(|e| !e.is_rejoining() && e.record(key).volatile_ts < *ts);
+                    if behind {
+                        s.broken |= broken::VALIDATED_EARLY;
+                    }
+                }
+                s.net.push((node, to, msg));
+            }
+            Output::Apply { key, ts, value } => {
+                self.check_value(s, key, ts, &value);
+                let slot = &mut s.store[n][key as usize];
+                if ts < slot.0 {
+                    s.broken |= broken::STORE_BACKWARDS;
+                }
+                *slot = (ts, value_byte(&value));
+            }
+            Output::Persist { key, ts, value } => {
+                self.check_value(s, key, ts, &value);
+                s.persists.push((node, key, ts, value_byte(&value)));
+            }
             Output::WriteDone { key, ts, .. } => {
-                if mode.write_returns_durable() && !self.everywhere_durable(s, key, ts) {
-                    s.broken |= broken::WRITE_NOT_DURABLE;
+                if mode.write_returns_durable() {
+                    if !self.everywhere_durable(s, key, ts) {
+                        s.broken |= broken::WRITE_NOT_DURABLE;
+                    }
+                    s.seen |= seen::WRITE_RETURNED_DURABLE;
                 }
                 if mode == Mode::Scope {
                     s.clients[n].scope_writes.push((key, ts));
                 }
                 s.clients[n].pending = false;
-                let _ = s.history.on_return(node, RegRet::WriteOk);
+                let _ = s.history.on_return(s.clients[n].thread, RegRet::WriteOk);
             }
             Output::ReadDone { key, ts, value, .. } => {
+                self.check_value(s, key, ts, &value);
                 if mode.reads_see_only_durable() && !self.everywhere_durable(s, key, ts) {
                     s.broken |= broken::READ_NOT_DURABLE;
                 }
+                if ts > Ts::ZERO {
+                    s.seen |= seen::READ_RETURNED_WRITTEN;
+                }
+                if s.restarted & (1 << n) != 0 {
+                    s.seen |= seen::READ_AFTER_RESTART;
+                }
                 s.clients[n].pending = false;
-                let _ = s.history.on_return(node, RegRet::ReadOk(value_byte(&value)));
+                let _ = s.history.on_return(s.clients[n].thread, RegRet::ReadOk(value_byte(&value)));
             }
             Output::ScopeDone { .. } => {
                 let writes = std::mem::take(&mut s.clients[n].scope_writes);
                 if !writes.iter().all(|&(k, ts)| self.everywhere_durable(s, k, ts)) {
                     s.broken |= broken::SCOPE_NOT_DURABLE;
                 }
+                if writes.len() >= 2 {
+                    s.seen |= seen::SCOPE_OF_TWO_ENDED;
+                }
                 s.clients[n].pending = false;
             }
         }
+    }
+
+    /// The network and the persists are quiet: timeouts may fire.
+    fn quiet(s: &State) -> bool {
+        s.net.is_empty() && s.persists.is_empty()
+    }
+
+    fn crash(&self, s: &mut State, node: NodeId) {
+        let n = node as usize;
+        s.crashes_left -= 1;
+        s.faults += 1;
+        s.restarted |= 1 << n;
+        let persisted: Vec<(u8, Ts, Value)> =
+            s.pm[n].iter().enumerate().map(|(k, &(ts, v))| (k as u8, ts, Value::from(&[v][..]))).collect();
+        let (engine, outputs) = Engine::recover(self.engine_cfg(node), persisted);
+        s.nodes[n] = engine;
+        s.store[n] = s.pm[n].clone();
+        s.net.retain(|m| m.0 != node && m.1 != node);
+        s.persists.retain(|p| p.0 != node);
+        let c = &mut s.clients[n];
+        c.pending = false;
+        c.writing = None;
+        c.scope_writes.clear();
+        c.thread += self.cfg.nodes;
+        for o in outputs {
+            self.output(s, node, o);
+        }
+        self.sort(s);
     }
 }
 
@@ -343,22 +410,27 @@ impl Model for MinosModel {
 
     fn init_states(&self) -> Vec<State> {
         let c = &self.cfg;
-        let nodes = (0..c.nodes)
-            .map(|id| {
-                let mut cfg = Config::new(id, c.nodes, c.mode);
-                cfg.mutation = c.mutation;
-                Engine::new(cfg)
-            })
-            .collect();
+        let nodes = (0..c.nodes).map(|id| Engine::new(self.engine_cfg(id))).collect();
+        let empty = vec![vec![(Ts::ZERO, 0u8); c.keys as usize]; c.nodes as usize];
         vec![State {
             nodes,
             net: vec![],
             persists: vec![],
-            pm: vec![vec![Ts::ZERO; c.keys as usize]; c.nodes as usize],
-            clients: vec![Client { next: 0, pending: false, scope_writes: vec![] }; c.nodes as usize],
+            pm: empty.clone(),
+            store: empty,
+            written: vec![],
+            clients: (0..c.nodes)
+                .map(|i| Client { next: 0, pending: false, thread: i, writing: None, scope_writes: vec![] })
+                .collect(),
             history: LinearizabilityTester::new(Registers(vec![0; c.keys as usize])),
             duplicates_left: c.duplicates,
+            drops_left: c.drops,
+            crashes_left: c.crashes,
+            ticks_left: vec![3 * (c.drops + c.crashes); c.nodes as usize],
+            faults: 0,
+            restarted: 0,
             broken: 0,
+            seen: 0,
         }]
     }
 
@@ -381,12 +453,27 @@ impl Model for MinosModel {
             if s.duplicates_left > 0 {
                 actions.push(Action::Duplicate { from: *from, to: *to, msg: msg.clone() });
             }
+            if s.drops_left > 0 {
+                actions.push(Action::Drop { from: *from, to: *to, msg: msg.clone() });
+            }
         }
-        for (i, &(node, key, ts)) in s.persists.iter().enumerate() {
+        for (i, &(node, key, ts, value)) in s.persists.iter().enumerate() {
             if i > 0 && s.persists[i - 1] == s.persists[i] {
                 continue;
             }
-            actions.push(Action::Persisted { node, key, ts });
+            actions.push(Action::Persisted { node, key, ts, value });
+        }
+        if s.crashes_left > 0 {
+            for node in 0..self.cfg.nodes {
+                actions.push(Action::Crash { node });
+            }
+        }
+        if MinosModel::quiet(s) {
+            for (node, e) in s.nodes.iter().enumerate() {
+                if s.ticks_left[node] > 0 && e.tick_would_act() {
+                    actions.push(Action::Tick { node: node as NodeId });
+                }
+            }
         }
     }
 
@@ -397,15 +484,17 @@ impl Model for MinosModel {
                 let n = node as usize;
                 s.clients[n].next += 1;
                 s.clients[n].pending = true;
-                let id = s.clients[n].next as u64;
+                let id = s.clients[n].next as OpId;
+                let thread = s.clients[n].thread;
                 let input = match op {
                     Op::Write { key, value } => {
-                        let _ = s.history.on_invoke(node, RegOp::Write(key, value));
+                        let _ = s.history.on_invoke(thread, RegOp::Write(key, value));
+                        s.clients[n].writing = Some((key, value));
                         let scope = (self.cfg.mode == Mode::Scope).then_some(SCOPE);
                         Input::Write { op: id, key, value: Value::from(&[value][..]), scope }
                     }
                     Op::Read { key } => {
-                        let _ = s.history.on_invoke(node, RegOp::Read(key));
+                        let _ = s.history.on_invoke(thread, RegOp::Read(key));
                         Input::Read { op: id, key }
                     }
                     Op::ScopeEnd => Input::ScopeEnd { op: id, scope: SCOPE },
@@ -415,18 +504,46 @@ impl Model for MinosModel {
             Action::Deliver { from, to, msg } => {
                 let i = s.net.iter().position(|m| m.0 == from && m.1 == to && m.2 == msg)?;
                 s.net.remove(i);
+                let was_rejoining = s.nodes[to as usize].is_rejoining();
                 self.input(&mut s, to, Input::Receive { from, msg });
+                if was_rejoining && !s.nodes[to as usize].is_rejoining() {
+                    s.seen |= seen::CAUGHT_UP;
+                }
             }
             Action::Duplicate { from, to, msg } => {
                 s.duplicates_left -= 1;
                 self.input(&mut s, to, Input::Receive { from, msg });
             }
-            Action::Persisted { node, key, ts } => {
-                let i = s.persists.iter().position(|p| *p == (node, key, ts))?;
+            Action::Drop { from, to, msg } => {
+                let i = s.net.iter().position(|m| m.0 == from && m.1 == to && m.2 == msg)?;
+                s.net.remove(i);
+                s.drops_left -= 1;
+                s.faults += 1;
+            }
+            Action::Persisted { node, key, ts, value } => {
+                let i = s.persists.iter().position(|p| *p == (node, key, ts, value))?;
                 s.persists.remove(i);
                 let slot = &mut s.pm[node as usize][key as usize];
-                *slot = (*slot).max(ts);
+                if ts > slot.0 {
+                    *slot = (ts, value);
+                }
+                if ts.node != node {
+                    s.seen |= seen::FOLLOWER_PERSISTED;
+                }
                 self.input(&mut s, node, Input::Persisted { key, ts });
+            }
+            Action::Crash { node } => self.crash(&mut s, node),
+            Action::Tick { node } => {
+                s.ticks_left[node as usize] -= 1;
+                let before: usize = s.nodes[node as usize].coordinating().filter(|(_, _, w)| w.op.is_none()).count();
+                let sent = s.net.len();
+                self.input(&mut s, node, Input::Tick);
+                let after: usize = s.nodes[node as usize].coordinating().filter(|(_, _, w)| w.op.is_none()).count();
+                if after > before {
+                    s.seen |= seen::REDRIVEN;
+                } else if s.net.len() > sent {
+                    s.seen |= seen::RETRANSMITTED;
+                }
             }
         }
         Some(s)
@@ -437,7 +554,7 @@ impl Model for MinosModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties::all()
+        properties::for_cfg(&self.cfg)
     }
 }
 

@@ -11,7 +11,14 @@
 //! - obsolete writes in `handleObsolete`: ConsistencySpin, then (synch, strict, renf)
 //!   PersistencySpin, before the ack or the client's return (`follower.rs`);
 //! - reads waiting for a record's RDLock;
-//! - lin-scope scope ends and [PERSIST]sc requests waiting for persists and [ACK_P]sc.
+//! - lin-scope scope ends and [PERSIST]sc requests waiting for persists and [ACK_P]sc;
+//! - after a restart ([`Engine::recover`]), the peers whose catch-up it still waits for and
+//!   the client requests held until then (`recovery.rs`).
+//!
+//! Messages may be lost or duplicated and nodes may crash: [`Input::Tick`] (a driver
+//! timeout) retransmits what is unacknowledged and completes writes left unvalidated
+//! (`recovery.rs`); every message is idempotent (docs/MINOS.md, "Crashes, recovery and
+//! rejoin").
 //!
 //! After each input the engine re-evaluates every wait ([`Engine::progress`]) until none
 //! can advance: a spin of the paper is a wait whose condition is re-checked whenever the
@@ -24,6 +31,7 @@
 
 mod coordinator;
 mod follower;
+mod recovery;
 
 use crate::mode::{Mode, Mutation};
 use crate::msg::{Input, Message, OpId, Output, ScopeId};
@@ -69,7 +77,12 @@ pub enum Stage {
 /// A write this node coordinates, until its last message is sent.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CoordWrite {
-    pub op: OpId,
+    /// The client write; `None` for a write this node completes on behalf of another
+    /// (re-driven on a tick: its VAL was lost or its coordinator crashed).
+    pub op: Option<OpId>,
+    /// What its INV carries, for retransmissions.
+    pub value: crate::msg::Value,
+    pub scope: Option<ScopeId>,
     pub acks_c: NodeSet,
     pub acks_p: NodeSet,
     pub stage: Stage,
@@ -130,6 +143,11 @@ pub struct Engine<K> {
     scope_ends: BTreeMap<ScopeId, ScopeEnd<K>>,
     /// [PERSIST]sc received: (coordinator, scope, writes) waiting for local persists.
     scope_persists: BTreeSet<ScopePersist<K>>,
+    /// After a restart: the peers whose [`Message::Catchup`] is still awaited (`None` once
+    /// every peer answered, and on a node that never crashed).
+    rejoining: Option<NodeSet>,
+    /// Client requests that arrived while rejoining, handled in order once caught up.
+    held: Vec<Input<K>>,
 }
 
 impl<K: Key> Engine<K> {
@@ -144,6 +162,8 @@ impl<K: Key> Engine<K> {
             open_scopes: BTreeMap::new(),
             scope_ends: BTreeMap::new(),
             scope_persists: BTreeSet::new(),
+            rejoining: None,
+            held: Vec::new(),
         }
     }
 
@@ -196,6 +216,18 @@ impl<K: Key> Engine<K> {
             && self.reads.is_empty()
             && self.scope_ends.is_empty()
             && self.scope_persists.is_empty()
+            && self.rejoining.is_none()
+            && self.held.is_empty()
+    }
+
+    /// Restarted and still catching up from its peers: serves no client yet.
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining.is_some()
+    }
+
+    /// A read of `key` would be answered now: caught up and the record's RDLock free.
+    pub fn readable(&self, key: &K) -> bool {
+        self.rejoining.is_none() && self.records.get(key).is_none_or(|r| r.rdlock.is_none())
     }
 
     /// Handle one input; returns what the driver must do.
@@ -207,6 +239,12 @@ impl<K: Key> Engine<K> {
 
     /// Like [`Engine::on_input`], appending to a caller's buffer.
     pub fn handle(&mut self, input: Input<K>, out: &mut Vec<Output<K>>) {
+        if self.rejoining.is_some()
+            && matches!(input, Input::Write { .. } | Input::Read { .. } | Input::ScopeEnd { .. })
+        {
+            self.held.push(input);
+            return;
+        }
         match input {
             Input::Write { op, key, value, scope } => self.client_write(op, key, value, scope, out),
             Input::Read { op, key } => {
@@ -218,8 +256,14 @@ impl<K: Key> Engine<K> {
                 rec.durable_ts = rec.durable_ts.max(ts);
             }
             Input::ScopeEnd { op, scope } => self.scope_end(op, scope, out),
+            Input::Tick => self.tick(out),
         }
         self.progress(out);
+        if self.rejoining.is_none() && !self.held.is_empty() {
+            for input in std::mem::take(&mut self.held) {
+                self.handle(input, out);
+            }
+        }
     }
 
     fn receive(&mut self, from: NodeId, msg: Message<K>, out: &mut Vec<Output<K>>) {
@@ -243,9 +287,15 @@ impl<K: Key> Engine<K> {
             }
             Message::ValPScope { scope: _, writes } => {
                 for (key, ts) in writes {
-                    self.records.entry(key).or_default().raise_glb_durable(ts);
+                    let rec = self.rec(&key);
+                    // As for VAL: not for a write this node lost in a crash.
+                    if ts <= rec.volatile_ts {
+                        rec.raise_glb_durable(ts);
+                    }
                 }
             }
+            Message::Rejoin => self.on_rejoin(from, out),
+            Message::Catchup { records } => self.on_catchup(from, records, out),
         }
     }
 

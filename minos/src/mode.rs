@@ -107,6 +107,7 @@ impl FromStr for Mode {
 
 /// A deliberate bug, planted by the mutation tests to show that the checker finds it. Each
 /// is one changed condition in the engine, marked with `Mutation::` at its one use.
+/// Production code never sets one: [`crate::Config::new`] leaves it at [`Mutation::None`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mutation {
     #[default]
@@ -122,14 +123,37 @@ pub enum Mutation {
     SynchPersistNotAwaited,
     /// A scope end returns to the client once [PERSIST]sc is sent, not after all [ACK_P]sc.
     ScopeEndsEarly,
+    /// A follower persists the value its record held before the INV, not the INV's.
+    WrongValuePersisted,
+    /// A follower skips an obsolete INV in its metadata but hands its (older) value to the
+    /// driver's store with an `Apply`.
+    ObsoleteValueApplied,
+    /// The coordinator counts acknowledgements instead of keeping them as sets: a second
+    /// copy of a follower's ack counts as another follower's.
+    AcksCounted,
+    /// A tick does not retransmit the INVs of a write still missing acks.
+    NoRetransmit,
+    /// A tick does not complete writes left unvalidated (lost VAL, crashed coordinator).
+    NoRedrive,
+    /// A restarted node serves its clients at once, without catching up from its peers.
+    NoCatchup,
+    /// A follower ignores a copy of an INV it applied already, without acking it again.
+    DuplicateInvNotReacked,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::ValBeforeAllAcks,
         Mutation::RdLockNotReleased,
         Mutation::ObsoleteApplied,
         Mutation::SynchPersistNotAwaited,
         Mutation::ScopeEndsEarly,
+        Mutation::WrongValuePersisted,
+        Mutation::ObsoleteValueApplied,
+        Mutation::AcksCounted,
+        Mutation::NoRetransmit,
+        Mutation::NoRedrive,
+        Mutation::NoCatchup,
+        Mutation::DuplicateInvNotReacked,
     ];
 }

@@ -49,6 +49,13 @@ pub enum Message<K> {
     AckPScope { scope: ScopeId },
     /// [VAL_P]sc: every write of the scope is persisted on every node.
     ValPScope { scope: ScopeId, writes: Vec<(K, Ts)> },
+    /// Recovery: a restarted node asks a peer for its records (docs/MINOS.md, "Crashes,
+    /// recovery and rejoin"). The peer forgets the sender's acks of its writes in progress
+    /// (they came from the lost incarnation) and answers with [`Message::Catchup`].
+    Rejoin,
+    /// Recovery: the answer to [`Message::Rejoin`], every record the peer holds (record,
+    /// volatileTS, value).
+    Catchup { records: Vec<(K, Ts, Value)> },
 }
 
 impl<K> Message<K> {
@@ -62,7 +69,11 @@ impl<K> Message<K> {
             | Message::Val { key, .. }
             | Message::ValC { key, .. }
             | Message::ValP { key, .. } => Some(key),
-            Message::Persist { .. } | Message::AckPScope { .. } | Message::ValPScope { .. } => None,
+            Message::Persist { .. }
+            | Message::AckPScope { .. }
+            | Message::ValPScope { .. }
+            | Message::Rejoin
+            | Message::Catchup { .. } => None,
         }
     }
 
@@ -78,6 +89,8 @@ impl<K> Message<K> {
             Message::Persist { .. } => "[PERSIST]sc",
             Message::AckPScope { .. } => "[ACK_P]sc",
             Message::ValPScope { .. } => "[VAL_P]sc",
+            Message::Rejoin => "REJOIN",
+            Message::Catchup { .. } => "CATCHUP",
         }
     }
 }
@@ -96,6 +109,10 @@ pub enum Input<K> {
     Persisted { key: K, ts: Ts },
     /// lin-scope: the client ends `scope` (its fsync); answered by [`Output::ScopeDone`].
     ScopeEnd { op: OpId, scope: ScopeId },
+    /// A timeout of the driver: retransmit what is still unacknowledged (INVs, [PERSIST]sc,
+    /// REJOIN) and complete writes this node holds unvalidated (a VAL lost, or a coordinator
+    /// that crashed). Messages may be lost or duplicated; ticks make the protocol finish.
+    Tick,
 }
 
 /// One effect the driver must carry out.

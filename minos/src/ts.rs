@@ -63,6 +63,10 @@ impl NodeSet {
         self.0 |= 1u64 << node;
     }
 
+    pub fn remove(&mut self, node: NodeId) {
+        self.0 &= !(1u64 << node);
+    }
+
     pub fn contains(self, node: NodeId) -> bool {
         self.0 & (1u64 << node) != 0
     }

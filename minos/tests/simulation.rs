@@ -1,7 +1,8 @@
 //! The deterministic simulation CI runs: every mode on 5 and 9 nodes, thousands of random
 //! concurrent writes and reads per seed, messages and persists delayed and reordered by the
-//! seeded scheduler, the history checked for linearizability and each mode's durability
-//! point.
+//! seeded scheduler, messages duplicated and lost, nodes crashed and restarted, the history
+//! checked for linearizability, every value applied, persisted and read checked against its
+//! write, and each mode's durability point.
 //!
 //! A failing seed is printed with the command that replays it:
 //! `MINOS_SIM_MODE=renf MINOS_SIM_NODES=9 MINOS_SIM_SEED=7 cargo test -p linefs-minos --test simulation -- --nocapture`
@@ -31,6 +32,7 @@ fn simulation_every_mode_5_and_9_nodes() {
     for mode in &modes {
         for (nodes, seeds) in &plan {
             let (mut w, mut r, mut msgs, mut skips, mut scopes) = (0, 0, 0, 0, 0);
+            let (mut dups, mut lost, mut crashes, mut abandoned) = (0, 0, 0, 0);
             for &seed in seeds {
                 match simulate(&SimCfg::new(*mode, *nodes, ops, seed)) {
                     Ok(rep) => {
@@ -39,6 +41,10 @@ fn simulation_every_mode_5_and_9_nodes() {
                         msgs += rep.messages;
                         skips += rep.obsolete_skips;
                         scopes += rep.scope_ends;
+                        dups += rep.duplicated;
+                        lost += rep.lost;
+                        crashes += rep.crashes;
+                        abandoned += rep.abandoned;
                     }
                     Err(e) => {
                         println!("FAILED: {e}\n  replay: MINOS_SIM_MODE={} MINOS_SIM_NODES={nodes} MINOS_SIM_SEED={seed} MINOS_SIM_OPS={ops} cargo test -p linefs-minos --test simulation -- --nocapture", mode.name());
@@ -47,10 +53,14 @@ fn simulation_every_mode_5_and_9_nodes() {
                 }
             }
             println!(
-                "{mode}: {nodes} nodes, seeds {seeds:?}, {ops} ops each: {w} writes, {r} reads, {scopes} scope ends, {msgs} messages, {skips} obsolete skips"
+                "{mode}: {nodes} nodes, seeds {seeds:?}, {ops} ops each: {w} writes, {r} reads, {scopes} scope ends, {msgs} messages, {skips} obsolete skips, {dups} duplicated, {lost} lost, {crashes} crashes ({abandoned} requests abandoned)"
             );
-            // The run must exercise the contended paths, or it proves little.
+            // The run must exercise the contended paths and the faults, or it proves little.
             assert!(!failures.is_empty() || skips > 0, "{mode}/{nodes}: no write was ever obsolete");
+            assert!(
+                !failures.is_empty() || (dups > 0 && lost > 0 && crashes > 0),
+                "{mode}/{nodes}: a fault never happened"
+            );
         }
     }
     assert!(failures.is_empty(), "{} failing seed(s): {failures:#?}", failures.len());
@@ -65,6 +75,13 @@ fn simulation_catches_mutations() {
         (Mutation::ObsoleteApplied, Mode::Synch),
         (Mutation::SynchPersistNotAwaited, Mode::Synch),
         (Mutation::ScopeEndsEarly, Mode::Scope),
+        (Mutation::WrongValuePersisted, Mode::Eventual),
+        (Mutation::ObsoleteValueApplied, Mode::ReadEnforced),
+        (Mutation::AcksCounted, Mode::Strict),
+        (Mutation::NoRetransmit, Mode::Scope),
+        (Mutation::NoRedrive, Mode::ReadEnforced),
+        (Mutation::NoCatchup, Mode::ReadEnforced),
+        (Mutation::DuplicateInvNotReacked, Mode::ReadEnforced),
     ] {
         let found = (1..=4).find_map(|seed| simulate(&SimCfg { mutation, ..SimCfg::new(mode, 5, 3000, seed) }).err());
         let e = found.unwrap_or_else(|| panic!("{mutation:?} in {mode} passed every seed"));

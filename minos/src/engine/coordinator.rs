@@ -42,24 +42,44 @@ impl<K: Key> Engine<K> {
         rec.value = value.clone();
         rec.volatile_ts = ts;
         self.send_all(Message::Inv { key: key.clone(), ts, value: value.clone(), scope }, out);
+        let value_for_retransmit = value.clone();
         out.push(Output::Apply { key: key.clone(), ts, value: value.clone() });
         // Line 18 (step d): persist; awaited before step e only in synch and strict.
         out.push(Output::Persist { key: key.clone(), ts, value });
         if let Some(scope) = scope {
             self.open_scopes.entry(scope).or_default().push((key.clone(), ts));
         }
-        let w = CoordWrite { op, acks_c: NodeSet::EMPTY, acks_p: NodeSet::EMPTY, stage: Stage::Consistency };
+        self.coordinate(key, ts, Some(op), value_for_retransmit, scope);
+    }
+
+    /// Start coordinating (key, ts): a client's write, or one re-driven on a tick.
+    pub(super) fn coordinate(&mut self, key: K, ts: Ts, op: Option<OpId>, value: Value, scope: Option<ScopeId>) {
+        let w =
+            CoordWrite { op, value, scope, acks_c: NodeSet::EMPTY, acks_p: NodeSet::EMPTY, stage: Stage::Consistency };
         self.coord.insert((key, ts), w);
     }
 
     pub(super) fn on_ack(&mut self, from: NodeId, key: K, ts: Ts, consistency: bool, persistency: bool) {
-        // An ack of a write that already finished (a duplicate) changes nothing.
+        let followers = self.followers();
+        let counted = self.cfg.mutation == Mutation::AcksCounted;
+        // Acks are sets: a second copy of an ack, or an ack of a write that already
+        // finished, changes nothing.
         if let Some(w) = self.coord.get_mut(&(key, ts)) {
+            let add = |set: &mut NodeSet| {
+                if counted && set.contains(from) {
+                    // The mutation: a counter, so the copy counts as one more follower.
+                    if let Some(other) = followers.iter().find(|f| !set.contains(*f)) {
+                        set.insert(other);
+                    }
+                } else {
+                    set.insert(from);
+                }
+            };
             if consistency {
-                w.acks_c.insert(from);
+                add(&mut w.acks_c);
             }
             if persistency {
-                w.acks_p.insert(from);
+                add(&mut w.acks_p);
             }
         }
     }
@@ -95,7 +115,7 @@ impl<K: Key> Engine<K> {
                 self.rec(&key).raise_glb_durable(ts);
                 self.rec(&key).release_rdlock_if_owner(ts);
                 self.send_all(Message::Val { key: key.clone(), ts }, out);
-                out.push(Output::WriteDone { op: w.op, key: key.clone(), ts });
+                done(out, w.op, &key, ts);
                 finished = true;
                 Stage::Consistency
             }
@@ -108,13 +128,13 @@ impl<K: Key> Engine<K> {
             (Mode::Strict, Stage::Persistency) if all_p => {
                 self.rec(&key).raise_glb_durable(ts);
                 self.send_all(Message::ValP { key: key.clone(), ts }, out);
-                out.push(Output::WriteDone { op: w.op, key: key.clone(), ts });
+                done(out, w.op, &key, ts);
                 finished = true;
                 Stage::Persistency
             }
             (Mode::ReadEnforced, Stage::Consistency) if all_c => {
                 self.rec(&key).raise_glb_volatile(ts);
-                out.push(Output::WriteDone { op: w.op, key: key.clone(), ts });
+                done(out, w.op, &key, ts);
                 Stage::Persistency
             }
             (Mode::ReadEnforced, Stage::Persistency) if all_p && own_persist => {
@@ -128,7 +148,7 @@ impl<K: Key> Engine<K> {
                 self.rec(&key).raise_glb_volatile(ts);
                 self.rec(&key).release_rdlock_if_owner(ts);
                 self.send_all(Message::ValC { key: key.clone(), ts }, out);
-                out.push(Output::WriteDone { op: w.op, key: key.clone(), ts });
+                done(out, w.op, &key, ts);
                 finished = true;
                 Stage::Consistency
             }
@@ -183,5 +203,12 @@ impl<K: Key> Engine<K> {
             moved = true;
         }
         moved
+    }
+}
+
+/// The client's write returns (a write re-driven for another node has no client here).
+fn done<K: Key>(out: &mut Vec<Output<K>>, op: Option<OpId>, key: &K, ts: Ts) {
+    if let Some(op) = op {
+        out.push(Output::WriteDone { op, key: key.clone(), ts });
     }
 }

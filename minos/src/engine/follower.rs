@@ -14,11 +14,16 @@
 //! at once and ACK_P once persisted; event and scope with ACK_C at once (the persist goes on
 //! in the background).
 //!
-//! An INV whose TS_WR equals the local volatileTS is a duplicate of one already applied (a
-//! timestamp names one write): it is ignored, the first copy's ack covers it.
+//! An INV whose TS_WR equals the local volatileTS is a copy of one already applied (a
+//! timestamp names one write): a duplicate, a retransmission after a lost ack, or a write
+//! re-driven by another node. It changes nothing but is acked again as the first copy was
+//! (the ack may have been lost); it must not retake the RDLock, whose VAL may have been
+//! consumed already.
 //!
 //! The validation messages raise glb_volatileTS (VAL, VAL_C) and glb_durableTS (VAL in synch
-//! and renf, VAL_P) and release the RDLock if the validated write still owns it.
+//! and renf, VAL_P) and release the RDLock if the validated write still owns it. A validation
+//! of a write newer than the volatile record is ignored: only a node that acked the write and
+//! then lost it in a crash can receive one.
 
 use super::{Engine, Key, Spin, SpinFor, SpinStage};
 use crate::mode::{Mode, Mutation};
@@ -30,39 +35,54 @@ impl<K: Key> Engine<K> {
         let mutation = self.cfg.mutation;
         let rec = self.rec(&key);
         if ts == rec.volatile_ts {
+            if mutation != Mutation::DuplicateInvNotReacked {
+                self.ack_applied(from, key, ts, out);
+            }
             return;
         }
         if rec.obsolete(ts) && mutation != Mutation::ObsoleteApplied {
             let target = rec.volatile_ts;
+            if mutation == Mutation::ObsoleteValueApplied {
+                out.push(Output::Apply { key: key.clone(), ts, value });
+            }
             let spin = Spin { key, ts, target, stage: SpinStage::Consistency, on_behalf: SpinFor::Coordinator(from) };
             self.spins.insert(spin);
             return;
         }
+        let old = std::mem::replace(&mut rec.value, value.clone());
         rec.snatch_rdlock(ts);
-        rec.value = value.clone();
         rec.volatile_ts = ts;
         out.push(Output::Apply { key: key.clone(), ts, value: value.clone() });
-        out.push(Output::Persist { key: key.clone(), ts, value });
-        match self.cfg.mode {
-            Mode::Synch if mutation == Mutation::SynchPersistNotAwaited => {
-                out.push(Output::Send { to: from, msg: Message::Ack { key, ts } });
-            }
-            Mode::Synch => {
-                self.persist_acks.insert((key, ts, from));
-            }
-            Mode::Strict | Mode::ReadEnforced => {
-                out.push(Output::Send { to: from, msg: Message::AckC { key: key.clone(), ts } });
-                self.persist_acks.insert((key, ts, from));
-            }
-            Mode::Eventual | Mode::Scope => {
-                out.push(Output::Send { to: from, msg: Message::AckC { key, ts } });
-            }
+        let persisted = if mutation == Mutation::WrongValuePersisted { old } else { value };
+        out.push(Output::Persist { key: key.clone(), ts, value: persisted });
+        self.ack_applied(from, key, ts, out);
+    }
+
+    /// Ack an INV applied here (its first copy or a later one): synch's ACK once persisted;
+    /// ACK_C at once in the other modes, and in strict and renf ACK_P once persisted.
+    fn ack_applied(&mut self, from: NodeId, key: K, ts: Ts, out: &mut Vec<Output<K>>) {
+        let mode = self.cfg.mode;
+        if mode == Mode::Synch && self.cfg.mutation == Mutation::SynchPersistNotAwaited {
+            out.push(Output::Send { to: from, msg: Message::Ack { key, ts } });
+            return;
+        }
+        if !mode.single_ack() {
+            out.push(Output::Send { to: from, msg: Message::AckC { key: key.clone(), ts } });
+        }
+        if mode.single_ack() || mode.tracks_ack_p() {
+            self.persist_acks.insert((key, ts, from));
         }
     }
 
     pub(super) fn on_val(&mut self, key: K, ts: Ts, consistency: bool, persistency: bool) {
         let mutation = self.cfg.mutation;
         let rec = self.rec(&key);
+        if ts > rec.volatile_ts {
+            // The validation of a write this node acked and then lost in a crash (its ack
+            // counted before the peer learnt of the restart): not true here. The write comes
+            // back with the catch-up and is validated again by re-driving.
+            return;
+        }
         if consistency {
             rec.raise_glb_volatile(ts);
         }
