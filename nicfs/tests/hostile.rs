@@ -241,6 +241,9 @@ fn a_refused_allocation_takes_nothing_and_root_s_reservation_holds() {
     };
     e.inode(&img, true);
     e.dirent(1, b"pub", pub_dir, dtype::DIR);
+    // The root directory gains a subdirectory: its link count says so (nicfs checks it).
+    let root_img = root.public().load().unwrap().inodes[&1].img;
+    e.inode(&InodeImage { nlink: root_img.nlink + 1, ..root_img }, false);
     root.append(&e);
     root.chunk_ready();
     assert_eq!(expect_published(&root).published_lsn, root.tail);
@@ -394,6 +397,9 @@ fn supplementary_groups_come_from_the_socket_not_from_a_departed_pid() {
     };
     e.inode(&img, true);
     e.dirent(1, b"gdir", gdir, dtype::DIR);
+    // The root directory gains a subdirectory: its link count says so (nicfs checks it).
+    let root_img = root.public().load().unwrap().inodes[&1].img;
+    e.inode(&InodeImage { nlink: root_img.nlink + 1, ..root_img }, false);
     root.append(&e);
     root.chunk_ready();
     assert_eq!(expect_published(&root).published_lsn, root.tail);
