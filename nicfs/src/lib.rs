@@ -102,6 +102,7 @@ pub mod opens;
 pub mod perms;
 pub mod pipeline;
 pub mod publisher;
+pub mod rejudge;
 pub mod session;
 pub mod sigbus;
 pub mod slots;
