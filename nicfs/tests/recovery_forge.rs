@@ -6,7 +6,9 @@
 //! another entry of its own, and never announces them; nicfs is killed (SIGKILL: an
 //! operator's kill, a power loss). At the restart, recovery must refuse the forged write
 //! (root's file byte for byte unchanged), replay the legitimate entry before it, drop what
-//! follows it, and say so in its log.
+//! follows it, and say so in its log. The same with an entry that does not hold together
+//! (a file named as a directory) in place of the forged write: dropped likewise (lease-only
+//! recovery replayed past it), and the node starts.
 
 mod support;
 
@@ -55,6 +57,20 @@ const ROOT_DATA: &[u8] = b"root's data, 0644";
 
 #[test]
 fn a_forged_write_under_a_read_granted_lease_is_refused_at_recovery() {
+    attack("write");
+}
+
+/// The same with an entry that does not hold together (a regular file the suffix made,
+/// named as a directory), under leases the forger holds. Lease-only recovery replayed the
+/// suffix past it (validation tolerates what the suffix creates, since the area may be
+/// ahead for it: the entry after it was replayed — this test failed so). Judged strictly
+/// now, it is dropped with what follows it, and the node starts.
+#[test]
+fn an_invalid_entry_left_by_a_crash_does_not_stop_the_restart() {
+    attack("invalid");
+}
+
+fn attack(case: &str) {
     let mut d = Daemon::start(4);
     // The forger must reach the socket (nicfs makes it 0666).
     std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -80,6 +96,7 @@ fn a_forged_write_under_a_read_granted_lease_is_refused_at_recovery() {
         .args(["--exact", "recovery_forger", "--nocapture", "--include-ignored"])
         .env("NICFS_TEST_SOCKET", &d.socket)
         .env("NICFS_TEST_INODES", format!("{public_dir} {rootfile}"))
+        .env("NICFS_TEST_CASE", case)
         .uid(NOBODY)
         .gid(NOBODY)
         .stdout(Stdio::piped())
@@ -121,9 +138,9 @@ fn a_forged_write_under_a_read_granted_lease_is_refused_at_recovery() {
     assert!(log.contains("refused at recovery (judged by meaning)"), "{log}");
 }
 
-/// The forger (run as uid 65534 by the test above).
+/// The forger (run as uid 65534 by the tests above).
 #[test]
-#[ignore = "run by a_forged_write_under_a_read_granted_lease_is_refused_at_recovery"]
+#[ignore = "run by a_forged_write_under_a_read_granted_lease_is_refused_at_recovery and its sibling"]
 fn recovery_forger() {
     let Some(socket) = std::env::var_os("NICFS_TEST_SOCKET") else { return };
     let socket = std::path::PathBuf::from(socket);
@@ -142,7 +159,10 @@ fn recovery_forger() {
     file_as(&mut legit, public_dir, own, b"legit", NOBODY, b"by the rules");
     c.append(&legit);
     let mut forged = EntryBuilder::new();
-    forged.write(rootfile, 0, b"FORGED BY NOBODY!");
+    match std::env::var("NICFS_TEST_CASE").unwrap().as_str() {
+        "write" => forged.write(rootfile, 0, b"FORGED BY NOBODY!"),
+        _ => forged.dirent(public_dir, b"wrong", own, dtype::DIR),
+    }
     c.append(&forged);
     let mut after = EntryBuilder::new();
     file_as(&mut after, public_dir, own + 1, b"after", NOBODY, b"follows the forged entry");
