@@ -8,10 +8,11 @@
 //! Write grants (what a session may write whatever the modes say, [`crate::grants`]) are not
 //! recorded: those an entry of the suffix makes (a create, an OPEN_WRITE) hold for the
 //! entries after it, as in publication; one made by an entry published before the crash is
-//! gone. So a write, past the admitted LSN, through an open from before the crash of a file
-//! whose mode no longer lets the caller write it is refused at recovery, with what follows
-//! it: an unsynced suffix lost in that corner (fsync waits for publication, so nothing an
-//! fsync acknowledged is lost). A free, of any slot, ends every slot's grant of the number.
+//! gone. So a write, past the admitted LSN, to a file whose mode does not let the caller
+//! write it, through an open or a create published before the crash (a chmod after the
+//! open, a file created 0444), is refused at recovery, with what follows it: an unsynced
+//! suffix lost in that corner (fsync waits for publication, so nothing an fsync
+//! acknowledged is lost). A free, of any slot, ends every slot's grant of the number.
 
 use crate::leasefile::{LeaseFile, SlotCreds};
 use linefs_pm::public::Permissions;
