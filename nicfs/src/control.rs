@@ -300,6 +300,18 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let sid = ctx.sessions.new_id();
     node.alloc.begin_session(slot, cred.uid);
     ctx.leases.attach(sid, slot);
+    // Recorded before Attached, so before the client can log: a restart's recovery judges
+    // what it logged and nicfs did not apply by these credentials (crate::leasefile).
+    if groups.len() > crate::leasefile::MAX_GROUPS {
+        tracing::warn!(%peer, groups = groups.len(), "more supplementary groups than recovery records; it judges with the first {}", crate::leasefile::MAX_GROUPS);
+    }
+    let creds = crate::leasefile::SlotCreds {
+        uid: cred.uid,
+        gid: cred.gid,
+        groups: groups.clone(),
+        states_callers: cred.uid == 0,
+    };
+    node.leases.session_attached(slot, &creds, groups.len(), start);
     let (session, rx, out_rx) = Session::new(sid, slot, (*cred, groups), hello.role, writer, start, ctx.leases.clone());
     let session = Arc::new(session);
     let (c, sess, leases) = (ctx.clone(), session.clone(), ctx.leases.clone());

@@ -75,7 +75,10 @@
 //!   session holds the write lease of every inode it changes and its caller may make the
 //!   change (pm's permission rules; the caller as [`perms`] resolves it, the files it may
 //!   write through an open for writing or as their creator as [`grants`] keeps them);
-//!   otherwise it and what follows are refused and the session fails.
+//!   otherwise it and what follows are refused and the session fails. After a crash, the
+//!   next start's recovery judges the committed suffixes the same way ([`rejudge`]): by
+//!   the write leases and, for what nicfs had not applied, by meaning, for each session's
+//!   credentials, both recorded in PM ([`leasefile`]).
 //!
 //! Not built yet: the replication of the lease record, replication of the logs, the MINOS
 //! engine. See docs/ARCHITECTURE.md, "nicfs".
@@ -102,6 +105,7 @@ pub mod opens;
 pub mod perms;
 pub mod pipeline;
 pub mod publisher;
+pub mod rejudge;
 pub mod session;
 pub mod sigbus;
 pub mod slots;

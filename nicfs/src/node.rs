@@ -23,6 +23,7 @@ use crate::copylist;
 use crate::counters::Counters;
 use crate::hostlink::{Copied, HostLink};
 use crate::leasefile::LeaseFile;
+use crate::rejudge::Rejudge;
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
@@ -30,8 +31,7 @@ use linefs_pm::oplog::{LogCopy, LogSlot};
 use linefs_pm::public::{Permissions, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch_checked, Batch, Published, SlotError};
 use linefs_pm::record::InodeImage;
-use linefs_pm::record::Record;
-use linefs_pm::recovery::{recover_with, RecoveryError};
+use linefs_pm::recovery::{recover_judged, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 
 pub use crate::slots::Claim;
@@ -97,19 +97,13 @@ impl Node {
         replace_resized_logs(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
         let mut pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
         linefs_pm::slotfile::remove_stray(dir, &pm.geometry);
-        // The log suffixes are admitted by the write leases recorded before the restart; a
-        // node without a record (new, or run host-only until now) trusts its logs.
-        let (leases, recorded) = LeaseFile::open(dir, pm.geometry.inode_count)
+        // The log suffixes are admitted by the write leases recorded before the restart, and
+        // what no check saw before the crash is judged by meaning (crate::rejudge); a node
+        // without a record (new, or run host-only until now) trusts its logs.
+        let (leases, recorded) = LeaseFile::open(dir, pm.geometry.inode_count, pm.geometry.log_slots)
             .map_err(|why| StartError::Leases { dir: dir.to_path_buf(), why })?;
-        let mut admit = |slot: u32, lsn: u64, records: &[Record]| {
-            if recorded {
-                leases.admits(slot, lsn, records.iter().filter_map(Record::changed_inode))
-            } else {
-                Ok(())
-            }
-        };
-        let rec =
-            recover_with(&pm, &mut admit).map_err(|source| StartError::Recovery { dir: dir.to_path_buf(), source })?;
+        let rec = recover_judged(&pm, &mut Rejudge::new(&leases, recorded))
+            .map_err(|source| StartError::Recovery { dir: dir.to_path_buf(), source })?;
         leases.clear();
         for s in &rec.slots {
             tracing::info!(slot = s.slot, replayed = s.replayed, checkpoint = s.published, stop = ?s.stop, "recovered log slot");
@@ -208,6 +202,7 @@ impl Node {
     /// inode numbers it did not use go back, and its log file is replaced by a fresh one
     /// before anyone may claim it again ([`crate::slots`]).
     pub fn release(&self, claim: Claim) {
+        self.leases.session_settled(claim.slot);
         self.alloc.end_session(claim.slot);
         self.slots.release(claim);
     }

@@ -25,6 +25,7 @@
 //!   (EACCES) before the lease table sees the request.
 
 use crate::grants::Grants;
+use crate::leasefile::LeaseFile;
 use crate::leases::Leases;
 use crate::session::Session;
 use linefs_pm::public::{allows, Permissions, PublicReader};
@@ -35,6 +36,8 @@ pub struct SessionPerms<'a> {
     pub session: &'a Session,
     /// The node's write grants.
     pub grants: &'a Grants,
+    /// Where the session's admitted LSN is recorded for recovery (None: nowhere).
+    pub record: Option<&'a LeaseFile>,
 }
 
 impl Permissions for SessionPerms<'_> {
@@ -53,23 +56,41 @@ impl Permissions for SessionPerms<'_> {
     fn freed(&mut self, ino: u64) {
         self.grants.freed(ino);
     }
+
+    fn admitting(&mut self, upto: u64) {
+        if let Some(record) = self.record {
+            record.admitting(self.session.slot, upto);
+        }
+    }
 }
 
 /// The caller to check for, given what the client states (uid, gid, groups).
 fn resolve(session: &Session, stated: Option<(u32, u32, &[u32])>) -> Result<Caller, String> {
     let peer = &session.cred;
-    if peer.uid == 0 {
+    resolve_for(peer.uid == 0, peer.uid, peer.gid, &session.groups, stated)
+}
+
+/// The caller to check for, for a client of `uid`, `gid` and `groups` that may state
+/// callers (`states`: it runs as root) or not, given what it states.
+pub fn resolve_for(
+    states: bool,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    stated: Option<(u32, u32, &[u32])>,
+) -> Result<Caller, String> {
+    if states {
         return Ok(match stated {
             Some((uid, gid, groups)) => Caller { uid, gid, groups: groups.to_vec() },
             None => Caller::default(),
         });
     }
-    if let Some((uid, _, _)) = stated {
-        if uid != peer.uid {
-            return Err(format!("states uid {uid}, but the client process runs as uid {}", peer.uid));
+    if let Some((s, _, _)) = stated {
+        if s != uid {
+            return Err(format!("states uid {s}, but the client process runs as uid {uid}"));
         }
     }
-    Ok(Caller { uid: peer.uid, gid: peer.gid, groups: session.groups.clone() })
+    Ok(Caller { uid, gid, groups: groups.to_vec() })
 }
 
 /// The supplementary groups of the process at the other end of `stream`, as the kernel

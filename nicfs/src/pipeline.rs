@@ -332,7 +332,8 @@ impl Pipeline {
             batch = &without;
             plan = None;
         }
-        let mut perms = SessionPerms { session: &flow.session, grants: &self.node.grants };
+        let mut perms =
+            SessionPerms { session: &flow.session, grants: &self.node.grants, record: Some(&self.node.leases) };
         let perms = self.leases.is_some().then_some(&mut perms as &mut dyn Permissions);
         match self.node.publish_batch(batch, plan, &self.host, perms) {
             (Err(SlotError::Stale { from, checkpoint, .. }), _) => {

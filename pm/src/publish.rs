@@ -266,7 +266,8 @@ pub fn publish_batch_checked(
         Some(e) => Some((batch.entries[valid].0.lsn, e.to_string())),
         None => batch.malformed.clone(),
     };
-    if let Some(perms) = perms {
+    let mut perms = perms;
+    if let Some(perms) = perms.as_deref_mut() {
         let (allowed, why) = area.check_permissions(batch, valid, perms);
         if let Some(why) = why {
             rejected = Some((batch.entries[allowed].0.lsn, why));
@@ -285,6 +286,9 @@ pub fn publish_batch_checked(
         area.abandon_pending();
         SlotError::Failed { slot, lsn: last.lsn, source }
     };
+    if let Some(perms) = perms {
+        perms.admitting(last.end);
+    }
     let replanned;
     match plan {
         Some(p) => {

@@ -23,9 +23,11 @@
 
 use crate::layout::{FormatError, Geometry};
 use crate::node::NodePm;
+use crate::oplog::EntryLoc;
 use crate::oplog::{LogSlot, ScanStop};
-use crate::public::{Loaded, PublicArea, PublishError};
-use crate::record::{decode_records, Record, ROOT_INO};
+use crate::public::{Loaded, Permissions, PublicArea, PublishError};
+use crate::publish::Batch;
+use crate::record::{decode_entry, Caller, Record, ROOT_INO};
 use std::collections::HashSet;
 
 /// What recovery did to one slot.
@@ -75,6 +77,32 @@ pub enum RecoveryError {
 /// Whether a slot's entry (slot, LSN, records) may be replayed; why not.
 pub type Admit<'a> = dyn FnMut(u32, u64, &[Record]) -> Result<(), String> + 'a;
 
+/// How a publisher that does not trust its writers has recovery judge their suffixes.
+pub trait RecoveryPolicy {
+    /// Whether `slot`'s entry at `lsn` may be replayed at all (a publisher checks it by the
+    /// write leases it recorded); why not. Asked of every entry of every suffix first.
+    fn admit(&mut self, slot: u32, lsn: u64, records: &[Record]) -> Result<(), String>;
+    /// How `slot`'s entries are judged by meaning: None, not at all (the lease rule only);
+    /// else the LSN from which its entries were never judged nor applied before the crash
+    /// (those below it were, and are replayed as they stand: the public area may be ahead
+    /// for them), and the session's side of the permission checks for the rest
+    /// ([`PublicArea::check_permissions`], against the state recovery has built so far).
+    fn judge(&mut self, slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)>;
+}
+
+/// The lease rule alone (an [`Admit`]), judging nothing by meaning.
+struct LeasesOnly<'a, 'b>(&'b mut Admit<'a>);
+
+impl RecoveryPolicy for LeasesOnly<'_, '_> {
+    fn admit(&mut self, slot: u32, lsn: u64, records: &[Record]) -> Result<(), String> {
+        (self.0)(slot, lsn, records)
+    }
+
+    fn judge(&mut self, _slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        None
+    }
+}
+
 /// Recover `node`.
 pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
     recover_with(node, &mut |_, _, _| Ok(()))
@@ -86,6 +114,15 @@ pub fn recover(node: &NodePm) -> Result<Recovered, RecoveryError> {
 /// committed after it are dropped (the checkpoint moves past them), as nicfs drops the
 /// refused suffix of a session that failed.
 pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, RecoveryError> {
+    recover_judged(node, &mut LeasesOnly(admit))
+}
+
+/// [`recover_with`], and the entries of a slot at or past the LSN `policy` judges it from
+/// ([`RecoveryPolicy::judge`]) are judged as publication judges them — structure, then
+/// permissions by meaning, each against the state the replay has built so far — before
+/// they are replayed. Such an entry that is refused (or does not hold together) is dropped
+/// with the rest of its slot's suffix, like a lease refusal; it never stops the recovery.
+pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<Recovered, RecoveryError> {
     let geo = node.geometry;
     let (mut area, loaded) = PublicArea::load(node.public.clone(), geo)?;
     let logs: Vec<LogSlot> =
@@ -97,21 +134,21 @@ pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, R
         let from = log.published_lsn()?;
         let mut decoded = Vec::new();
         let scan = log.scan_with(from, u64::MAX, u64::MAX, |loc, payload| {
-            decoded.push((*loc, decode_records(payload, loc.payload_off)))
+            decoded.push((*loc, decode_entry(payload, loc.payload_off)))
         })?;
         let mut entries = Vec::new();
         let mut stop = scan.stop.clone();
         let mut drop_to = None;
-        for (loc, records) in decoded {
-            match records {
-                Ok(r) => {
-                    if let Err(why) = admit(log.slot(), loc.lsn, &r) {
+        for (loc, decoded) in decoded {
+            match decoded {
+                Ok((caller, r)) => {
+                    if let Err(why) = policy.admit(log.slot(), loc.lsn, &r) {
                         tracing::error!(slot = log.slot(), lsn = loc.lsn, %why, "log entry refused at recovery: it and what follows are dropped");
                         stop = ScanStop::Invalid(format!("entry at lsn {} refused: {why}", loc.lsn));
                         drop_to = Some(scan.end);
                         break;
                     }
-                    entries.push((loc, r))
+                    entries.push((loc, caller, r))
                 }
                 Err(e) => {
                     tracing::error!(slot = log.slot(), lsn = loc.lsn, error = %e, "malformed log entry: the log ends here");
@@ -120,34 +157,77 @@ pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, R
                 }
             }
         }
-        suffixes.push((from, entries, stop, drop_to));
+        suffixes.push(Suffix { from, entries, stop, drop_to, end: scan.end });
     }
+    // Where each slot's entries start to be judged (u64::MAX: never).
+    let judged_from: Vec<u64> = logs.iter().map(|l| policy.judge(l.slot()).map_or(u64::MAX, |(a, _)| a)).collect();
+    // The inodes the public area may be ahead on: those the entries applied before the crash
+    // free or create. An entry to be judged was never applied, so its records — possibly a
+    // forger's — weaken no validation.
     let unsettled: HashSet<u64> = suffixes
         .iter()
-        .flat_map(|(_, entries, _, _)| entries.iter().flat_map(|(_, recs)| recs.iter()))
+        .zip(&judged_from)
+        .flat_map(|(s, &judged)| s.entries.iter().filter(move |(loc, _, _)| loc.lsn < judged))
+        .flat_map(|(_, _, recs)| recs.iter())
         .filter_map(|r| match r {
             Record::FreeInode { ino } => Some(*ino),
             Record::Inode { fresh: true, img } => Some(img.ino),
             _ => None,
         })
         .collect();
+    let settled = HashSet::new();
 
     let mut slots = Vec::new();
-    for (log, (from, entries, stop, drop_to)) in logs.iter().zip(suffixes) {
+    for (log, suffix) in logs.iter().zip(suffixes) {
         let slot = log.slot();
+        let Suffix { from, entries, mut stop, mut drop_to, end } = suffix;
+        let mut judge = policy.judge(slot);
         let mut upto = from;
-        for (loc, records) in &entries {
+        let mut replayed = 0u64;
+        for (loc, caller, records) in &entries {
+            let judged = judge.as_ref().is_some_and(|(a, _)| loc.lsn >= *a);
+            let unsettled = if judged { &settled } else { &unsettled };
             // Validate the whole entry first: it is published entirely or not at all.
-            if let Err(e) = area.validate_with(records, &unsettled, log.region()) {
-                tracing::error!(slot, lsn = loc.lsn, error = %e, "invalid log entry; refusing to recover");
-                return Err(RecoveryError::InvalidEntry { slot, lsn: loc.lsn, why: e.to_string() });
+            let verdict = area.validate_with(records, unsettled, log.region()).map_err(|e| e.to_string());
+            let verdict = match (&mut judge, verdict) {
+                (Some((_, perms)), Ok(())) if judged => {
+                    let batch = Batch {
+                        slot,
+                        from: loc.lsn,
+                        entries: vec![(*loc, records.clone())],
+                        callers: vec![caller.clone()],
+                        malformed: None,
+                    };
+                    match area.check_permissions(&batch, 1, perms.as_mut()) {
+                        (_, Some(why)) => Err(why),
+                        (_, None) => Ok(()),
+                    }
+                }
+                (Some((_, perms)), Ok(())) => {
+                    // Judged before the crash: what it granted holds for what follows.
+                    note_grants(perms.as_mut(), records);
+                    Ok(())
+                }
+                (_, v) => v,
+            };
+            if let Err(why) = verdict {
+                if !judged {
+                    tracing::error!(slot, lsn = loc.lsn, %why, "invalid log entry; refusing to recover");
+                    return Err(RecoveryError::InvalidEntry { slot, lsn: loc.lsn, why });
+                }
+                tracing::error!(slot, lsn = loc.lsn, %why, "log entry refused at recovery (judged by meaning): it and what follows are dropped");
+                stop = ScanStop::Invalid(format!("entry at lsn {} refused: {why}", loc.lsn));
+                drop_to = Some(end);
+                break;
             }
             for r in records {
-                area.apply_replayed(r, &unsettled, log.region())
+                area.apply_replayed(r, unsettled, log.region())
                     .map_err(|source| RecoveryError::Publish { slot, source })?;
             }
             upto = loc.end;
+            replayed += 1;
         }
+        drop(judge);
         if upto > from {
             area.fence();
             log.set_published_lsn(upto)?;
@@ -160,7 +240,7 @@ pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, R
         if let ScanStop::Invalid(why) = &stop {
             tracing::info!(slot, %why, "log ends at a torn or corrupt entry (expected after a crash)");
         }
-        slots.push(SlotRecovery { slot, published: upto, replayed: entries.len() as u64, stop });
+        slots.push(SlotRecovery { slot, published: upto, replayed, stop });
     }
 
     let replayed: u64 = slots.iter().map(|s| s.replayed).sum();
@@ -182,4 +262,29 @@ pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, R
         (area, loaded) = PublicArea::load(node.public.clone(), geo)?;
     }
     Ok(Recovered { geometry: geo, area, loaded, slots, orphans_freed: orphans.len() as u64 })
+}
+
+/// One slot's committed suffix as recovery found it.
+struct Suffix {
+    from: u64,
+    /// The entries admitted by [`RecoveryPolicy::admit`], in log order, with their CALLER.
+    entries: Vec<(EntryLoc, Option<Caller>, Vec<Record>)>,
+    stop: ScanStop,
+    /// Where the slot's checkpoint moves when its suffix is cut by a refusal.
+    drop_to: Option<u64>,
+    /// The end of the committed log.
+    end: u64,
+}
+
+/// What an entry judged before the crash granted or ended, told to `perms` (as
+/// [`PublicArea::check_permissions`] tells it of the entries it admits).
+fn note_grants(perms: &mut dyn Permissions, records: &[Record]) {
+    for r in records {
+        match r {
+            Record::Inode { fresh: true, img } => perms.granted(img.ino),
+            Record::OpenWrite { ino } => perms.granted(*ino),
+            Record::FreeInode { ino } => perms.freed(*ino),
+            _ => {}
+        }
+    }
 }

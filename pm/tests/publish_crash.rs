@@ -13,9 +13,11 @@ mod common;
 use common::*;
 use linefs_pm::node::NodePm;
 use linefs_pm::oplog::LogSlot;
+use linefs_pm::public::Permissions;
 use linefs_pm::public::{execute_moves, Collector, MoveStats, PublicArea};
 use linefs_pm::publish::{publish_batch, publish_slot, read_batch, Bounds};
-use linefs_pm::recovery::recover;
+use linefs_pm::record::{Caller, Record};
+use linefs_pm::recovery::{recover, recover_judged, RecoveryPolicy};
 use linefs_pm::trace::CrashOpts;
 use linefs_pm::PmRegion;
 use proptest::prelude::*;
@@ -106,11 +108,27 @@ fn crash_check(raw: &[RawOp], how: How) -> usize {
     let mut images = 0;
     for point in tracer.crash_points() {
         for img in point.images(&opts) {
+            // As nicfs recovers: the batch passed every check, and its end was recorded as
+            // admitted before it was applied. Below it nothing is judged again (a judge that
+            // refuses everything refuses nothing), so a half-applied batch — numbers the
+            // area already shows in use — is replayed fully.
+            let judged = Arc::new(PmRegion::traced_from_image(img.image.clone()));
+            let crashed = NodePm::packed(judged).unwrap();
+            let rec = recover_judged(&crashed, &mut Judge { admitted: w.tail, root: false })
+                .unwrap_or_else(|e| panic!("{point:?} {}: judged recovery failed: {e}", img.description));
+            let judged_slot = rec.slots[0].clone();
+            let got = snapshot(rec.area.reader()).sorted();
+            assert!(got == want, "{point:?} {}: judged recovery differs: {}", img.description, diff(&got, &want));
             let region = Arc::new(PmRegion::traced_from_image(img.image));
             let crashed = NodePm::packed(region).unwrap();
             let rec =
                 recover(&crashed).unwrap_or_else(|e| panic!("{point:?} {}: recovery failed: {e}", img.description));
             assert_eq!(rec.slots[0].published, w.tail);
+            assert_eq!(
+                judged_slot, rec.slots[0],
+                "{point:?} {}: judged and lease-only recovery differ",
+                img.description
+            );
             let got = snapshot(rec.area.reader()).sorted();
             assert!(got == want, "{point:?} {}: recovered state differs: {}", img.description, diff(&got, &want));
             images += 1;
@@ -184,4 +202,115 @@ fn a_torn_inode_that_a_replayed_record_leaves_unchanged_is_rewritten() {
     for how in [How::Direct, How::Deferred, How::Coalesced] {
         assert!(crash_check(&raw, how) > 0);
     }
+}
+
+/// A recovery policy judging slot 0 from `admitted`, for root (who passes every permission
+/// rule, not the structure) or for nobody (every entry judged is refused).
+struct Judge {
+    admitted: u64,
+    root: bool,
+}
+
+impl RecoveryPolicy for Judge {
+    fn admit(&mut self, _slot: u32, _lsn: u64, _records: &[Record]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn judge(&mut self, slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        (slot == 0).then(|| (self.admitted, Box::new(Judged(self.root)) as Box<dyn Permissions>))
+    }
+}
+
+struct Judged(bool);
+
+impl Permissions for Judged {
+    fn caller(&self, _stated: Option<&Caller>) -> Result<Caller, String> {
+        if self.0 {
+            Ok(Caller::default())
+        } else {
+            Err("nobody may do anything".into())
+        }
+    }
+    fn may_write(&self, _ino: u64) -> bool {
+        self.0
+    }
+    fn granted(&mut self, _ino: u64) {}
+    fn freed(&mut self, _ino: u64) {}
+}
+
+/// Entries at or past the admitted LSN were never applied: judged strictly (no number
+/// "unsettled"), in order, each against the state the ones before leave, they pass for a
+/// caller who may do them all — a number freed and made again in the suffix included —
+/// and are replayed to the state publication leaves; judged for a caller who may do
+/// nothing, the first is refused and the whole suffix dropped: the area is left as it was,
+/// the checkpoint moves past the suffix, and recovery does not fail.
+#[test]
+fn entries_past_the_admitted_lsn_are_judged_and_a_refusal_drops_the_suffix() {
+    use linefs_pm::record::{dtype, EntryBuilder, InodeImage};
+    let (dir, file) = (2, 3);
+    let img = |ino, parent, mode, nlink| InodeImage { ino, parent, mode, nlink, ..Default::default() };
+    let mut e2 = EntryBuilder::new();
+    e2.dirent(dir, b"f", 0, 0);
+    e2.free_inode(file);
+    let mut e3 = EntryBuilder::new();
+    e3.inode(&img(file, dir, libc::S_IFREG | 0o600, 1), true);
+    e3.dirent(dir, b"g", file, dtype::REG);
+    e3.write(file, 0, b"second");
+    let log = |root_nlink: u32| {
+        let (node, geo) = traced_node();
+        let mut w = Writer::new(&node, &geo, 0);
+        let (area, _) = PublicArea::load(node.public.clone(), geo).unwrap();
+        let mut top = area.read_inode(1).unwrap().img;
+        top.nlink += root_nlink;
+        let mut e1 = EntryBuilder::new();
+        e1.inode(&img(dir, 1, libc::S_IFDIR | 0o755, 2), true);
+        e1.dirent(1, b"d", dir, dtype::DIR);
+        e1.inode(&top, false);
+        e1.inode(&img(file, dir, libc::S_IFREG | 0o644, 1), true);
+        e1.dirent(dir, b"f", file, dtype::REG);
+        e1.write(file, 0, b"first");
+        let empty = snapshot(area.reader()).sorted();
+        drop(area);
+        for e in [&e1, &e2, &e3] {
+            w.append(e);
+        }
+        (node, w, empty)
+    };
+    let (node, w, empty) = log(1);
+    let (mut area, _) = PublicArea::load(node.public.clone(), node.geometry).unwrap();
+    publish_slot(&mut area, &w.log, Bounds::until(w.tail)).unwrap();
+    let want = snapshot(area.reader()).sorted();
+    drop(area);
+    assert!(want != empty);
+
+    let (node, w, _) = log(1);
+    let rec = recover_judged(&node, &mut Judge { admitted: 0, root: true }).unwrap();
+    assert_eq!((rec.slots[0].published, rec.slots[0].replayed), (w.tail, 3), "{:?}", rec.slots[0].stop);
+    assert!(snapshot(rec.area.reader()).sorted() == want);
+
+    let (node, w, _) = log(1);
+    let rec = recover_judged(&node, &mut Judge { admitted: 0, root: false }).unwrap();
+    assert_eq!((rec.slots[0].published, rec.slots[0].replayed), (w.tail, 0));
+    assert!(snapshot(rec.area.reader()).sorted() == empty, "nothing of a refused suffix is applied");
+
+    // Judged from the third entry: the first two are replayed as they stand (f made and
+    // freed), the third dropped.
+    let (node, w, _) = log(1);
+    let third = {
+        let mut lsns = Vec::new();
+        w.log.scan_with(0, u64::MAX, u64::MAX, |loc, _| lsns.push(loc.lsn)).unwrap();
+        lsns[2]
+    };
+    let rec = recover_judged(&node, &mut Judge { admitted: third, root: false }).unwrap();
+    assert_eq!((rec.slots[0].published, rec.slots[0].replayed), (w.tail, 2));
+    let loaded = rec.area.reader().load().unwrap();
+    assert!(loaded.dirs[&dir].is_empty() && !loaded.inodes.contains_key(&file));
+
+    // A derived value wrong (the root's link count): refused even for root, where the lease
+    // rule alone would have replayed it.
+    let (node, _, _) = log(5);
+    let rec = recover_judged(&node, &mut Judge { admitted: 0, root: true }).unwrap();
+    assert_eq!(rec.slots[0].replayed, 0, "{:?}", rec.slots[0].stop);
+    let (node, _, _) = log(5);
+    assert_eq!(recover_judged(&node, &mut Judge { admitted: u64::MAX, root: false }).unwrap().slots[0].replayed, 3);
 }

@@ -82,6 +82,11 @@ pub trait Permissions {
     fn granted(&mut self, ino: u64);
     /// An admitted entry frees `ino`: no session's grant of the number survives.
     fn freed(&mut self, ino: u64);
+    /// The batch's entries up to `upto` (an LSN) passed every check and are about to be
+    /// applied: a publisher that recovers by meaning records it durably here, so that after
+    /// a crash it knows which entries were judged before (the public area may be ahead for
+    /// them) and which were never applied (judged at recovery). Nothing by default.
+    fn admitting(&mut self, _upto: u64) {}
 }
 
 const S_ISUID: u32 = 0o4000;
