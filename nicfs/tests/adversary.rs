@@ -551,6 +551,15 @@ fn regression_user_xattr_on_a_sticky_directory() {
     run_sequence(&ops).unwrap();
 }
 
+/// Found by the property test (500 cases): a truncation of root's world-writable sticky
+/// directory (which anyone may write) was published, and dropped every name in it; only a
+/// regular file's data may be truncated or punched. (Pick 159 is that directory.)
+#[test]
+fn regression_truncate_of_a_directory() {
+    let ops = [Op::Raw { recs: vec![Rec::Truncate { ino: 159, size: 0 }], lease: true, caller: 0 }];
+    run_sequence(&ops).unwrap();
+}
+
 /// The hostile process: reads lines from the test — `entry LEASE HEX` (append the entry,
 /// taking write leases on what it changes first if LEASE is 1, announce it, and say
 /// `published` or `refused WHY`), `lease INO w|r`, `release`, `quit` — and speaks to nicfs

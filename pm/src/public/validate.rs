@@ -145,7 +145,12 @@ impl PublicArea {
                     }
                 }
                 Record::Truncate { ino, .. } | Record::Punch { ino, .. } => {
-                    live(local, *ino)?;
+                    // Only a regular file's data is cut or zeroed: a directory's blocks hold
+                    // its names (a truncation would drop them all), a symbolic link's its
+                    // target (written once, when it is made).
+                    if live(local, *ino)?.is_some_and(|k| k != libc::S_IFREG) {
+                        return Err(invalid(*ino, "truncation or hole in a non-file"));
+                    }
                 }
                 Record::Alloc { ino, .. } => {
                     if live(local, *ino)?.is_some_and(|k| k != libc::S_IFREG) {
