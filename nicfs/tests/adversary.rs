@@ -522,7 +522,7 @@ fn run_sequence(ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(6)
+    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64)
 }
 
 proptest! {
