@@ -7,6 +7,9 @@ use linefs_pm::cpus::{self, CpuList};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
+use crate::limits::Limits;
+use linefs_pm::layout::Geometry;
+
 /// nicfs: owns a node's PM, attaches its clients and publishes their logs.
 #[derive(Debug, Parser)]
 #[command(name = "nicfs", version)]
@@ -79,6 +82,30 @@ pub struct Args {
     /// 0: no backoff. Root is never backed off.
     #[arg(long, value_name = "MS", default_value_t = crate::limits::DEFAULT_FENCED_BACKOFF_MS)]
     pub fenced_backoff_ms: u64,
+}
+
+impl Args {
+    /// The limits the flags give for a node of geometry `geo` (a 0 takes the default).
+    pub fn limits(&self, geo: &Geometry) -> Limits {
+        let args = self;
+        let slots = geo.log_slots;
+        let root_reserved_slots = args.root_reserved_slots.unwrap_or(u32::from(slots > 1)).min(slots);
+        let open = slots - root_reserved_slots;
+        let or = |v: u64, d: u64| if v == 0 { d } else { v };
+        Limits {
+            max_connections: args.max_connections,
+            max_connections_per_uid: args.max_connections_per_uid,
+            max_slots_per_uid: if args.max_slots_per_uid == 0 {
+                (open / 2).max(2).min(open.max(1))
+            } else {
+                args.max_slots_per_uid
+            },
+            root_reserved_slots,
+            max_inodes_per_uid: or(args.max_inodes_per_uid, (geo.inode_count / 2).max(4 * crate::alloc::FIRST_GRANT)),
+            max_blocks_per_uid: or(args.max_blocks_per_uid, geo.data_blocks / 2),
+            fenced_backoff_ms: args.fenced_backoff_ms,
+        }
+    }
 }
 
 /// `--lease-timeout-ms` by default.

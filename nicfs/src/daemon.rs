@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let sessions = Arc::new(Sessions::default());
     let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
     let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone()), args.lease_timeout_ms));
-    let limits = Limits::resolve(&args, &node.geometry);
+    let limits = args.limits(&node.geometry);
     tracing::info!(?limits, kworker_uid = ?args.kworker_uid, "per-user limits");
     sessions.fenced.set_base(limits.fenced_backoff_ms);
     node.alloc.set_limits(limits.max_inodes_per_uid, limits.max_blocks_per_uid);

@@ -21,7 +21,6 @@
 //! for it. Each refusal is counted by kind and logged, at most once a second per kind
 //! (the count of the ones not logged goes with the next line).
 
-use linefs_pm::layout::Geometry;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -39,7 +38,7 @@ pub const DEFAULT_FENCED_BACKOFF_MS: u64 = 10_000;
 pub const MAX_FENCED_BACKOFF: Duration = Duration::from_secs(600);
 
 /// The limits in force (0 in a flag means "the default for this node", resolved by
-/// [`Limits::resolve`]).
+/// [`crate::args::Args::limits`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Limits {
     pub max_connections: u32,
@@ -52,27 +51,6 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits the flags give for a node of geometry `geo` (a 0 takes the default).
-    pub fn resolve(args: &crate::args::Args, geo: &Geometry) -> Limits {
-        let slots = geo.log_slots;
-        let root_reserved_slots = args.root_reserved_slots.unwrap_or(u32::from(slots > 1)).min(slots);
-        let open = slots - root_reserved_slots;
-        let or = |v: u64, d: u64| if v == 0 { d } else { v };
-        Limits {
-            max_connections: args.max_connections,
-            max_connections_per_uid: args.max_connections_per_uid,
-            max_slots_per_uid: if args.max_slots_per_uid == 0 {
-                (open / 2).max(2).min(open.max(1))
-            } else {
-                args.max_slots_per_uid
-            },
-            root_reserved_slots,
-            max_inodes_per_uid: or(args.max_inodes_per_uid, (geo.inode_count / 2).max(4 * crate::alloc::FIRST_GRANT)),
-            max_blocks_per_uid: or(args.max_blocks_per_uid, geo.data_blocks / 2),
-            fenced_backoff_ms: args.fenced_backoff_ms,
-        }
-    }
-
     /// No limit at all (tests of other parts).
     pub fn none() -> Limits {
         Limits {
