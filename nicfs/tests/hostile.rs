@@ -121,6 +121,24 @@ fn root_file(root: &mut Client, nth: u64, name: &[u8], data: &[u8]) -> u64 {
     ino
 }
 
+/// Root creates the directory `/name` (the first inode of its range; mode, owner and group
+/// as given), with the root's link count raised as nicfs checks, and has it published;
+/// returns its inode.
+fn root_dir(root: &mut Client, name: &[u8], mode: u32, uid: u32, gid: u32) -> u64 {
+    let ino = root.attached.inodes.first;
+    let mut e = EntryBuilder::new();
+    let img = InodeImage { ino, parent: 1, mode: libc::S_IFDIR | mode, uid, gid, nlink: 2, ..Default::default() };
+    e.inode(&img, true);
+    e.dirent(1, name, ino, dtype::DIR);
+    let root_img = root.public().load().unwrap().inodes[&1].img;
+    e.inode(&InodeImage { nlink: root_img.nlink + 1, ..root_img }, false);
+    root.append(&e);
+    root.chunk_ready();
+    assert_eq!(expect_published(root).published_lsn, root.tail);
+    root.release_all();
+    ino
+}
+
 /// Waits (bounded) until the status file's refusal count of `kind` is at least `n`.
 fn refusals_at_least(d: &Daemon, kind: &str, n: u64) {
     d.wait_status(&format!("{n} refusals of {kind}"), |s| s["refusals"][kind].as_u64() >= Some(n));
@@ -228,26 +246,7 @@ fn a_refused_allocation_takes_nothing_and_root_s_reservation_holds() {
     let d = daemon(4, &[]);
     let mut root = Client::attach(&d.socket);
     // /pub, the attacker's own directory.
-    let pub_dir = root.attached.inodes.first;
-    let mut e = EntryBuilder::new();
-    let img = InodeImage {
-        ino: pub_dir,
-        parent: 1,
-        mode: libc::S_IFDIR | 0o755,
-        uid: NOBODY,
-        gid: NOBODY,
-        nlink: 2,
-        ..Default::default()
-    };
-    e.inode(&img, true);
-    e.dirent(1, b"pub", pub_dir, dtype::DIR);
-    // The root directory gains a subdirectory: its link count says so (nicfs checks it).
-    let root_img = root.public().load().unwrap().inodes[&1].img;
-    e.inode(&InodeImage { nlink: root_img.nlink + 1, ..root_img }, false);
-    root.append(&e);
-    root.chunk_ready();
-    assert_eq!(expect_published(&root).published_lsn, root.tail);
-    root.release_all();
+    let pub_dir = root_dir(&mut root, b"pub", 0o755, NOBODY, NOBODY);
     let Control::Space(before) = root.request(Control::StatFs) else { panic!() };
     // Root reserves all but 40 blocks of what may be reserved.
     let mine = before.free_blocks - 40;
@@ -384,26 +383,7 @@ fn supplementary_groups_come_from_the_socket_not_from_a_departed_pid() {
     const GROUP: u32 = 4242;
     let d = daemon(4, &[]);
     let mut root = Client::attach(&d.socket);
-    let gdir = root.attached.inodes.first;
-    let mut e = EntryBuilder::new();
-    let img = InodeImage {
-        ino: gdir,
-        parent: 1,
-        mode: libc::S_IFDIR | 0o770,
-        uid: 0,
-        gid: GROUP,
-        nlink: 2,
-        ..Default::default()
-    };
-    e.inode(&img, true);
-    e.dirent(1, b"gdir", gdir, dtype::DIR);
-    // The root directory gains a subdirectory: its link count says so (nicfs checks it).
-    let root_img = root.public().load().unwrap().inodes[&1].img;
-    e.inode(&InodeImage { nlink: root_img.nlink + 1, ..root_img }, false);
-    root.append(&e);
-    root.chunk_ready();
-    assert_eq!(expect_published(&root).published_lsn, root.tail);
-    root.release_all();
+    let gdir = root_dir(&mut root, b"gdir", 0o770, 0, GROUP);
     let mut h = Hostile::start_in_groups(NOBODY, &[GROUP], "groups", &d, &[("HOSTILE_DIR", gdir.to_string())]);
     assert_eq!(h.said("connected"), "parent exits");
     assert!(h.child.wait().unwrap().success(), "the connecting process is gone and reaped");
