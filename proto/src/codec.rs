@@ -68,21 +68,31 @@ pub fn encode_into<M: Codec>(frame: &Frame<M>, out: &mut Vec<u8>) -> Result<(), 
 /// `from`. A frame that carries file descriptors is checked against its header's count;
 /// the transport checks that the descriptors really came.
 pub fn decode<M: Codec>(bytes: &[u8], from: Party) -> Result<Frame<M>, DecodeError> {
+    let (header, payload) = split_frame(bytes).map_err(|(e, _id)| e)?;
+    decode_payload(&header, payload, from)
+}
+
+/// Splits the bytes of exactly one frame into its checked header and its payload (for a
+/// link that keeps frame boundaries). On error, also the frame's id if the header could
+/// be read, else 0.
+pub fn split_frame(bytes: &[u8]) -> Result<(Header, &[u8]), (DecodeError, u64)> {
     let head: &[u8; HEADER_LEN] = bytes
         .get(..HEADER_LEN)
         .and_then(|h| h.try_into().ok())
-        .ok_or(DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: bytes.len() })?;
-    let header = Header::decode(head)?;
+        .ok_or((DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: bytes.len() }, 0))?;
+    let header = Header::decode(head).map_err(|e| (e, 0))?;
     let rest = &bytes[HEADER_LEN..];
     let need = header.payload_len as usize;
     if rest.len() < need {
-        return Err(DecodeError::Truncated { what: "frame payload", need, have: rest.len() });
+        return Err((DecodeError::Truncated { what: "frame payload", need, have: rest.len() }, header.id));
     }
     if rest.len() > need {
-        let kind = Kind::from_u16(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
-        return Err(DecodeError::TrailingBytes { kind, extra: rest.len() - need });
+        let Some(kind) = Kind::from_u16(header.kind) else {
+            return Err((DecodeError::UnknownKind { kind: header.kind }, header.id));
+        };
+        return Err((DecodeError::TrailingBytes { kind, extra: rest.len() - need }, header.id));
     }
-    decode_payload(&header, rest, from)
+    Ok((header, rest))
 }
 
 /// Decodes the payload that follows `header` (already read and size-checked): the version,
