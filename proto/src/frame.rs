@@ -41,10 +41,12 @@
 //! that defines a scheme bumps it ([`crate::transport`] has where the check goes).
 //!
 //! The offsets are the constants of [`header_off`], used by [`Header::encode`] and
-//! [`Header::decode`] alike; `proto/tests/bytes.rs` pins them against literal bytes.
+//! [`Header::decode`] alike (through linefs-bytes's fixed parts, which check them at
+//! compile time); `proto/tests/bytes.rs` pins them against literal bytes.
 
 use crate::error::DecodeError;
 use crate::kind::Kind;
+use linefs_bytes::{Fixed, FixedOut};
 
 /// `b"LFSP"`: the first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"LFSP";
@@ -122,16 +124,16 @@ impl Header {
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         use header_off as o;
-        let mut b = [0u8; HEADER_LEN];
-        b[o::MAGIC..o::VERSION].copy_from_slice(&MAGIC);
-        b[o::VERSION..o::KIND].copy_from_slice(&self.version.to_le_bytes());
-        b[o::KIND..o::PAYLOAD_LEN].copy_from_slice(&self.kind.to_le_bytes());
-        b[o::PAYLOAD_LEN..o::FD_COUNT].copy_from_slice(&self.payload_len.to_le_bytes());
-        b[o::FD_COUNT] = self.fd_count;
-        b[o::CHECK] = self.check;
-        // RESERVED stays zero.
-        b[o::ID..o::END].copy_from_slice(&self.id.to_le_bytes());
-        b
+        *FixedOut::<HEADER_LEN>::new()
+            .array::<{ o::MAGIC }, 4>(MAGIC)
+            .u16::<{ o::VERSION }>(self.version)
+            .u16::<{ o::KIND }>(self.kind)
+            .u32::<{ o::PAYLOAD_LEN }>(self.payload_len)
+            .u8::<{ o::FD_COUNT }>(self.fd_count)
+            .u8::<{ o::CHECK }>(self.check)
+            // RESERVED stays zero.
+            .u64::<{ o::ID }>(self.id)
+            .bytes()
     }
 
     /// Decodes and checks a header: magic, payload length against [`MAX_FRAME`], the check
@@ -140,34 +142,27 @@ impl Header {
     /// [`Header::check_version`] refuses it.
     pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
         use header_off as o;
-        let magic = [b[o::MAGIC], b[o::MAGIC + 1], b[o::MAGIC + 2], b[o::MAGIC + 3]];
+        let f = Fixed::new(b);
+        let magic = f.array::<{ o::MAGIC }, 4>();
         if magic != MAGIC {
             return Err(DecodeError::BadMagic { found: magic });
         }
-        let version = u16::from_le_bytes([b[o::VERSION], b[o::VERSION + 1]]);
-        let kind = u16::from_le_bytes([b[o::KIND], b[o::KIND + 1]]);
-        let payload_len = u32::from_le_bytes([
-            b[o::PAYLOAD_LEN],
-            b[o::PAYLOAD_LEN + 1],
-            b[o::PAYLOAD_LEN + 2],
-            b[o::PAYLOAD_LEN + 3],
-        ]);
+        let payload_len = f.u32::<{ o::PAYLOAD_LEN }>();
         if payload_len as usize > MAX_PAYLOAD {
             return Err(DecodeError::Oversized { declared: payload_len as u64 + HEADER_LEN as u64, max: MAX_FRAME });
         }
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&b[o::ID..o::END]);
         let header = Header {
-            version,
-            kind,
+            version: f.u16::<{ o::VERSION }>(),
+            kind: f.u16::<{ o::KIND }>(),
             payload_len,
-            fd_count: b[o::FD_COUNT],
-            check: b[o::CHECK],
-            id: u64::from_le_bytes(id),
+            fd_count: f.u8::<{ o::FD_COUNT }>(),
+            check: f.u8::<{ o::CHECK }>(),
+            id: f.u64::<{ o::ID }>(),
         };
+        let version = header.version;
         // Fields after the frozen prefix mean what they say only in our version.
         if version == PROTOCOL_VERSION {
-            if b[o::RESERVED..o::ID].iter().any(|&x| x != 0) {
+            if !f.is_zero::<{ o::RESERVED }, { o::ID }>() {
                 return Err(DecodeError::ReservedNonZero { field: "frame header" });
             }
             if header.check != CHECK_NONE {
