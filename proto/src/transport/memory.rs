@@ -10,8 +10,8 @@
 //!
 //! Faults, for simulation: [`MemoryLink::set_faults`] gives each frame an end sends a
 //! [`Fault`] — delivered, dropped, delayed (delivered later by a timer thread, so frames
-//! sent after it may overtake it), or held back until the next frame has gone (a
-//! reorder). A dropped end closes the link: the other end's reads say
+//! sent after it may overtake it), held back until the next frame has gone (a
+//! reorder), or corrupted (one byte inverted). A dropped end closes the link: the other end's reads say
 //! [`ReadError::Closed`] once what was sent is read, its writes fail with `BrokenPipe`.
 
 use super::{FrameLink, LocalLink, PeerCred, RawFrame, ReadError};
@@ -32,6 +32,9 @@ pub enum Fault {
     Delay(Duration),
     /// Kept back and delivered right after the next frame this end sends (the two swap).
     Hold,
+    /// Delivered with the byte at this index (modulo the frame's length) inverted: what a
+    /// link without a check lets through, and a checked one must refuse.
+    Corrupt(usize),
 }
 
 /// Decides the fate of each frame an end sends: called with the frame's number on this end
@@ -95,7 +98,7 @@ impl MemoryLink {
     }
 
     fn post(&self, bytes: &[u8], fds: Vec<OwnedFd>) -> io::Result<()> {
-        let packet = Packet { bytes: bytes.to_vec(), fds };
+        let mut packet = Packet { bytes: bytes.to_vec(), fds };
         let mut s = lock(&self.sending);
         let n = s.sent;
         s.sent += 1;
@@ -105,6 +108,10 @@ impl MemoryLink {
         };
         let tx = lock(&self.tx).clone();
         let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the other end of the link is gone");
+        if let (Fault::Corrupt(at), false) = (fault, packet.bytes.is_empty()) {
+            let n = packet.bytes.len();
+            packet.bytes[at % n] ^= 0xff;
+        }
         match fault {
             Fault::Drop => Ok(()),
             Fault::Hold => {
@@ -119,7 +126,7 @@ impl MemoryLink {
                 });
                 Ok(())
             }
-            Fault::Deliver => {
+            Fault::Deliver | Fault::Corrupt(_) => {
                 tx.send(packet).map_err(|_| gone())?;
                 for held in s.held.drain(..) {
                     tx.send(held).map_err(|_| gone())?;

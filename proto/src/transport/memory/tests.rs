@@ -170,3 +170,24 @@ fn faults_drop_hold_and_delay_frames() {
     assert_eq!(ids(&b, 1), [10]);
     assert!(matches!(b.recv::<Control>(Party::Client, Some(Duration::from_millis(20))), Err(ReadError::TimedOut(_))));
 }
+
+#[test]
+fn corrupted_frames_reach_the_decoder_and_only_it_defends() {
+    let (a, b) = MemoryLink::pair();
+    // The version byte: refused, in step.
+    a.set_faults(|n, _| if n == 0 { Fault::Corrupt(4) } else { Fault::Deliver });
+    a.send(&fsync(1)).unwrap();
+    a.send(&fsync(2)).unwrap();
+    assert!(matches!(
+        b.recv::<Control>(Party::Client, WAIT),
+        Err(ReadError::Decode { error: DecodeError::UnsupportedVersion { .. }, in_step: true, .. })
+    ));
+    assert_eq!(ids(&b, 1), [2]);
+    // A byte of the LSN: nothing on a link without a check can tell (why a link that leaves
+    // the machine carries one).
+    a.set_faults(|_, _| Fault::Corrupt(crate::HEADER_LEN));
+    a.send(&fsync(3)).unwrap();
+    let got: Frame<Control> = b.recv(Party::Client, WAIT).unwrap();
+    assert_eq!(got.id, 3);
+    assert_ne!(got, fsync(3));
+}
