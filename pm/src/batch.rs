@@ -43,7 +43,7 @@ impl Batch {
         }
     }
 
-    /// The batch of the entries in a copy of a slot's log ([`LogSlot::fetch`]): scanned and
+    /// The batch of the entries in a copy of a slot's log ([`LogSlot::fetch`](crate::oplog::LogSlot::fetch)): scanned and
     /// checked on the copy, never read from the log again. Also returns how the scan ended.
     pub fn from_copy(copy: &LogCopy) -> (Batch, ScanStop) {
         let mut batch = Batch::new(copy.slot, copy.from);

@@ -13,7 +13,7 @@
 //!   link's server and client ask for a `LocalLink`; a link that leaves the machine has no
 //!   such thing to offer and cannot be passed where it is needed.
 //!
-//! Implementations: a Unix stream socket ([`unix`], implemented on `UnixStream` itself, with
+//! Implementations: a Unix stream socket (`unix`, implemented on `UnixStream` itself, with
 //! the free functions [`read_frame`], [`write_frame`], … the callers have always used), and
 //! an in-process pair over channels ([`memory::MemoryLink`]) for simulation and tests,
 //! which keeps frame boundaries, passes descriptors, states the peer's credentials, and can

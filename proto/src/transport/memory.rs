@@ -5,7 +5,7 @@
 //! A channel keeps frame boundaries: whatever one `send_raw` sent is what one `recv_raw`
 //! takes, so a frame that does not decode never puts the link out of step (its errors are
 //! `in_step`). What arrives is checked as a socket's bytes are — the header by
-//! [`Header::decode`], the payload's length against it — so tests of a hostile peer work
+//! [`Header::decode`](crate::Header::decode), the payload's length against it — so tests of a hostile peer work
 //! on it too.
 //!
 //! Faults, for simulation: [`MemoryLink::set_faults`] gives each frame an end sends a
