@@ -64,6 +64,7 @@
 //! single atomic store (see [`crate::oplog`]).
 
 use crate::region::{PmError, PmRegion};
+use linefs_bytes::{Fixed, FixedOut};
 
 /// Size of every block of a node's PM files.
 pub const BLOCK_SIZE: u64 = 4096;
@@ -308,22 +309,21 @@ impl Superblock {
     pub fn encode_version(&self, version: u32) -> [u8; SUPERBLOCK_SIZE] {
         use sb_off as o;
         let g = &self.geometry;
-        let mut b = [0u8; SUPERBLOCK_SIZE];
-        b[o::MAGIC..o::MAGIC + MAGIC.len()].copy_from_slice(MAGIC);
-        put_le32(&mut b, o::VERSION, version);
-        put_le32(&mut b, o::BLOCK_SIZE, BLOCK_SIZE as u32);
-        put_le64(&mut b, o::TOTAL_BLOCKS, g.total_blocks);
-        put_le32(&mut b, o::LOG_SLOTS, g.log_slots);
-        put_le64(&mut b, o::LOG_BLOCKS, g.log_blocks);
-        put_le64(&mut b, o::ITABLE_START, g.itable_start);
-        put_le64(&mut b, o::INODE_COUNT, g.inode_count);
-        put_le64(&mut b, o::DATA_START, g.data_start);
-        put_le64(&mut b, o::DATA_BLOCKS, g.data_blocks);
-        b[o::UUID..o::UUID + 16].copy_from_slice(&self.uuid);
-        put_le64(&mut b, o::FORMAT_TIME, self.format_time_ns);
-        let crc = crc32c::crc32c(&b[..o::CRC]);
-        put_le32(&mut b, o::CRC, crc);
-        b
+        let mut b = FixedOut::<SUPERBLOCK_SIZE>::new();
+        b.array::<{ o::MAGIC }, 8>(*MAGIC)
+            .u32::<{ o::VERSION }>(version)
+            .u32::<{ o::BLOCK_SIZE }>(BLOCK_SIZE as u32)
+            .u64::<{ o::TOTAL_BLOCKS }>(g.total_blocks)
+            .u32::<{ o::LOG_SLOTS }>(g.log_slots)
+            .u64::<{ o::LOG_BLOCKS }>(g.log_blocks)
+            .u64::<{ o::ITABLE_START }>(g.itable_start)
+            .u64::<{ o::INODE_COUNT }>(g.inode_count)
+            .u64::<{ o::DATA_START }>(g.data_start)
+            .u64::<{ o::DATA_BLOCKS }>(g.data_blocks)
+            .array::<{ o::UUID }, 16>(self.uuid)
+            .u64::<{ o::FORMAT_TIME }>(self.format_time_ns);
+        let crc = crc32c::crc32c(&b.bytes()[..o::CRC]);
+        *b.u32::<{ o::CRC }>(crc).bytes()
     }
 
     /// Decode and check a superblock read from a file of `file_len` bytes.
@@ -337,34 +337,35 @@ impl Superblock {
     /// `log_start` where this one is reserved; its geometry check fails on the file size.
     pub fn decode_any_version(b: &[u8; SUPERBLOCK_SIZE], file_len: u64) -> Result<(u32, Superblock), FormatError> {
         use sb_off as o;
-        if &b[o::MAGIC..o::MAGIC + MAGIC.len()] != MAGIC {
+        let f = Fixed::new(b);
+        if f.array::<{ o::MAGIC }, 8>() != *MAGIC {
             return Err(FormatError::BadMagic);
         }
-        let version = le32(b, o::VERSION);
+        let version = f.u32::<{ o::VERSION }>();
         if !(UPGRADABLE_FROM..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::Version { found: version, expected: FORMAT_VERSION });
         }
-        let stored = le32(b, o::CRC);
+        let stored = f.u32::<{ o::CRC }>();
         let computed = crc32c::crc32c(&b[..o::CRC]);
         if stored != computed {
             return Err(FormatError::SuperblockChecksum { stored, computed });
         }
-        if le32(b, o::BLOCK_SIZE) as u64 != BLOCK_SIZE {
-            return Err(FormatError::Geometry(format!("block size {}", le32(b, o::BLOCK_SIZE))));
+        let block_size = f.u32::<{ o::BLOCK_SIZE }>();
+        if block_size as u64 != BLOCK_SIZE {
+            return Err(FormatError::Geometry(format!("block size {block_size}")));
         }
         let geometry = Geometry {
-            total_blocks: le64(b, o::TOTAL_BLOCKS),
-            log_slots: le32(b, o::LOG_SLOTS),
-            log_blocks: le64(b, o::LOG_BLOCKS),
-            itable_start: le64(b, o::ITABLE_START),
-            inode_count: le64(b, o::INODE_COUNT),
-            data_start: le64(b, o::DATA_START),
-            data_blocks: le64(b, o::DATA_BLOCKS),
+            total_blocks: f.u64::<{ o::TOTAL_BLOCKS }>(),
+            log_slots: f.u32::<{ o::LOG_SLOTS }>(),
+            log_blocks: f.u64::<{ o::LOG_BLOCKS }>(),
+            itable_start: f.u64::<{ o::ITABLE_START }>(),
+            inode_count: f.u64::<{ o::INODE_COUNT }>(),
+            data_start: f.u64::<{ o::DATA_START }>(),
+            data_blocks: f.u64::<{ o::DATA_BLOCKS }>(),
         };
         geometry.check(file_len)?;
-        let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&b[o::UUID..o::UUID + 16]);
-        Ok((version, Superblock { geometry, uuid, format_time_ns: le64(b, o::FORMAT_TIME) }))
+        let uuid = f.array::<{ o::UUID }, 16>();
+        Ok((version, Superblock { geometry, uuid, format_time_ns: f.u64::<{ o::FORMAT_TIME }>() }))
     }
 
     /// Read and check the superblock of the public file `region` (of this format version).
@@ -397,7 +398,11 @@ impl Superblock {
         let decode = |off: u64| -> Result<(u32, Superblock), FormatError> {
             let mut b = [0u8; SUPERBLOCK_SIZE];
             region.read(off, &mut b)?;
-            let public = if packed { le64(&b, sb_off::TOTAL_BLOCKS).saturating_mul(BLOCK_SIZE) } else { region.len() };
+            let public = if packed {
+                Fixed::new(&b).u64::<{ sb_off::TOTAL_BLOCKS }>().saturating_mul(BLOCK_SIZE)
+            } else {
+                region.len()
+            };
             let (v, sb) = Superblock::decode_any_version(&b, public)?;
             if packed && sb.geometry.node_size() != region.len() {
                 return Err(FormatError::SizeMismatch { expected: sb.geometry.node_size(), found: region.len() });
@@ -435,6 +440,9 @@ impl Superblock {
 }
 
 /// The little-endian integers of the persisted formats (shared with nicfs's own PM file).
+/// The little-endian u32 at `off` of a buffer the caller sized (a buffer too short is the
+/// caller's bug, and panics). pm's formats are read and built through linefs-bytes; these
+/// four stay for nicfs's lease file and for tests that forge bytes.
 pub fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }

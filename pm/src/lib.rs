@@ -9,6 +9,7 @@
 //! * [`public`]: the public area: its persisted structures, a read-only view any process can
 //!   use ([`public::PublicReader`]), and the publisher's state that validates and applies
 //!   records ([`public::PublicArea`]).
+//! * [`batch`]: a slot's committed entries decoded, what a publisher publishes as one.
 //! * [`publish`]: publication of one log slot from its checkpoint, scanned in PM, or of a
 //!   batch a publisher decoded itself from a copy of the log.
 //! * [`coalesce`]: what of a batch a later record of the same batch overwrites, and so
@@ -29,6 +30,7 @@
 //! holding a node's PM (libfs in the host-only mode, nicfs) runs the same code.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod batch;
 pub mod bitmap;
 pub mod coalesce;
 pub mod cpus;

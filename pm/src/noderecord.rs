@@ -45,8 +45,9 @@
 //!
 //! The offsets are the constants of [`nr_off`]; `pm/tests/format_bytes.rs` pins the bytes.
 
-use crate::layout::{le32, le64, put_le32, put_le64, FormatError, BLOCK_SIZE};
+use crate::layout::{FormatError, BLOCK_SIZE};
 use crate::region::PmRegion;
+use linefs_bytes::{Fixed, FixedOut, Reader};
 
 /// Offsets of the two node record slots in block 0.
 pub const SLOT_OFF: [u64; 2] = [1024, 1536];
@@ -150,62 +151,62 @@ impl NodeRecord {
     /// The slot's bytes.
     pub fn encode(&self) -> [u8; NODE_RECORD_SIZE] {
         use nr_off as o;
-        let mut b = [0u8; NODE_RECORD_SIZE];
-        b[o::MAGIC..o::MAGIC + 8].copy_from_slice(NODE_RECORD_MAGIC);
-        put_le32(&mut b, o::VERSION, NODE_RECORD_VERSION);
         let n = self.history.len().min(HISTORY);
-        put_le32(&mut b, o::HISTORY_LEN, n as u32);
-        put_le64(&mut b, o::SEQ, self.seq);
-        put_le32(&mut b, o::NODE_ID, self.node_id.unwrap_or(NONE));
-        put_le32(&mut b, o::CHAIN_POS, self.chain_pos.unwrap_or(NONE));
-        put_le64(&mut b, o::EPOCH, self.epoch);
-        b[o::CLUSTER_ID..o::CLUSTER_ID + 16].copy_from_slice(&self.cluster_id);
-        put_le64(&mut b, o::MEMBERS, self.members);
-        for (i, e) in self.history.iter().take(n).enumerate() {
-            let at = o::HISTORY + i * o::HISTORY_ENTRY;
-            put_le64(&mut b, at, e.epoch);
-            put_le64(&mut b, at + 8, e.members);
-            put_le64(&mut b, at + 16, e.since_ns);
+        let mut table = [0u8; o::RESERVED - o::HISTORY];
+        for (entry, e) in table.chunks_exact_mut(o::HISTORY_ENTRY).zip(self.history.iter().take(n)) {
+            let mut f = FixedOut::<{ o::HISTORY_ENTRY }>::new();
+            f.u64::<0>(e.epoch).u64::<8>(e.members).u64::<16>(e.since_ns);
+            entry.copy_from_slice(f.bytes());
         }
-        let crc = crc32c::crc32c(&b[..o::CRC]);
-        put_le32(&mut b, o::CRC, crc);
-        b
+        let mut b = FixedOut::<NODE_RECORD_SIZE>::new();
+        b.array::<{ o::MAGIC }, 8>(*NODE_RECORD_MAGIC)
+            .u32::<{ o::VERSION }>(NODE_RECORD_VERSION)
+            .u32::<{ o::HISTORY_LEN }>(n as u32)
+            .u64::<{ o::SEQ }>(self.seq)
+            .u32::<{ o::NODE_ID }>(self.node_id.unwrap_or(NONE))
+            .u32::<{ o::CHAIN_POS }>(self.chain_pos.unwrap_or(NONE))
+            .u64::<{ o::EPOCH }>(self.epoch)
+            .array::<{ o::CLUSTER_ID }, 16>(self.cluster_id)
+            .u64::<{ o::MEMBERS }>(self.members)
+            .array::<{ o::HISTORY }, { o::RESERVED - o::HISTORY }>(table);
+        let crc = crc32c::crc32c(&b.bytes()[..o::CRC]);
+        *b.u32::<{ o::CRC }>(crc).bytes()
     }
 
     /// A slot's record, or why it is not a valid one (never written, torn, another version).
     pub fn decode(b: &[u8; NODE_RECORD_SIZE]) -> Result<NodeRecord, String> {
         use nr_off as o;
-        if &b[o::MAGIC..o::MAGIC + 8] != NODE_RECORD_MAGIC {
+        let f = Fixed::new(b);
+        if f.array::<{ o::MAGIC }, 8>() != *NODE_RECORD_MAGIC {
             return Err("no node record (bad magic)".into());
         }
-        let stored = le32(b, o::CRC);
+        let stored = f.u32::<{ o::CRC }>();
         let computed = crc32c::crc32c(&b[..o::CRC]);
         if stored != computed {
             return Err(format!("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"));
         }
-        let version = le32(b, o::VERSION);
+        let version = f.u32::<{ o::VERSION }>();
         if version != NODE_RECORD_VERSION {
             return Err(format!("node record version {version}, this build reads {NODE_RECORD_VERSION}"));
         }
-        let n = le32(b, o::HISTORY_LEN) as usize;
+        let n = f.u32::<{ o::HISTORY_LEN }>() as usize;
         if n > HISTORY {
             return Err(format!("history of {n} entries (at most {HISTORY})"));
         }
-        let history = (0..n)
-            .map(|i| {
-                let at = o::HISTORY + i * o::HISTORY_ENTRY;
-                EpochEntry { epoch: le64(b, at), members: le64(b, at + 8), since_ns: le64(b, at + 16) }
-            })
-            .collect();
-        let mut cluster_id = [0u8; 16];
-        cluster_id.copy_from_slice(&b[o::CLUSTER_ID..o::CLUSTER_ID + 16]);
+        let mut table = Reader::new(&b[o::HISTORY..o::RESERVED]);
+        let mut history = Vec::with_capacity(n);
+        for _ in 0..n {
+            // n <= HISTORY entries fit in the table.
+            let e: Fixed<'_, { o::HISTORY_ENTRY }> = table.fixed("epoch history").map_err(|e| e.to_string())?;
+            history.push(EpochEntry { epoch: e.u64::<0>(), members: e.u64::<8>(), since_ns: e.u64::<16>() });
+        }
         Ok(NodeRecord {
-            seq: le64(b, o::SEQ),
-            node_id: opt(le32(b, o::NODE_ID)),
-            chain_pos: opt(le32(b, o::CHAIN_POS)),
-            epoch: le64(b, o::EPOCH),
-            cluster_id,
-            members: le64(b, o::MEMBERS),
+            seq: f.u64::<{ o::SEQ }>(),
+            node_id: opt(f.u32::<{ o::NODE_ID }>()),
+            chain_pos: opt(f.u32::<{ o::CHAIN_POS }>()),
+            epoch: f.u64::<{ o::EPOCH }>(),
+            cluster_id: f.array::<{ o::CLUSTER_ID }, 16>(),
+            members: f.u64::<{ o::MEMBERS }>(),
             history,
         })
     }
@@ -259,6 +260,7 @@ impl NodeRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::put_le32;
 
     fn region() -> PmRegion {
         let r = PmRegion::traced(4 * BLOCK_SIZE);

@@ -51,8 +51,9 @@
 //! the next starts, so the committed log is exactly the prefix up to the first entry that
 //! fails validation — the scan stops there.
 
-use crate::layout::{le32, le64, put_le32, put_le64, FormatError, Geometry, BLOCK_SIZE};
+use crate::layout::{FormatError, Geometry, BLOCK_SIZE};
 use crate::region::PmRegion;
+use linefs_bytes::{Fixed, FixedOut};
 use std::sync::Arc;
 
 pub const SLOT_MAGIC: &[u8; 8] = b"LFLOGSLT";
@@ -189,15 +190,11 @@ impl LogSlot {
     /// file's ring is all zeros ([`crate::slotfile`]).
     pub fn format_at(&self, published: u64, replicated: u64) -> Result<(), FormatError> {
         use slot_off as o;
-        let mut h = [0u8; 128];
-        h[o::MAGIC..o::MAGIC + SLOT_MAGIC.len()].copy_from_slice(SLOT_MAGIC);
-        put_le32(&mut h, o::SLOT, self.slot);
-        put_le64(&mut h, o::RING_BYTES, self.ring_bytes);
-        let crc = crc32c::crc32c(&h[..o::CRC]);
-        put_le32(&mut h, o::CRC, crc);
-        put_le64(&mut h, o::PUBLISHED_LSN, published);
-        put_le64(&mut h, o::REPLICATED_LSN, replicated);
-        self.region.write(self.hdr_off, &h)?;
+        let mut h = FixedOut::<128>::new();
+        h.array::<{ o::MAGIC }, 8>(*SLOT_MAGIC).u32::<{ o::SLOT }>(self.slot).u64::<{ o::RING_BYTES }>(self.ring_bytes);
+        let crc = crc32c::crc32c(&h.bytes()[..o::CRC]);
+        h.u32::<{ o::CRC }>(crc).u64::<{ o::PUBLISHED_LSN }>(published).u64::<{ o::REPLICATED_LSN }>(replicated);
+        self.region.write(self.hdr_off, h.bytes())?;
         self.region.zero(self.ring_off, BLOCK_SIZE)?;
         self.region.persist(self.hdr_off, 128)?;
         self.region.persist(self.ring_off, BLOCK_SIZE)?;
@@ -206,19 +203,20 @@ impl LogSlot {
 
     /// Check the header and return the published LSN.
     pub fn published_lsn(&self) -> Result<u64, FormatError> {
-        Ok(le64(&self.header()?, slot_off::PUBLISHED_LSN))
+        Ok(Fixed::new(&self.header()?).u64::<{ slot_off::PUBLISHED_LSN }>())
     }
 
     /// Check the header and return the replicated LSN.
     pub fn replicated_lsn(&self) -> Result<u64, FormatError> {
-        Ok(le64(&self.header()?, slot_off::REPLICATED_LSN))
+        Ok(Fixed::new(&self.header()?).u64::<{ slot_off::REPLICATED_LSN }>())
     }
 
     /// Where log space may be reused up to: the smaller of the published and replicated
     /// LSNs.
     pub fn reclaim_lsn(&self) -> Result<u64, FormatError> {
         let h = self.header()?;
-        Ok(le64(&h, slot_off::PUBLISHED_LSN).min(le64(&h, slot_off::REPLICATED_LSN)))
+        let h = Fixed::new(&h);
+        Ok(h.u64::<{ slot_off::PUBLISHED_LSN }>().min(h.u64::<{ slot_off::REPLICATED_LSN }>()))
     }
 
     /// The header's fields, checked.
@@ -227,13 +225,14 @@ impl LogSlot {
         let mut h = [0u8; o::END];
         self.region.read(self.hdr_off, &mut h)?;
         let bad = |d: String| FormatError::Corrupt { what: format!("log slot {} header", self.slot), detail: d };
-        if &h[o::MAGIC..o::MAGIC + SLOT_MAGIC.len()] != SLOT_MAGIC {
+        let f = Fixed::new(&h);
+        if f.array::<{ o::MAGIC }, 8>() != *SLOT_MAGIC {
             return Err(bad("bad magic".into()));
         }
-        if le32(&h, o::CRC) != crc32c::crc32c(&h[..o::CRC]) {
+        if f.u32::<{ o::CRC }>() != crc32c::crc32c(&h[..o::CRC]) {
             return Err(bad("checksum mismatch".into()));
         }
-        if le32(&h, o::SLOT) != self.slot || le64(&h, o::RING_BYTES) != self.ring_bytes {
+        if f.u32::<{ o::SLOT }>() != self.slot || f.u64::<{ o::RING_BYTES }>() != self.ring_bytes {
             return Err(bad("does not match the superblock".into()));
         }
         Ok(h)
@@ -364,9 +363,10 @@ impl LogSlot {
             let mut h = [0u8; ENTRY_HEADER as usize];
             self.region.read(self.ring_off + pos, &mut h)?;
             read += ENTRY_HEADER;
-            let total = le32(&h, entry_off::TOTAL_LEN) as u64;
-            if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC
-                || le64(&h, entry_off::LSN) != lsn
+            let f = Fixed::new(&h);
+            let total = f.u32::<{ entry_off::TOTAL_LEN }>() as u64;
+            if f.array::<{ entry_off::MAGIC }, 4>() != *ENTRY_MAGIC
+                || f.u64::<{ entry_off::LSN }>() != lsn
                 || total < ENTRY_ALIGN
                 || !total.is_multiple_of(ENTRY_ALIGN)
                 || total > self.ring_bytes - pos
@@ -374,7 +374,7 @@ impl LogSlot {
             {
                 break;
             }
-            after_pad = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]) == KIND_PAD;
+            after_pad = f.u16::<{ entry_off::KIND }>() == KIND_PAD;
             entries += u64::from(!after_pad);
             lsn += total;
         }
@@ -491,13 +491,13 @@ fn scan_ring(
             Some(b) => h.copy_from_slice(b),
             None => break ScanStop::Limit,
         }
-        if &h[entry_off::MAGIC..entry_off::MAGIC + ENTRY_MAGIC.len()] != ENTRY_MAGIC || le64(&h, entry_off::LSN) != lsn
-        {
+        let fields = Fixed::new(&h);
+        if fields.array::<{ entry_off::MAGIC }, 4>() != *ENTRY_MAGIC || fields.u64::<{ entry_off::LSN }>() != lsn {
             break ScanStop::End;
         }
-        let total = le32(&h, entry_off::TOTAL_LEN) as u64;
-        let plen = le32(&h, entry_off::PAYLOAD_LEN) as u64;
-        let kind = u16::from_le_bytes([h[entry_off::KIND], h[entry_off::KIND + 1]]);
+        let total = fields.u32::<{ entry_off::TOTAL_LEN }>() as u64;
+        let plen = fields.u32::<{ entry_off::PAYLOAD_LEN }>() as u64;
+        let kind = fields.u16::<{ entry_off::KIND }>();
         let room = ring_bytes - pos;
         if total < ENTRY_ALIGN || !total.is_multiple_of(ENTRY_ALIGN) || total > room || ENTRY_HEADER + plen > total {
             break ScanStop::Invalid(format!("entry at lsn {lsn}: bad length {total}/{plen}"));
@@ -512,7 +512,7 @@ fn scan_ring(
         let Some(payload) = source.get(pos + ENTRY_HEADER, plen as usize, &mut scratch)? else {
             break ScanStop::Limit;
         };
-        if entry_crc(&h, payload) != le32(&h, entry_off::CRC) {
+        if entry_crc(&h, payload) != fields.u32::<{ entry_off::CRC }>() {
             break ScanStop::Invalid(format!("entry at lsn {lsn}: checksum mismatch"));
         }
         if kind == KIND_RECORDS {
@@ -538,15 +538,14 @@ pub enum AppendError {
 
 fn header(lsn: u64, total: u64, kind: u16, payload: &[u8]) -> [u8; ENTRY_HEADER as usize] {
     use entry_off as o;
-    let mut h = [0u8; ENTRY_HEADER as usize];
-    h[o::MAGIC..o::MAGIC + ENTRY_MAGIC.len()].copy_from_slice(ENTRY_MAGIC);
-    put_le32(&mut h, o::TOTAL_LEN, total as u32);
-    put_le64(&mut h, o::LSN, lsn);
-    put_le32(&mut h, o::PAYLOAD_LEN, payload.len() as u32);
-    h[o::KIND..o::KIND + 2].copy_from_slice(&kind.to_le_bytes());
-    let crc = entry_crc(&h, payload);
-    put_le32(&mut h, o::CRC, crc);
-    h
+    let mut h = FixedOut::<{ ENTRY_HEADER as usize }>::new();
+    h.array::<{ o::MAGIC }, 4>(*ENTRY_MAGIC)
+        .u32::<{ o::TOTAL_LEN }>(total as u32)
+        .u64::<{ o::LSN }>(lsn)
+        .u32::<{ o::PAYLOAD_LEN }>(payload.len() as u32)
+        .u16::<{ o::KIND }>(kind);
+    let crc = entry_crc(h.bytes(), payload);
+    *h.u32::<{ o::CRC }>(crc).bytes()
 }
 
 /// An entry's checksum: crc32c over every header byte before the checksum field, then the

@@ -9,6 +9,7 @@
 //!   rebuilt at load, validation of records against the public state, and their effects.
 //! * `policy`, `shadow`: the checks of a publisher that does not trust the writer —
 //!   entries judged by their POSIX meaning on a shadow state, derived values compared.
+//!   `access`: the permission-bit rule both use.
 //! * [`mover`]: how file data gets into data blocks — at once ([`DirectMover`]), or recorded
 //!   as an ordered list of moves executed later by someone else ([`Collector`]: nicfs hands
 //!   them to kworker as copy lists).
@@ -35,6 +36,7 @@
 //!   between two blocks leaves a mix that passes every per-block check: the first block
 //!   also holds a checksum of the whole stream.
 
+mod access;
 mod apply;
 mod area;
 pub mod format;
@@ -43,7 +45,8 @@ mod policy;
 pub mod reader;
 mod shadow;
 mod validate;
-pub use policy::{allows, Permissions};
+pub use access::allows;
+pub use policy::Permissions;
 
 pub use crate::record::dtype::of_mode as dtype_of_mode;
 pub use area::PublicArea;

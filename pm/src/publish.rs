@@ -21,12 +21,13 @@
 //! then the checkpoint word is persisted and fenced, then blocks the batch freed become
 //! reusable.
 
+pub use crate::batch::Batch;
 use crate::coalesce::{self, Plan, Saved};
 use crate::layout::FormatError;
-use crate::oplog::{EntryLoc, LogCopy, LogSlot, ScanStop};
+use crate::oplog::{LogSlot, ScanStop};
 use crate::public::Permissions;
 use crate::public::{DataMover, PublicArea, PublishError};
-use crate::record::{decode_entry, decode_records, Caller, Record};
+use crate::record::{decode_records, Record};
 
 /// How much of a slot one call may publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,78 +141,6 @@ pub fn publish_slot(area: &mut PublicArea, log: &LogSlot, bounds: Bounds) -> Res
         tracing::debug!(slot, %why, "scan ended at an invalid entry");
     }
     Ok(done)
-}
-
-/// Committed entries of one slot, decoded, to be published as one batch.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Batch {
-    pub slot: u32,
-    /// Where the batch starts: the slot's checkpoint when it was read.
-    pub from: u64,
-    /// The entries in log order, each with its records.
-    pub entries: Vec<(EntryLoc, Vec<Record>)>,
-    /// Who each entry was logged for, if it states it (its CALLER), in the same order.
-    pub callers: Vec<Option<Caller>>,
-    /// The entry that ended the batch because it does not decode (its LSN and why): it and
-    /// everything after it are refused.
-    pub malformed: Option<(u64, String)>,
-}
-
-impl Batch {
-    /// An empty batch of `slot` from `from`.
-    pub fn new(slot: u32, from: u64) -> Batch {
-        Batch { slot, from, ..Batch::default() }
-    }
-
-    /// Adds the next entry a scan found (its location and payload), decoded; once an entry
-    /// does not decode, the batch is over and later ones are ignored.
-    pub fn push(&mut self, loc: &EntryLoc, payload: &[u8]) {
-        if self.malformed.is_some() {
-            return;
-        }
-        match decode_entry(payload, loc.payload_off) {
-            Ok((caller, records)) => {
-                self.entries.push((*loc, records));
-                self.callers.push(caller);
-            }
-            Err(e) => self.malformed = Some((loc.lsn, format!("malformed entry: {e}"))),
-        }
-    }
-
-    /// The batch of the entries in a copy of a slot's log ([`LogSlot::fetch`]): scanned and
-    /// checked on the copy, never read from the log again. Also returns how the scan ended.
-    pub fn from_copy(copy: &LogCopy) -> (Batch, ScanStop) {
-        let mut batch = Batch::new(copy.slot, copy.from);
-        let scan = copy.scan_with(|loc, payload| batch.push(loc, payload));
-        (batch, scan.stop)
-    }
-
-    /// The batch of this one's first `n` entries, the next one (at `lsn`) refused for `why`
-    /// like a malformed entry: publication stops there.
-    pub fn refused_from(&self, n: usize, lsn: u64, why: String) -> Batch {
-        Batch {
-            slot: self.slot,
-            from: self.from,
-            entries: self.entries[..n.min(self.entries.len())].to_vec(),
-            callers: self.callers[..n.min(self.callers.len())].to_vec(),
-            malformed: Some((lsn, why)),
-        }
-    }
-
-    /// The LSN just past the batch's last entry (`from` if it has none).
-    pub fn end(&self) -> u64 {
-        self.entries.last().map_or(self.from, |(loc, _)| loc.end)
-    }
-
-    /// Whether there is nothing to publish or refuse.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.malformed.is_none()
-    }
-
-    /// Bytes of log its entries span.
-    pub fn log_bytes(&self) -> u64 {
-        self.end() - self.from
-    }
 }
 
 /// Reads the batch of `log`'s committed entries from its checkpoint within `bounds`, from PM.

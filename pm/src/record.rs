@@ -58,9 +58,13 @@
 //! The offsets are the constants of [`rec_off`] (framing and each kind's fixed fields),
 //! [`inode_off`] and [`time_off`] (the INODE payload, [`InodeImage`], which the public area's
 //! inode also embeds) and [`xattr_off`] (one attribute of the stream), used by the encoders and
-//! the decoders alike; `pm/tests/format_bytes.rs` pins the bytes against these tables.
+//! the decoders alike, through linefs-bytes (the codec proto's payloads use too, since
+//! replication carries these bytes in frames): fixed parts by const offsets checked at
+//! compile time, everything else through a bounds-checked reader, so no input can make a
+//! decoder panic. `pm/tests/format_bytes.rs` pins the bytes against these tables.
 
-use crate::layout::{le32, le64, put_le32, put_le64, FormatError};
+use crate::layout::FormatError;
+use linefs_bytes::{Fixed, FixedOut, Reader};
 
 /// Longest name in a directory.
 pub const NAME_MAX: usize = 255;
@@ -180,10 +184,11 @@ pub fn xattrs_len<'a>(attrs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> 
 
 /// Append one attribute: name_len u8 | reserved \[3\] | value_len u32 | name | value.
 pub fn put_xattr(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    let s = out.len();
-    out.resize(s + XATTR_ENTRY_HEADER, 0);
-    out[s + xattr_off::NAME_LEN] = name.len() as u8;
-    put_le32(out, s + xattr_off::VALUE_LEN, value.len() as u32);
+    use xattr_off as o;
+    FixedOut::<{ o::NAME }>::new()
+        .u8::<{ o::NAME_LEN }>(name.len() as u8)
+        .u32::<{ o::VALUE_LEN }>(value.len() as u32)
+        .put(out);
     out.extend_from_slice(name);
     out.extend_from_slice(value);
 }
@@ -191,22 +196,21 @@ pub fn put_xattr(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 /// Decode `count` attributes that must fill `b` exactly; `None` if they do not, or if a
 /// name is empty or a value longer than [`XATTR_VALUE_MAX`].
 pub fn get_xattrs(b: &[u8], count: usize) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    use xattr_off as o;
     let mut attrs = Vec::with_capacity(count.min(1024));
-    let mut q = 0;
+    let mut r = Reader::new(b);
     for _ in 0..count {
-        if q + XATTR_ENTRY_HEADER > b.len() {
+        let head: Fixed<'_, { o::NAME }> = r.fixed("xattr header").ok()?;
+        let nl = head.u8::<{ o::NAME_LEN }>() as usize;
+        let vl = head.u32::<{ o::VALUE_LEN }>() as usize;
+        if nl == 0 || vl > XATTR_VALUE_MAX {
             return None;
         }
-        let nl = b[q + xattr_off::NAME_LEN] as usize;
-        let vl = le32(b, q + xattr_off::VALUE_LEN) as usize;
-        let start = q + XATTR_ENTRY_HEADER;
-        if nl == 0 || vl > XATTR_VALUE_MAX || start + nl + vl > b.len() {
-            return None;
-        }
-        attrs.push((b[start..start + nl].to_vec(), b[start + nl..start + nl + vl].to_vec()));
-        q = start + nl + vl;
+        let name = r.bytes("xattr name", nl).ok()?;
+        let value = r.bytes("xattr value", vl).ok()?;
+        attrs.push((name.to_vec(), value.to_vec()));
     }
-    (q == b.len()).then_some(attrs)
+    r.is_empty().then_some(attrs)
 }
 
 /// Inode number of the root directory.
@@ -272,18 +276,6 @@ pub mod time_off {
     pub const LEN: usize = 16;
 }
 
-impl Timespec {
-    fn put(&self, b: &mut [u8]) {
-        put_le64(b, time_off::SEC, self.sec as u64);
-        put_le32(b, time_off::NSEC, self.nsec);
-        b[time_off::RESERVED..time_off::LEN].fill(0);
-    }
-
-    fn get(b: &[u8]) -> Timespec {
-        Timespec { sec: le64(b, time_off::SEC) as i64, nsec: le32(b, time_off::NSEC) }
-    }
-}
-
 /// The attributes of an inode (everything but its block map and xattrs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InodeImage {
@@ -332,45 +324,67 @@ pub mod inode_off {
 }
 
 impl InodeImage {
-    /// Encode into `b` (at least [`INODE_IMAGE_LEN`] bytes).
-    pub fn encode_into(&self, b: &mut [u8]) {
+    /// The encoded image.
+    pub fn encode(&self) -> [u8; INODE_IMAGE_LEN] {
         use inode_off as o;
-        put_le64(b, o::INO, self.ino);
-        put_le64(b, o::SIZE, self.size);
-        put_le64(b, o::PARENT, self.parent);
-        put_le32(b, o::MODE, self.mode);
-        put_le32(b, o::UID, self.uid);
-        put_le32(b, o::GID, self.gid);
-        put_le32(b, o::NLINK, self.nlink);
-        put_le32(b, o::RDEV, self.rdev);
-        put_le32(b, o::GENERATION, self.generation);
-        put_le32(b, o::FLAGS, self.flags);
-        put_le32(b, o::RESERVED, 0);
-        self.atime.put(&mut b[o::ATIME..]);
-        self.mtime.put(&mut b[o::MTIME..]);
-        self.ctime.put(&mut b[o::CTIME..]);
-        self.crtime.put(&mut b[o::CRTIME..]);
+        use time_off as t;
+        let mut f = FixedOut::<{ o::LEN }>::new();
+        f.u64::<{ o::INO }>(self.ino)
+            .u64::<{ o::SIZE }>(self.size)
+            .u64::<{ o::PARENT }>(self.parent)
+            .u32::<{ o::MODE }>(self.mode)
+            .u32::<{ o::UID }>(self.uid)
+            .u32::<{ o::GID }>(self.gid)
+            .u32::<{ o::NLINK }>(self.nlink)
+            .u32::<{ o::RDEV }>(self.rdev)
+            .u32::<{ o::GENERATION }>(self.generation)
+            .u32::<{ o::FLAGS }>(self.flags)
+            // RESERVED, and each time's reserved word, stay zero.
+            .i64::<{ o::ATIME + t::SEC }>(self.atime.sec)
+            .u32::<{ o::ATIME + t::NSEC }>(self.atime.nsec)
+            .i64::<{ o::MTIME + t::SEC }>(self.mtime.sec)
+            .u32::<{ o::MTIME + t::NSEC }>(self.mtime.nsec)
+            .i64::<{ o::CTIME + t::SEC }>(self.ctime.sec)
+            .u32::<{ o::CTIME + t::NSEC }>(self.ctime.nsec)
+            .i64::<{ o::CRTIME + t::SEC }>(self.crtime.sec)
+            .u32::<{ o::CRTIME + t::NSEC }>(self.crtime.nsec);
+        *f.bytes()
     }
 
-    /// Decode from `b` (at least [`INODE_IMAGE_LEN`] bytes).
-    pub fn decode(b: &[u8]) -> InodeImage {
+    /// Decodes an encoded image.
+    pub fn read(b: &[u8; INODE_IMAGE_LEN]) -> InodeImage {
         use inode_off as o;
+        use time_off as t;
+        let f = Fixed::new(b);
         InodeImage {
-            ino: le64(b, o::INO),
-            size: le64(b, o::SIZE),
-            parent: le64(b, o::PARENT),
-            mode: le32(b, o::MODE),
-            uid: le32(b, o::UID),
-            gid: le32(b, o::GID),
-            nlink: le32(b, o::NLINK),
-            rdev: le32(b, o::RDEV),
-            generation: le32(b, o::GENERATION),
-            flags: le32(b, o::FLAGS),
-            atime: Timespec::get(&b[o::ATIME..]),
-            mtime: Timespec::get(&b[o::MTIME..]),
-            ctime: Timespec::get(&b[o::CTIME..]),
-            crtime: Timespec::get(&b[o::CRTIME..]),
+            ino: f.u64::<{ o::INO }>(),
+            size: f.u64::<{ o::SIZE }>(),
+            parent: f.u64::<{ o::PARENT }>(),
+            mode: f.u32::<{ o::MODE }>(),
+            uid: f.u32::<{ o::UID }>(),
+            gid: f.u32::<{ o::GID }>(),
+            nlink: f.u32::<{ o::NLINK }>(),
+            rdev: f.u32::<{ o::RDEV }>(),
+            generation: f.u32::<{ o::GENERATION }>(),
+            flags: f.u32::<{ o::FLAGS }>(),
+            atime: Timespec { sec: f.i64::<{ o::ATIME + t::SEC }>(), nsec: f.u32::<{ o::ATIME + t::NSEC }>() },
+            mtime: Timespec { sec: f.i64::<{ o::MTIME + t::SEC }>(), nsec: f.u32::<{ o::MTIME + t::NSEC }>() },
+            ctime: Timespec { sec: f.i64::<{ o::CTIME + t::SEC }>(), nsec: f.u32::<{ o::CTIME + t::NSEC }>() },
+            crtime: Timespec { sec: f.i64::<{ o::CRTIME + t::SEC }>(), nsec: f.u32::<{ o::CRTIME + t::NSEC }>() },
         }
+    }
+
+    /// Encodes into the first [`INODE_IMAGE_LEN`] bytes of `b`, which the caller sized (a
+    /// shorter `b` is the caller's bug, and panics).
+    pub fn encode_into(&self, b: &mut [u8]) {
+        b[..INODE_IMAGE_LEN].copy_from_slice(&self.encode());
+    }
+
+    /// Decodes the first [`INODE_IMAGE_LEN`] bytes of `b`, which the caller sized (a shorter
+    /// `b` is the caller's bug, and panics). Bytes of unchecked length go through
+    /// [`InodeImage::read`] after a checked take, as the record decoder does.
+    pub fn decode(b: &[u8]) -> InodeImage {
+        InodeImage::read(b.first_chunk().expect("the caller passes an inode image's bytes"))
     }
 }
 
@@ -486,65 +500,61 @@ impl EntryBuilder {
         &self.writes
     }
 
-    /// Add a record of `len` payload bytes, zero-filled and padded; returns the offset of
-    /// its payload in the entry payload.
-    fn begin(&mut self, kind: RecordKind, flags: u8, len: usize) -> usize {
+    /// Adds a record whose payload is `fixed` then `tail`, padded; returns the offset of
+    /// `tail` in the entry payload.
+    fn push(&mut self, kind: RecordKind, flags: u8, fixed: &[u8], tail: &[u8]) -> usize {
         self.count += 1;
-        let h = self.buf.len();
-        let s = h + rec_off::PAYLOAD;
-        self.buf.resize((s + len).next_multiple_of(rec_off::ALIGN), 0);
-        self.buf[h + rec_off::KIND] = kind as u8;
-        self.buf[h + rec_off::FLAGS] = flags;
-        put_le32(&mut self.buf, h + rec_off::LEN, len as u32);
-        s
-    }
-
-    /// Add a record; returns its payload, to be filled.
-    fn record(&mut self, kind: RecordKind, flags: u8, len: usize) -> &mut [u8] {
-        let s = self.begin(kind, flags, len);
-        &mut self.buf[s..s + len]
+        let len = fixed.len() + tail.len();
+        FixedOut::<{ rec_off::PAYLOAD }>::new()
+            .u8::<{ rec_off::KIND }>(kind as u8)
+            .u8::<{ rec_off::FLAGS }>(flags)
+            .u32::<{ rec_off::LEN }>(len as u32)
+            .put(&mut self.buf);
+        self.buf.extend_from_slice(fixed);
+        let at = self.buf.len();
+        self.buf.extend_from_slice(tail);
+        let padded = self.buf.len().next_multiple_of(rec_off::ALIGN);
+        self.buf.resize(padded, 0);
+        at
     }
 
     pub fn inode(&mut self, img: &InodeImage, fresh: bool) {
         let flags = if fresh { INODE_FRESH } else { 0 };
-        img.encode_into(self.record(RecordKind::Inode, flags, INODE_IMAGE_LEN));
+        self.push(RecordKind::Inode, flags, &img.encode(), &[]);
     }
 
     /// `ino == 0` removes `name`.
     pub fn dirent(&mut self, dir: u64, name: &[u8], ino: u64, dtype: u8) {
         use rec_off::dirent as o;
         debug_assert!(name.len() <= NAME_MAX);
-        let b = self.record(RecordKind::Dirent, 0, o::NAME + name.len());
-        put_le64(b, o::DIR, dir);
-        put_le64(b, o::INO, ino);
-        b[o::DTYPE] = dtype;
-        b[o::NAME_LEN] = name.len() as u8;
-        b[o::NAME..].copy_from_slice(name);
+        let mut f = FixedOut::<{ o::NAME }>::new();
+        f.u64::<{ o::DIR }>(dir)
+            .u64::<{ o::INO }>(ino)
+            .u8::<{ o::DTYPE }>(dtype)
+            .u8::<{ o::NAME_LEN }>(name.len() as u8);
+        self.push(RecordKind::Dirent, 0, f.bytes(), name);
     }
 
     pub fn write(&mut self, ino: u64, off: u64, data: &[u8]) {
         use rec_off::write as o;
-        let s = self.begin(RecordKind::Write, 0, o::DATA + data.len());
-        let b = &mut self.buf[s..s + o::DATA + data.len()];
-        put_le64(b, o::INO, ino);
-        put_le64(b, o::OFFSET, off);
-        b[o::DATA..].copy_from_slice(data);
-        self.writes.push((s + o::DATA, data.len()));
+        let mut f = FixedOut::<{ o::DATA }>::new();
+        f.u64::<{ o::INO }>(ino).u64::<{ o::OFFSET }>(off);
+        let at = self.push(RecordKind::Write, 0, f.bytes(), data);
+        self.writes.push((at, data.len()));
     }
 
     pub fn truncate(&mut self, ino: u64, size: u64) {
         use rec_off::truncate as o;
-        let b = self.record(RecordKind::Truncate, 0, o::END);
-        put_le64(b, o::INO, ino);
-        put_le64(b, o::SIZE, size);
+        let mut f = FixedOut::<{ o::END }>::new();
+        f.u64::<{ o::INO }>(ino).u64::<{ o::SIZE }>(size);
+        self.push(RecordKind::Truncate, 0, f.bytes(), &[]);
     }
 
     fn range(&mut self, kind: RecordKind, ino: u64, off: u64, len: u64) {
         use rec_off::range as o;
-        let b = self.record(kind, 0, o::END);
-        put_le64(b, o::INO, ino);
-        put_le64(b, o::OFFSET, off);
-        put_le64(b, o::LEN, len);
+        let mut f = FixedOut::<{ o::END }>::new();
+        f.u64::<{ o::INO }>(ino).u64::<{ o::OFFSET }>(off).u64::<{ o::LEN }>(len);
+        self.push(kind, 0, f.bytes(), &[]);
     }
 
     pub fn punch(&mut self, ino: u64, off: u64, len: u64) {
@@ -564,23 +574,24 @@ impl EntryBuilder {
             count += 1;
         }
         use rec_off::xattrs as o;
-        let b = self.record(RecordKind::Xattrs, 0, o::ENTRIES + enc.len());
-        put_le64(b, o::INO, ino);
-        put_le32(b, o::COUNT, count);
-        b[o::ENTRIES..].copy_from_slice(&enc);
+        let mut f = FixedOut::<{ o::ENTRIES }>::new();
+        f.u64::<{ o::INO }>(ino).u32::<{ o::COUNT }>(count);
+        self.push(RecordKind::Xattrs, 0, f.bytes(), &enc);
     }
 
     pub fn free_inode(&mut self, ino: u64) {
         use rec_off::free_inode as o;
-        let b = self.record(RecordKind::FreeInode, 0, o::END);
-        put_le64(b, o::INO, ino);
+        let mut f = FixedOut::<{ o::END }>::new();
+        f.u64::<{ o::INO }>(ino);
+        self.push(RecordKind::FreeInode, 0, f.bytes(), &[]);
     }
 
     /// The entry's caller opened regular file `ino` for writing.
     pub fn open_write(&mut self, ino: u64) {
         use rec_off::open_write as o;
-        let b = self.record(RecordKind::OpenWrite, 0, o::END);
-        put_le64(b, o::INO, ino);
+        let mut f = FixedOut::<{ o::END }>::new();
+        f.u64::<{ o::INO }>(ino);
+        self.push(RecordKind::OpenWrite, 0, f.bytes(), &[]);
     }
 
     /// A builder of an entry logged for `caller` (its CALLER record first). A caller with
@@ -590,13 +601,15 @@ impl EntryBuilder {
         let mut e = EntryBuilder::new();
         if caller.groups.len() <= CALLER_MAX_GROUPS {
             use rec_off::caller as o;
-            let b = e.record(RecordKind::Caller, 0, o::GROUPS + 4 * caller.groups.len());
-            put_le32(b, o::UID, caller.uid);
-            put_le32(b, o::GID, caller.gid);
-            put_le32(b, o::NGROUPS, caller.groups.len() as u32);
-            for (i, g) in caller.groups.iter().enumerate() {
-                put_le32(b, o::GROUPS + 4 * i, *g);
+            let mut f = FixedOut::<{ o::GROUPS }>::new();
+            f.u32::<{ o::UID }>(caller.uid)
+                .u32::<{ o::GID }>(caller.gid)
+                .u32::<{ o::NGROUPS }>(caller.groups.len() as u32);
+            let mut groups = Vec::with_capacity(4 * caller.groups.len());
+            for g in &caller.groups {
+                linefs_bytes::put_u32(&mut groups, *g);
             }
+            e.push(RecordKind::Caller, 0, f.bytes(), &groups);
             // Metadata, not a change: an entry with nothing but its caller is empty.
             e.count -= 1;
         }
@@ -619,75 +632,73 @@ pub fn decode_records(payload: &[u8], payload_off: u64) -> Result<Vec<Record>, F
 pub fn decode_entry(payload: &[u8], payload_off: u64) -> Result<(Option<Caller>, Vec<Record>), FormatError> {
     let mut caller = None;
     let mut out = Vec::new();
-    let mut p = 0usize;
-    while p < payload.len() {
-        if payload.len() - p < rec_off::PAYLOAD {
-            return Err(corrupt(format!("trailing {} bytes at {p}", payload.len() - p)));
-        }
-        let kind = payload[p + rec_off::KIND];
-        let flags = payload[p + rec_off::FLAGS];
-        let len = le32(payload, p + rec_off::LEN) as usize;
-        let s = p + rec_off::PAYLOAD;
-        let Some(e) = s.checked_add(len).filter(|&e| e <= payload.len()) else {
+    let mut r = Reader::new(payload);
+    while !r.is_empty() {
+        let p = r.position();
+        let Ok(head) = r.fixed::<{ rec_off::PAYLOAD }>("record header") else {
+            return Err(corrupt(format!("trailing {} bytes at {p}", r.remaining())));
+        };
+        let kind = head.u8::<{ rec_off::KIND }>();
+        let flags = head.u8::<{ rec_off::FLAGS }>();
+        let len = head.u32::<{ rec_off::LEN }>() as usize;
+        let s = r.position();
+        let Ok(b) = r.bytes("record", len) else {
             return Err(corrupt(format!("record at {p} of length {len} overruns the entry")));
         };
-        let b = &payload[s..e];
-        let need = |n: usize| {
-            if b.len() == n {
-                Ok(())
-            } else {
-                Err(corrupt(format!("record kind {kind} at {p} has length {}, expected {n}", b.len())))
-            }
-        };
+        // The padding to the next record (the end of the entry may cut it short).
+        r.skip_at_most(len.next_multiple_of(rec_off::ALIGN) - len);
         let Some(kind) = RecordKind::from_u8(kind) else {
             return Err(corrupt(format!("unknown record kind {kind} at {p}")));
         };
         let rec = match kind {
             RecordKind::Inode => {
-                need(INODE_IMAGE_LEN)?;
-                Record::Inode { fresh: flags & INODE_FRESH != 0, img: InodeImage::decode(b) }
+                let img = InodeImage::read(exact(b, kind, p)?.bytes());
+                Record::Inode { fresh: flags & INODE_FRESH != 0, img }
             }
             RecordKind::Dirent => {
                 use rec_off::dirent as o;
-                if b.len() < o::NAME || b.len() != o::NAME + b[o::NAME_LEN] as usize {
-                    return Err(corrupt(format!("dirent at {p}: bad name length")));
+                let mut br = Reader::new(b);
+                let bad_len = || corrupt(format!("dirent at {p}: bad name length"));
+                let f: Fixed<'_, { o::NAME }> = br.fixed("dirent").map_err(|_| bad_len())?;
+                let name = br.rest();
+                if name.len() != f.u8::<{ o::NAME_LEN }>() as usize {
+                    return Err(bad_len());
                 }
-                let name = b[o::NAME..].to_vec();
-                if !valid_name(&name) {
+                if !valid_name(name) {
                     return Err(corrupt(format!("dirent at {p}: invalid name")));
                 }
-                let ino = le64(b, o::INO);
-                let dt = b[o::DTYPE];
+                let ino = f.u64::<{ o::INO }>();
+                let dt = f.u8::<{ o::DTYPE }>();
                 if ino != 0 && !dtype::valid(dt) {
                     return Err(corrupt(format!("dirent at {p}: bad type {dt}")));
                 }
-                Record::Dirent { dir: le64(b, o::DIR), ino, dtype: dt, name }
+                Record::Dirent { dir: f.u64::<{ o::DIR }>(), ino, dtype: dt, name: name.to_vec() }
             }
             RecordKind::Write => {
                 use rec_off::write as o;
-                if b.len() < o::DATA {
-                    return Err(corrupt(format!("write at {p}: too short")));
-                }
-                let off = le64(b, o::OFFSET);
-                let len = (b.len() - o::DATA) as u64;
+                let mut br = Reader::new(b);
+                let f: Fixed<'_, { o::DATA }> =
+                    br.fixed("write").map_err(|_| corrupt(format!("write at {p}: too short")))?;
+                let off = f.u64::<{ o::OFFSET }>();
+                let len = br.remaining() as u64;
                 if off.checked_add(len).is_none_or(|end| end > MAX_FILE_SIZE) {
                     return Err(corrupt(format!("write at {p}: range beyond the largest file")));
                 }
-                Record::Write { ino: le64(b, o::INO), off, len, data_off: payload_off + (s + o::DATA) as u64 }
+                Record::Write { ino: f.u64::<{ o::INO }>(), off, len, data_off: payload_off + (s + o::DATA) as u64 }
             }
             RecordKind::Truncate => {
                 use rec_off::truncate as o;
-                need(o::END)?;
-                let size = le64(b, o::SIZE);
+                let f = exact::<{ o::END }>(b, kind, p)?;
+                let size = f.u64::<{ o::SIZE }>();
                 if size > MAX_FILE_SIZE {
                     return Err(corrupt(format!("truncate at {p}: size {size} too large")));
                 }
-                Record::Truncate { ino: le64(b, o::INO), size }
+                Record::Truncate { ino: f.u64::<{ o::INO }>(), size }
             }
             RecordKind::Punch | RecordKind::Alloc => {
                 use rec_off::range as o;
-                need(o::END)?;
-                let (ino, off, len) = (le64(b, o::INO), le64(b, o::OFFSET), le64(b, o::LEN));
+                let f = exact::<{ o::END }>(b, kind, p)?;
+                let (ino, off, len) = (f.u64::<{ o::INO }>(), f.u64::<{ o::OFFSET }>(), f.u64::<{ o::LEN }>());
                 if off.checked_add(len).is_none_or(|end| end > MAX_FILE_SIZE) {
                     return Err(corrupt(format!("range record at {p} beyond the largest file")));
                 }
@@ -699,43 +710,53 @@ pub fn decode_entry(payload: &[u8], payload_off: u64) -> Result<(Option<Caller>,
             }
             RecordKind::Xattrs => {
                 use rec_off::xattrs as o;
-                if b.len() < o::ENTRIES {
-                    return Err(corrupt(format!("xattrs at {p}: too short")));
-                }
-                let Some(attrs) = get_xattrs(&b[o::ENTRIES..], le32(b, o::COUNT) as usize) else {
+                let mut br = Reader::new(b);
+                let f: Fixed<'_, { o::ENTRIES }> =
+                    br.fixed("xattrs").map_err(|_| corrupt(format!("xattrs at {p}: too short")))?;
+                let Some(attrs) = get_xattrs(br.rest(), f.u32::<{ o::COUNT }>() as usize) else {
                     return Err(corrupt(format!("xattrs at {p}: bad lengths")));
                 };
-                Record::Xattrs { ino: le64(b, o::INO), attrs }
+                Record::Xattrs { ino: f.u64::<{ o::INO }>(), attrs }
             }
             RecordKind::FreeInode => {
                 use rec_off::free_inode as o;
-                need(o::END)?;
-                Record::FreeInode { ino: le64(b, o::INO) }
+                Record::FreeInode { ino: exact::<{ o::END }>(b, kind, p)?.u64::<{ o::INO }>() }
             }
             RecordKind::OpenWrite => {
                 use rec_off::open_write as o;
-                need(o::END)?;
-                Record::OpenWrite { ino: le64(b, o::INO) }
+                Record::OpenWrite { ino: exact::<{ o::END }>(b, kind, p)?.u64::<{ o::INO }>() }
             }
             RecordKind::Caller => {
                 use rec_off::caller as o;
-                if p != 0 || b.len() < o::GROUPS {
-                    return Err(corrupt(format!("caller at {p}: not first in the entry, or too short")));
+                let mut br = Reader::new(b);
+                let short = || corrupt(format!("caller at {p}: not first in the entry, or too short"));
+                if p != 0 {
+                    return Err(short());
                 }
-                let n = le32(b, o::NGROUPS) as usize;
-                if n > CALLER_MAX_GROUPS || b.len() != o::GROUPS + 4 * n {
-                    return Err(corrupt(format!("caller at {p}: bad group count {n}")));
+                let f: Fixed<'_, { o::GROUPS }> = br.fixed("caller").map_err(|_| short())?;
+                let n = f.u32::<{ o::NGROUPS }>() as usize;
+                let bad_count = || corrupt(format!("caller at {p}: bad group count {n}"));
+                if n > CALLER_MAX_GROUPS || br.remaining() != 4 * n {
+                    return Err(bad_count());
                 }
-                let groups = (0..n).map(|i| le32(b, o::GROUPS + 4 * i)).collect();
-                caller = Some(Caller { uid: le32(b, o::UID), gid: le32(b, o::GID), groups });
-                p = e.next_multiple_of(rec_off::ALIGN);
+                let mut groups = Vec::with_capacity(n);
+                for _ in 0..n {
+                    groups.push(br.u32("caller groups").map_err(|_| bad_count())?);
+                }
+                caller = Some(Caller { uid: f.u32::<{ o::UID }>(), gid: f.u32::<{ o::GID }>(), groups });
                 continue;
             }
         };
         out.push(rec);
-        p = e.next_multiple_of(rec_off::ALIGN);
     }
     Ok((caller, out))
+}
+
+/// A record payload that must be exactly `N` bytes (a kind with no variable part).
+fn exact<const N: usize>(b: &[u8], kind: RecordKind, p: usize) -> Result<Fixed<'_, N>, FormatError> {
+    <&[u8; N]>::try_from(b)
+        .map(Fixed::new)
+        .map_err(|_| corrupt(format!("record kind {} at {p} has length {}, expected {N}", kind as u8, b.len())))
 }
 
 /// Largest file size linefs supports (the block map reaches 512 GiB; keep well inside).

@@ -21,12 +21,12 @@
 //! Orphans — inodes with no name left, unlinked while open — are freed once nobody can hold
 //! them any more, which at recovery is always (no client is attached yet).
 
+use crate::batch::Batch;
 use crate::layout::{FormatError, Geometry};
 use crate::node::NodePm;
 use crate::oplog::EntryLoc;
 use crate::oplog::{LogSlot, ScanStop};
 use crate::public::{Loaded, Permissions, PublicArea, PublishError};
-use crate::publish::Batch;
 use crate::record::{decode_entry, Caller, Record, ROOT_INO};
 use std::collections::HashSet;
 

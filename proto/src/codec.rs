@@ -2,11 +2,12 @@
 //! `links`, which maps each link's enum onto them).
 //!
 //! Decoding is total: any byte string gives `Ok` or a precise [`DecodeError`], never a panic.
-//! Every read goes through `Reader`, which checks the bytes are there before it takes
-//! them; every list and text is bounded twice before anything is allocated (by its own
-//! maximum, and by the bytes actually left in the payload), so the decoder never allocates
-//! more than the input's length. Fixed parts are read through `Fixed`, whose offsets are
-//! checked against the part's size at compile time.
+//! Every read goes through `Reader` (over linefs-bytes's, the codec pm's records use too),
+//! which checks the bytes are there before it takes them; every list and text is bounded
+//! twice before anything is allocated (by its own maximum, and by the bytes actually left
+//! in the payload), so the decoder never allocates more than the input's length. Fixed
+//! parts are read and built through linefs-bytes's `Fixed` and `FixedOut`, whose offsets
+//! are checked against the part's size at compile time.
 
 mod links;
 pub mod payloads;
@@ -68,21 +69,31 @@ pub fn encode_into<M: Codec>(frame: &Frame<M>, out: &mut Vec<u8>) -> Result<(), 
 /// `from`. A frame that carries file descriptors is checked against its header's count;
 /// the transport checks that the descriptors really came.
 pub fn decode<M: Codec>(bytes: &[u8], from: Party) -> Result<Frame<M>, DecodeError> {
+    let (header, payload) = split_frame(bytes).map_err(|(e, _id)| e)?;
+    decode_payload(&header, payload, from)
+}
+
+/// Splits the bytes of exactly one frame into its checked header and its payload (for a
+/// link that keeps frame boundaries). On error, also the frame's id if the header could
+/// be read, else 0.
+pub fn split_frame(bytes: &[u8]) -> Result<(Header, &[u8]), (DecodeError, u64)> {
     let head: &[u8; HEADER_LEN] = bytes
         .get(..HEADER_LEN)
         .and_then(|h| h.try_into().ok())
-        .ok_or(DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: bytes.len() })?;
-    let header = Header::decode(head)?;
+        .ok_or((DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: bytes.len() }, 0))?;
+    let header = Header::decode(head).map_err(|e| (e, 0))?;
     let rest = &bytes[HEADER_LEN..];
     let need = header.payload_len as usize;
     if rest.len() < need {
-        return Err(DecodeError::Truncated { what: "frame payload", need, have: rest.len() });
+        return Err((DecodeError::Truncated { what: "frame payload", need, have: rest.len() }, header.id));
     }
     if rest.len() > need {
-        let kind = Kind::from_u16(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
-        return Err(DecodeError::TrailingBytes { kind, extra: rest.len() - need });
+        let Some(kind) = Kind::from_u16(header.kind) else {
+            return Err((DecodeError::UnknownKind { kind: header.kind }, header.id));
+        };
+        return Err((DecodeError::TrailingBytes { kind, extra: rest.len() - need }, header.id));
     }
-    decode_payload(&header, rest, from)
+    Ok((header, rest))
 }
 
 /// Decodes the payload that follows `header` (already read and size-checked): the version,
@@ -123,37 +134,40 @@ fn version_refusal(header: &Header, payload: &[u8]) -> Option<DecodeError> {
     Some(DecodeError::VersionRefused { version: header.version, errno: e.errno, message: e.message })
 }
 
-/// A cursor over a payload that checks every take.
+/// A cursor over a payload that checks every take: linefs-bytes's [`linefs_bytes::Reader`]
+/// with this crate's errors, and the payload's kind for the trailing-bytes one.
 pub(crate) struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+    inner: linefs_bytes::Reader<'a>,
     kind: Kind,
+}
+
+fn truncated(t: linefs_bytes::Truncated) -> DecodeError {
+    DecodeError::Truncated { what: t.what, need: t.need, have: t.have }
 }
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(kind: Kind, buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, pos: 0, kind }
-    }
-
-    fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
+        Reader { inner: linefs_bytes::Reader::new(buf), kind }
     }
 
     /// Takes `n` bytes.
     pub(crate) fn bytes(&mut self, what: &'static str, n: usize) -> Result<&'a [u8], DecodeError> {
-        if n > self.remaining() {
-            return Err(DecodeError::Truncated { what, need: n, have: self.remaining() });
-        }
-        let b = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(b)
+        self.inner.bytes(what, n).map_err(truncated)
     }
 
     /// Takes a fixed part of `N` bytes.
     pub(crate) fn fixed<const N: usize>(&mut self, what: &'static str) -> Result<Fixed<'a, N>, DecodeError> {
-        let b = self.bytes(what, N)?;
-        // `bytes` returned exactly N bytes.
-        b.try_into().map(Fixed).map_err(|_| DecodeError::Truncated { what, need: N, have: b.len() })
+        self.inner.fixed(what).map_err(truncated)
+    }
+
+    /// Takes a little-endian u32 (an element of a list).
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+        self.inner.u32(what).map_err(truncated)
+    }
+
+    /// Takes a little-endian u64 (an element of a list).
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+        self.inner.u64(what).map_err(truncated)
     }
 
     /// Checks that `count` elements of `size` bytes may be taken: at most `max`, and no more
@@ -165,15 +179,10 @@ impl<'a> Reader<'a> {
         size: usize,
         max: usize,
     ) -> Result<usize, DecodeError> {
-        if count > max as u64 {
-            return Err(DecodeError::ListTooLong { field, count, max: max as u64 });
-        }
-        let n = count as usize;
-        let need = n.checked_mul(size).ok_or(DecodeError::ListTooLong { field, count, max: max as u64 })?;
-        if need > self.remaining() {
-            return Err(DecodeError::Truncated { what: field, need, have: self.remaining() });
-        }
-        Ok(n)
+        self.inner.check_count(field, count, size, max).map_err(|e| match e {
+            linefs_bytes::CountError::TooMany => DecodeError::ListTooLong { field, count, max: max as u64 },
+            linefs_bytes::CountError::Short(t) => truncated(t),
+        })
     }
 
     /// A UTF-8 text of `len` bytes (length already read from the fixed part).
@@ -185,84 +194,29 @@ impl<'a> Reader<'a> {
 
     /// The payload must end here.
     pub(crate) fn finish(&self) -> Result<(), DecodeError> {
-        match self.remaining() {
+        match self.inner.remaining() {
             0 => Ok(()),
             extra => Err(DecodeError::TrailingBytes { kind: self.kind, extra }),
         }
     }
 }
 
-/// A fixed part of `N` bytes, read by offset. Offsets are const generics so that an offset
-/// past the part fails to compile instead of panicking at run time.
-pub(crate) struct Fixed<'a, const N: usize>(&'a [u8; N]);
+/// Fixed parts are linefs-bytes's: offsets checked against the part's size at compile
+/// time.
+pub(crate) use linefs_bytes::{Fixed, FixedOut};
 
-impl<const N: usize> Fixed<'_, N> {
-    pub(crate) fn u8<const O: usize>(&self) -> u8 {
-        const { assert!(O < N) };
-        self.0[O]
-    }
-
-    pub(crate) fn u16<const O: usize>(&self) -> u16 {
-        const { assert!(O + 2 <= N) };
-        u16::from_le_bytes([self.0[O], self.0[O + 1]])
-    }
-
-    pub(crate) fn u32<const O: usize>(&self) -> u32 {
-        const { assert!(O + 4 <= N) };
-        u32::from_le_bytes([self.0[O], self.0[O + 1], self.0[O + 2], self.0[O + 3]])
-    }
-
-    pub(crate) fn u64<const O: usize>(&self) -> u64 {
-        const { assert!(O + 8 <= N) };
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.0[O..O + 8]);
-        u64::from_le_bytes(b)
-    }
-
+/// Reserved bytes of a fixed part, refused unless zero.
+pub(crate) trait Reserved {
     /// Bytes `O..E` must be zero.
-    pub(crate) fn reserved<const O: usize, const E: usize>(&self, field: &'static str) -> Result<(), DecodeError> {
-        const { assert!(O <= E && E <= N) };
-        if self.0[O..E].iter().all(|&b| b == 0) {
+    fn reserved<const O: usize, const E: usize>(&self, field: &'static str) -> Result<(), DecodeError>;
+}
+
+impl<const N: usize> Reserved for Fixed<'_, N> {
+    fn reserved<const O: usize, const E: usize>(&self, field: &'static str) -> Result<(), DecodeError> {
+        if self.is_zero::<O, E>() {
             Ok(())
         } else {
             Err(DecodeError::ReservedNonZero { field })
         }
-    }
-}
-
-/// A fixed part being built: zeroed (so reserved bytes are zero), filled by offset.
-pub(crate) struct FixedOut<const N: usize>([u8; N]);
-
-impl<const N: usize> FixedOut<N> {
-    pub(crate) fn new() -> Self {
-        FixedOut([0u8; N])
-    }
-
-    pub(crate) fn u8<const O: usize>(&mut self, v: u8) -> &mut Self {
-        const { assert!(O < N) };
-        self.0[O] = v;
-        self
-    }
-
-    pub(crate) fn u16<const O: usize>(&mut self, v: u16) -> &mut Self {
-        const { assert!(O + 2 <= N) };
-        self.0[O..O + 2].copy_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub(crate) fn u32<const O: usize>(&mut self, v: u32) -> &mut Self {
-        const { assert!(O + 4 <= N) };
-        self.0[O..O + 4].copy_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub(crate) fn u64<const O: usize>(&mut self, v: u64) -> &mut Self {
-        const { assert!(O + 8 <= N) };
-        self.0[O..O + 8].copy_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub(crate) fn put(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.0);
     }
 }

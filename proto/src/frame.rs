@@ -11,7 +11,10 @@
 //!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
 //!                      what the message carries (Attached: 2, or 1 when its `public`
 //!                      byte is 0; 0 for every other kind)
-//!  13   3 reserved     0
+//!  13   1 check        how the frame's integrity is checked: 0 none (the Unix and the
+//!                      in-process links, whose bytes never leave the machine); other
+//!                      values are kept for links that do (see below)
+//!  14   2 reserved     0
 //!  16   8 id           a request or notice: the sender's own id for it (never 0);
 //!                      a reply: the id of the request it answers (an Error reply may say 0
 //!                      when the frame it answers had no readable id)
@@ -27,14 +30,23 @@
 //! and the layout of the Error kind. That is what lets a peer of any version read the
 //! refusal "I speak version N" (crate docs, *Versioning*).
 //!
-//! No checksum: a Unix stream socket neither loses, reorders nor corrupts bytes; what the
-//! decoder defends against is a hostile or buggy peer, and it checks every field instead.
+//! No checksum on the links of one machine: a Unix stream socket neither loses, reorders
+//! nor corrupts bytes; what the decoder defends against is a hostile or buggy peer, and it
+//! checks every field instead. A link that leaves the machine (the cluster's TCP link) needs
+//! a checksum or a MAC per frame: byte 13 (`check`) names the scheme, and its value
+//! follows the payload (not counted in `payload_len`, so the payload's layout and its
+//! decoder are the same on every link). This version defines only [`CHECK_NONE`] and
+//! refuses any other value, as version 5 refused the byte as reserved: every frame of
+//! every link so far is byte for byte what it was, so the version stays 5. The version
+//! that defines a scheme bumps it ([`crate::transport`] has where the check goes).
 //!
 //! The offsets are the constants of [`header_off`], used by [`Header::encode`] and
-//! [`Header::decode`] alike; `proto/tests/bytes.rs` pins them against literal bytes.
+//! [`Header::decode`] alike (through linefs-bytes's fixed parts, which check them at
+//! compile time); `proto/tests/bytes.rs` pins them against literal bytes.
 
 use crate::error::DecodeError;
 use crate::kind::Kind;
+use linefs_bytes::{Fixed, FixedOut};
 
 /// `b"LFSP"`: the first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"LFSP";
@@ -54,6 +66,8 @@ pub const MAX_FRAME: usize = 1 << 20;
 pub const MAX_PAYLOAD: usize = MAX_FRAME - HEADER_LEN;
 /// Most file descriptors a frame may carry (the receive buffer is sized for this many).
 pub const MAX_FDS: usize = 4;
+/// Header byte 13: the frame carries no integrity check (the only scheme defined so far).
+pub const CHECK_NONE: u8 = 0;
 
 /// Byte offsets of the header's fields (the table in the module doc).
 pub mod header_off {
@@ -62,7 +76,8 @@ pub mod header_off {
     pub const KIND: usize = 6;
     pub const PAYLOAD_LEN: usize = 8;
     pub const FD_COUNT: usize = 12;
-    pub const RESERVED: usize = 13;
+    pub const CHECK: usize = 13;
+    pub const RESERVED: usize = 14;
     pub const ID: usize = 16;
     pub const END: usize = 24;
     const _: () = assert!(
@@ -70,8 +85,9 @@ pub mod header_off {
             && VERSION + 2 == KIND
             && KIND + 2 == PAYLOAD_LEN
             && PAYLOAD_LEN + 4 == FD_COUNT
-            && FD_COUNT + 1 == RESERVED
-            && RESERVED + 3 == ID
+            && FD_COUNT + 1 == CHECK
+            && CHECK + 1 == RESERVED
+            && RESERVED + 2 == ID
             && ID + 8 == END
             && END == super::HEADER_LEN
     );
@@ -87,6 +103,8 @@ pub struct Header {
     pub kind: u16,
     pub payload_len: u32,
     pub fd_count: u8,
+    /// The integrity scheme ([`CHECK_NONE`]: none).
+    pub check: u8,
     pub id: u64,
 }
 
@@ -99,51 +117,56 @@ impl Header {
             // Encoders never build a payload over MAX_PAYLOAD (asserted in codec).
             payload_len: u32::try_from(payload_len).unwrap_or(u32::MAX),
             fd_count: kind.fds(),
+            check: CHECK_NONE,
             id,
         }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         use header_off as o;
-        let mut b = [0u8; HEADER_LEN];
-        b[o::MAGIC..o::VERSION].copy_from_slice(&MAGIC);
-        b[o::VERSION..o::KIND].copy_from_slice(&self.version.to_le_bytes());
-        b[o::KIND..o::PAYLOAD_LEN].copy_from_slice(&self.kind.to_le_bytes());
-        b[o::PAYLOAD_LEN..o::FD_COUNT].copy_from_slice(&self.payload_len.to_le_bytes());
-        b[o::FD_COUNT] = self.fd_count;
-        // RESERVED stays zero.
-        b[o::ID..o::END].copy_from_slice(&self.id.to_le_bytes());
-        b
+        *FixedOut::<HEADER_LEN>::new()
+            .array::<{ o::MAGIC }, 4>(MAGIC)
+            .u16::<{ o::VERSION }>(self.version)
+            .u16::<{ o::KIND }>(self.kind)
+            .u32::<{ o::PAYLOAD_LEN }>(self.payload_len)
+            .u8::<{ o::FD_COUNT }>(self.fd_count)
+            .u8::<{ o::CHECK }>(self.check)
+            // RESERVED stays zero.
+            .u64::<{ o::ID }>(self.id)
+            .bytes()
     }
 
-    /// Decodes and checks a header: magic, payload length against [`MAX_FRAME`], reserved
-    /// bytes. A version other than ours is returned, not refused, because the caller may
+    /// Decodes and checks a header: magic, payload length against [`MAX_FRAME`], the check
+    /// scheme, reserved bytes. A version other than ours is returned, not refused, because the caller may
     /// still read the payload of a version refusal (the Error kind's layout is frozen);
     /// [`Header::check_version`] refuses it.
     pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
         use header_off as o;
-        let magic = [b[o::MAGIC], b[o::MAGIC + 1], b[o::MAGIC + 2], b[o::MAGIC + 3]];
+        let f = Fixed::new(b);
+        let magic = f.array::<{ o::MAGIC }, 4>();
         if magic != MAGIC {
             return Err(DecodeError::BadMagic { found: magic });
         }
-        let version = u16::from_le_bytes([b[o::VERSION], b[o::VERSION + 1]]);
-        let kind = u16::from_le_bytes([b[o::KIND], b[o::KIND + 1]]);
-        let payload_len = u32::from_le_bytes([
-            b[o::PAYLOAD_LEN],
-            b[o::PAYLOAD_LEN + 1],
-            b[o::PAYLOAD_LEN + 2],
-            b[o::PAYLOAD_LEN + 3],
-        ]);
+        let payload_len = f.u32::<{ o::PAYLOAD_LEN }>();
         if payload_len as usize > MAX_PAYLOAD {
             return Err(DecodeError::Oversized { declared: payload_len as u64 + HEADER_LEN as u64, max: MAX_FRAME });
         }
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&b[o::ID..o::END]);
-        let header = Header { version, kind, payload_len, fd_count: b[o::FD_COUNT], id: u64::from_le_bytes(id) };
+        let header = Header {
+            version: f.u16::<{ o::VERSION }>(),
+            kind: f.u16::<{ o::KIND }>(),
+            payload_len,
+            fd_count: f.u8::<{ o::FD_COUNT }>(),
+            check: f.u8::<{ o::CHECK }>(),
+            id: f.u64::<{ o::ID }>(),
+        };
+        let version = header.version;
         // Fields after the frozen prefix mean what they say only in our version.
         if version == PROTOCOL_VERSION {
-            if b[o::RESERVED..o::ID].iter().any(|&x| x != 0) {
+            if !f.is_zero::<{ o::RESERVED }, { o::ID }>() {
                 return Err(DecodeError::ReservedNonZero { field: "frame header" });
+            }
+            if header.check != CHECK_NONE {
+                return Err(DecodeError::FieldOutOfRange { field: "check", value: header.check as u64 });
             }
             if header.fd_count as usize > MAX_FDS {
                 return Err(DecodeError::FieldOutOfRange { field: "fd_count", value: header.fd_count as u64 });

@@ -40,7 +40,7 @@
 //! # Frames
 //!
 //! A frame is a 24-byte header (magic `LFSP`, version, kind, payload length, descriptor
-//! count, id; [`frame`] has the byte table) and a payload laid out per kind
+//! count, integrity check scheme, id; [`frame`] has the byte table) and a payload laid out per kind
 //! ([`codec::payloads`] has every table). Little-endian throughout; fixed parts first,
 //! reserved bytes zero; texts and lists last, length-prefixed in the fixed part and bounded
 //! (texts 4096 bytes, groups 65536, lists by the frame). A frame is at most
@@ -96,7 +96,18 @@
 //!   are idempotent. `CopyFailed` names the failed entry: those before it were done.
 //! * `Heartbeat` reports the lists in flight, so that nicfs can tell a live but stuck
 //!   kworker from a busy one.
-//! * No checksums: the socket does not corrupt, and every field is checked instead.
+//! * No checksums on this machine's links: the socket does not corrupt, and every field is
+//!   checked instead. The header's `check` byte is where a link that leaves the machine
+//!   names its checksum or MAC ([`frame`], [`transport`]).
+//!
+//! # Transport
+//!
+//! Frames travel over a [`FrameLink`] (send and receive a whole frame); descriptor passing
+//! and peer credentials are the [`LocalLink`] capability of the links of one machine.
+//! Implementations: the Unix stream socket (`UnixStream` itself, with the free functions
+//! [`read_frame`], [`write_frame`], [`recv_frame`], [`send_frame`]) and the in-process
+//! [`MemoryLink`] for simulation and tests. Typed sending and receiving
+//! ([`FrameLinkExt`], [`LocalLinkExt`]) is written once over the trait.
 // No unsafe here: descriptors and credentials go through rustix's safe wrappers.
 #![forbid(unsafe_code)]
 
@@ -109,10 +120,11 @@ pub mod transport;
 
 pub use codec::{decode, decode_payload, encode, encode_into, Codec, EncodeError};
 pub use error::{errno, DecodeError};
-pub use frame::{Header, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION};
+pub use frame::{Header, CHECK_NONE, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION};
 pub use kind::{Class, Kind, Link, Party};
 pub use messages::*;
+pub use transport::memory::{Fault, MemoryLink};
 pub use transport::{
     answer_bad_frame, peer_credentials, read_frame, recv_frame, send_bytes, send_frame, write_error, write_frame,
-    PeerCred, ReadError, Received, SendError,
+    FrameLink, FrameLinkExt, LocalLink, LocalLinkExt, PeerCred, RawFrame, ReadError, Received, SendError,
 };

@@ -1,40 +1,56 @@
-//! Frames over a blocking Unix stream socket: writing and reading with the size bound and
-//! an optional deadline, descriptors passed with a frame (SCM_RIGHTS), the peer's
-//! credentials (SO_PEERCRED), and what a server answers to a frame it cannot read.
+//! The framed link: what carries frames between two parties, behind a trait, so that the
+//! callers (libfs, nicfs, kworker) do not depend on what is under it.
 //!
-//! Descriptors ride on the frame's first bytes: the sender passes them with the `sendmsg`
-//! that starts the frame, so Linux attaches them to the frame's first byte, and the
-//! receiver takes the header with `recvmsg`. This reader never reads past the end of a
-//! frame, so every frame's first receive starts exactly there and the descriptors arrive
-//! with the header of their own frame, never with the previous one (the attach test sends
-//! two frames back to back to hold this). Descriptors a peer attaches anywhere else reach
-//! a read without a control buffer and are closed by the kernel. Every received descriptor
-//! is close-on-exec, and more than [`MAX_FDS`] in one frame is an error.
+//! * [`FrameLink`] moves whole frames: [`send_raw`](FrameLink::send_raw) takes an encoded
+//!   frame ([`crate::encode`]), [`recv_raw`](FrameLink::recv_raw) gives the next one as a
+//!   [`RawFrame`] — its header read and checked (magic, size against
+//!   [`MAX_FRAME`](crate::MAX_FRAME), check scheme) before any byte of the payload is read or
+//!   allocated, its payload whole. Typed sending and receiving ([`FrameLinkExt`]: encode,
+//!   decode against the link and the sender, the descriptor count) is written once over it.
+//! * [`LocalLink`] is the capability of a link to a process of the same machine: file
+//!   descriptors travel with a frame, and the kernel vouches for the peer's credentials.
+//!   Attach needs it (the slot's log file is handed over as a descriptor), so the control
+//!   link's server and client ask for a `LocalLink`; a link that leaves the machine has no
+//!   such thing to offer and cannot be passed where it is needed.
 //!
-//! A read first takes the 24-byte header into a stack buffer and checks it (magic, size
-//! against [`MAX_FRAME`](crate::MAX_FRAME)) before it reads or allocates anything of the payload: a peer that
-//! declares a huge frame is refused with its payload left unread. With a timeout, each read
-//! waits in `poll` for what is left of one deadline for the whole frame, so a peer that
-//! stops half-way, or trickles bytes, cannot hold the reader longer than that.
+//! Implementations: a Unix stream socket (`unix`, implemented on `UnixStream` itself, with
+//! the free functions [`read_frame`], [`write_frame`], … the callers have always used), and
+//! an in-process pair over channels ([`memory::MemoryLink`]) for simulation and tests,
+//! which keeps frame boundaries, passes descriptors, states the peer's credentials, and can
+//! drop, delay or reorder frames on purpose.
 //!
-//! All sends use `MSG_NOSIGNAL`: a peer that has gone away gives `EPIPE`, not SIGPIPE.
+//! # Where a link that leaves the machine fits
+//!
+//! A TCP link (the cluster issue's) implements [`FrameLink`] and nothing else: its
+//! `send_raw` sets the header's `check` byte to its scheme and appends the checksum or MAC
+//! of header and payload after the payload; its `recv_raw` reads them, verifies, and
+//! returns the frame without them (a frame that fails is a [`ReadError::Decode`] that is
+//! not `in_step`: the stream cannot be trusted past it). Its handshake (the cluster key)
+//! happens when the link is made, before the first frame. Nothing above `recv_raw` and
+//! `send_raw` changes: [`FrameLinkExt`], [`answer_bad_frame`] and every caller stay as
+//! they are.
+//!
+//! # Timeouts and errors
+//!
+//! `recv_raw` with a timeout bounds the whole frame, so a peer that stops half-way, or
+//! trickles bytes, cannot hold the reader longer than that. [`ReadError::Decode`] says
+//! whether the frame was consumed whole (`in_step`): after one that was, the link may go
+//! on once the Error reply is sent ([`answer_bad_frame`]).
+
+pub mod memory;
+mod unix;
+
+pub use unix::{peer_credentials, read_frame, recv_frame, send_bytes, send_frame, write_frame};
 
 use crate::codec::{self, Codec, EncodeError};
 use crate::error::DecodeError;
-use crate::frame::{Header, HEADER_LEN, MAX_FDS};
+use crate::frame::Header;
 use crate::kind::{Kind, Party};
 use crate::messages::{Control, ErrorReply, Frame, MAX_TEXT};
-use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{BorrowedFd, OwnedFd};
-use rustix::io::Errno;
-use rustix::net::{
-    recvmsg, send, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::mem::MaybeUninit;
+use std::io;
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -79,162 +95,146 @@ pub struct PeerCred {
     pub gid: u32,
 }
 
-/// The peer's pid, uid and gid (SO_PEERCRED): what nicfs holds a direct API user to.
-pub fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCred> {
-    let c = rustix::net::sockopt::socket_peercred(stream)?;
-    Ok(PeerCred { pid: c.pid.as_raw_nonzero().get(), uid: c.uid.as_raw(), gid: c.gid.as_raw() })
+/// One frame as a link delivers it: the header (checked by [`Header::decode`]) and the
+/// payload, not yet decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawFrame {
+    pub header: Header,
+    pub payload: Vec<u8>,
+    /// How many descriptors arrived with the frame (more than [`MAX_FDS`](crate::MAX_FDS)
+    /// when the kernel had to cut them off). [`FrameLink::recv_raw`] closes them unread, so
+    /// this is their count only: the receiver refuses a frame whose count disagrees with
+    /// its header and its kind. Always 0 on a link that cannot pass descriptors.
+    pub fds_found: usize,
 }
 
-/// Writes a frame of a kind that carries no descriptors.
-pub fn write_frame<M: Codec>(stream: &UnixStream, frame: &Frame<M>) -> Result<(), SendError> {
-    send_frame(stream, frame, &[])
+/// A link that carries whole frames, in order, between two parties.
+///
+/// Implementations take `&self` and may be shared by threads: one reads while others
+/// write, each side serialising its own writers (a frame is sent by one `send_raw`).
+pub trait FrameLink {
+    /// Sends one encoded frame (header and payload), whole.
+    fn send_raw(&self, frame: &[u8]) -> io::Result<()>;
+
+    /// Receives the next frame. Its header is read and checked before its payload;
+    /// `timeout` bounds the whole frame (`None`: as long as the link itself lets it wait).
+    /// Descriptors that came with it are closed (their count is in the [`RawFrame`]).
+    fn recv_raw(&self, timeout: Option<Duration>) -> Result<RawFrame, ReadError>;
 }
 
-/// Writes a frame with the descriptors its kind carries (exactly that many).
-pub fn send_frame<M: Codec>(stream: &UnixStream, frame: &Frame<M>, fds: &[BorrowedFd<'_>]) -> Result<(), SendError> {
-    let kind = frame.msg.kind();
-    if fds.len() != frame.msg.fds() as usize {
-        return Err(SendError::FdCount { kind, expected: frame.msg.fds(), given: fds.len() });
-    }
-    let bytes = codec::encode(frame)?;
-    send_bytes(stream, &bytes, fds)?;
-    Ok(())
+/// A link to a process of this machine: descriptors pass with frames, and the peer's
+/// credentials are known. The Unix socket and the in-process link have it; a network link
+/// does not.
+pub trait LocalLink: FrameLink {
+    /// Sends one encoded frame with `fds`, which arrive with that frame and no other.
+    fn send_raw_with_fds(&self, frame: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()>;
+
+    /// [`FrameLink::recv_raw`], keeping the descriptors that came with the frame
+    /// (close-on-exec, at most [`MAX_FDS`](crate::MAX_FDS)).
+    fn recv_raw_with_fds(&self, timeout: Option<Duration>) -> Result<(RawFrame, Vec<OwnedFd>), ReadError>;
+
+    /// Who the peer is: pid, uid and gid as the kernel (or the in-process pair's maker)
+    /// records them.
+    fn peer_credentials(&self) -> io::Result<PeerCred>;
 }
 
-/// Writes raw bytes, the descriptors (if any) with the first of them. For tests that play
-/// a misbehaving peer, and for the frames built by [`codec::encode`].
-pub fn send_bytes(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-    let mut sent = 0;
-    if !fds.is_empty() {
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-        let mut control = SendAncillaryBuffer::new(&mut space);
-        if fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds)) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many file descriptors for one frame"));
+/// Typed frames over any [`FrameLink`]: encoding and decoding are written once, here.
+pub trait FrameLinkExt: FrameLink {
+    /// Sends a frame of a kind that carries no descriptors.
+    fn send<M: Codec>(&self, frame: &Frame<M>) -> Result<(), SendError> {
+        let expected = frame.msg.fds();
+        if expected != 0 {
+            return Err(SendError::FdCount { kind: frame.msg.kind(), expected, given: 0 });
         }
-        sent = loop {
-            match sendmsg(stream, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) {
-                Ok(n) => break n,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            }
+        self.send_raw(&codec::encode(frame)?)?;
+        Ok(())
+    }
+
+    /// Receives one frame of link `M` sent by `from`, of a kind that carries no descriptors
+    /// (a frame that comes with some is refused and its descriptors closed).
+    fn recv<M: Codec>(&self, from: Party, timeout: Option<Duration>) -> Result<Frame<M>, ReadError> {
+        let raw = self.recv_raw(timeout)?;
+        let found = raw.fds_found;
+        let frame = decode_raw::<M>(&raw, from)?;
+        if found != 0 {
+            let kind = frame.msg.kind();
+            let error = DecodeError::FdCount { kind, expected: 0, found };
+            return Err(ReadError::Decode { error, id: frame.id, in_step: true });
+        }
+        Ok(frame)
+    }
+
+    /// Sends an Error reply to request `id` (the Error kind is the same on every link).
+    fn send_error(&self, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
+        self.send(&error_frame(id, errno, message))
+    }
+
+    /// What a server does with a frame it could not read (see [`answer_bad_frame`]).
+    fn answer_bad_frame(&self, peer: &str, err: &ReadError) -> bool {
+        let ReadError::Decode { error, id, in_step } = err else {
+            tracing::debug!(peer, %err, "connection ends");
+            return false;
         };
-    }
-    while sent < bytes.len() {
-        match send(stream, &bytes[sent..], SendFlags::NOSIGNAL) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
+        let version_mismatch =
+            matches!(error, DecodeError::UnsupportedVersion { .. } | DecodeError::VersionRefused { .. });
+        let go_on = *in_step && !version_mismatch;
+        tracing::warn!(peer, id, errno = error.errno(), go_on, "refusing a frame: {error}");
+        if let Err(e) = self.send_error(*id, error.errno(), &error.to_string()) {
+            tracing::debug!(peer, "could not send the Error reply: {e}");
+            return false;
         }
+        go_on
     }
-    Ok(())
 }
 
-/// Reads one frame of a kind that carries no descriptors (a frame that comes with some is
-/// refused and its descriptors closed). `timeout` bounds the whole frame; `None` waits as
-/// long as the socket's own read timeout lets it.
-pub fn read_frame<M: Codec>(
-    stream: &UnixStream,
-    from: Party,
-    timeout: Option<Duration>,
-) -> Result<Frame<M>, ReadError> {
-    let r: Received<M> = recv_frame(stream, from, timeout)?;
-    if !r.fds.is_empty() {
-        let kind = r.frame.msg.kind();
-        return Err(ReadError::Decode {
-            error: DecodeError::FdCount { kind, expected: 0, found: r.fds.len() },
-            id: r.frame.id,
-            in_step: true,
-        });
-    }
-    Ok(r.frame)
-}
+impl<L: FrameLink + ?Sized> FrameLinkExt for L {}
 
-/// Reads one frame of link `M` sent by `from`, with the descriptors it carries.
-pub fn recv_frame<M: Codec>(
-    stream: &UnixStream,
-    from: Party,
-    timeout: Option<Duration>,
-) -> Result<Received<M>, ReadError> {
-    let deadline = timeout.map(|t| (Instant::now() + t, t));
-    let mut head = [0u8; HEADER_LEN];
-    let mut fds = Vec::new();
-    let mut fds_truncated = false;
-    let mut got = 0;
-    while got < HEADER_LEN {
-        wait_readable(stream, deadline)?;
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let r = match recvmsg(stream, &mut [IoSliceMut::new(&mut head[got..])], &mut control, RecvFlags::CMSG_CLOEXEC) {
-            Ok(r) => r,
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(ReadError::Io(e.into())),
-        };
-        for msg in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(received) = msg {
-                fds.extend(received);
-            }
-        }
-        fds_truncated |= r.flags.contains(ReturnFlags::CTRUNC);
-        if r.bytes == 0 {
-            if got == 0 {
-                return Err(ReadError::Closed);
-            }
-            let error = DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: got };
-            return Err(ReadError::Decode { error, id: 0, in_step: false });
-        }
-        got += r.bytes;
-    }
-    let header = Header::decode(&head).map_err(|error| ReadError::Decode { error, id: 0, in_step: false })?;
-    // The size was checked against MAX_FRAME by Header::decode: this allocation is bounded.
-    let mut payload = vec![0u8; header.payload_len as usize];
-    let mut got = 0;
-    while got < payload.len() {
-        wait_readable(stream, deadline)?;
-        match (&*stream).read(&mut payload[got..]) {
-            Ok(0) => {
-                let error = DecodeError::Truncated { what: "frame payload", need: payload.len(), have: got };
-                return Err(ReadError::Decode { error, id: header.id, in_step: false });
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(ReadError::Io(e)),
-        }
-    }
-    let in_step = |error| ReadError::Decode { error, id: header.id, in_step: true };
-    let frame = codec::decode_payload::<M>(&header, &payload, from).map_err(in_step)?;
-    if fds_truncated || fds.len() != header.fd_count as usize {
+/// Typed frames with descriptors over any [`LocalLink`].
+pub trait LocalLinkExt: LocalLink {
+    /// Sends a frame with the descriptors its kind carries (exactly that many).
+    fn send_with_fds<M: Codec>(&self, frame: &Frame<M>, fds: &[BorrowedFd<'_>]) -> Result<(), SendError> {
         let kind = frame.msg.kind();
-        let found = if fds_truncated { MAX_FDS + 1 } else { fds.len() };
-        return Err(in_step(DecodeError::FdCount { kind, expected: header.fd_count, found }));
+        if fds.len() != frame.msg.fds() as usize {
+            return Err(SendError::FdCount { kind, expected: frame.msg.fds(), given: fds.len() });
+        }
+        let bytes = codec::encode(frame)?;
+        self.send_raw_with_fds(&bytes, fds)?;
+        Ok(())
     }
-    Ok(Received { frame, fds })
+
+    /// Receives one frame of link `M` sent by `from`, with the descriptors it carries.
+    fn recv_with_fds<M: Codec>(&self, from: Party, timeout: Option<Duration>) -> Result<Received<M>, ReadError> {
+        let (raw, fds) = self.recv_raw_with_fds(timeout)?;
+        let frame = decode_raw::<M>(&raw, from)?;
+        Ok(Received { frame, fds })
+    }
 }
 
-/// Waits until the socket is readable or the deadline has passed.
-fn wait_readable(stream: &UnixStream, deadline: Option<(Instant, Duration)>) -> Result<(), ReadError> {
-    let Some((end, total)) = deadline else { return Ok(()) };
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ReadError::TimedOut(total));
-        }
-        let ts =
-            rustix::event::Timespec::try_from(left).unwrap_or(rustix::event::Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
-        let mut pfd = [PollFd::new(stream, PollFlags::IN)];
-        match poll(&mut pfd, Some(&ts)) {
-            // Readable, or hung up / in error: the read that follows reports which.
-            Ok(n) if n > 0 => return Ok(()),
-            Ok(_) | Err(Errno::INTR) => continue,
-            Err(e) => return Err(ReadError::Io(e.into())),
-        }
+impl<L: LocalLink + ?Sized> LocalLinkExt for L {}
+
+/// Decodes a raw frame's payload (the header was checked by the link), and checks that the
+/// descriptors that came are as many as the header declares. Errors name the frame's id
+/// and are in step: the link delivered the frame whole.
+fn decode_raw<M: Codec>(raw: &RawFrame, from: Party) -> Result<Frame<M>, ReadError> {
+    let header = &raw.header;
+    let in_step = |error| ReadError::Decode { error, id: header.id, in_step: true };
+    let frame = codec::decode_payload::<M>(header, &raw.payload, from).map_err(in_step)?;
+    if raw.fds_found != header.fd_count as usize {
+        let kind = frame.msg.kind();
+        return Err(in_step(DecodeError::FdCount { kind, expected: header.fd_count, found: raw.fds_found }));
     }
+    Ok(frame)
+}
+
+/// The Error reply to request `id`, its message cut to [`MAX_TEXT`].
+fn error_frame(id: u64, errno: i32, message: &str) -> Frame<Control> {
+    let msg = Control::Error(ErrorReply { errno, message: clip(message, MAX_TEXT).to_owned() });
+    Frame { id, msg }
 }
 
 /// Writes an Error reply to request `id` (the Error kind is the same on every link).
 pub fn write_error(stream: &UnixStream, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
-    let msg = Control::Error(ErrorReply { errno, message: clip(message, MAX_TEXT).to_owned() });
-    write_frame(stream, &Frame { id, msg })
+    stream.send_error(id, errno, message)
 }
 
 /// What a server does with a frame it could not read: log it, answer with an Error that
@@ -243,20 +243,9 @@ pub fn write_error(stream: &UnixStream, id: u64, errno: i32, message: &str) -> R
 /// learns which version we speak — and say whether the connection may go on. It may not
 /// after a version mismatch (the peer should reconnect speaking ours), nor when the frame
 /// was not consumed whole (the stream is out of step). Nothing is sent when the connection
-/// is closed, timed out or failed.
+/// is closed, timed out or failed. [`FrameLinkExt::answer_bad_frame`] for any link.
 pub fn answer_bad_frame(stream: &UnixStream, peer: &str, err: &ReadError) -> bool {
-    let ReadError::Decode { error, id, in_step } = err else {
-        tracing::debug!(peer, %err, "connection ends");
-        return false;
-    };
-    let version_mismatch = matches!(error, DecodeError::UnsupportedVersion { .. } | DecodeError::VersionRefused { .. });
-    let go_on = *in_step && !version_mismatch;
-    tracing::warn!(peer, id, errno = error.errno(), go_on, "refusing a frame: {error}");
-    if let Err(e) = write_error(stream, *id, error.errno(), &error.to_string()) {
-        tracing::debug!(peer, "could not send the Error reply: {e}");
-        return false;
-    }
-    go_on
+    FrameLinkExt::answer_bad_frame(stream, peer, err)
 }
 
 /// `s` cut to at most `max` bytes at a character boundary.

@@ -25,9 +25,12 @@ fn header_bytes() {
         Party::Client,
         "4c465350 | 0500 | 1001 | 00000000 | 00 | 000000 | 0807060504030201",
     );
-    let h = Header { version: 1, kind: 0x0302, payload_len: 0x50, fd_count: 0, id: 5 };
+    let h = Header { version: 1, kind: 0x0302, payload_len: 0x50, fd_count: 0, check: CHECK_NONE, id: 5 };
     assert_eq!(h.encode().to_vec(), hex("4c465350 0100 0203 50000000 00 000000 0500000000000000"));
     assert_eq!(Header::decode(&h.encode()), Ok(h));
+    // The check scheme is byte 13 (0 on every link so far: the bytes above).
+    let c = Header { check: 0xa5, ..h };
+    assert_eq!(c.encode().to_vec(), hex("4c465350 0100 0203 50000000 00 a5 0000 0500000000000000"));
 }
 
 #[test]

@@ -164,6 +164,51 @@ proptest! {
         }
         decode_everything(&bytes);
     }
+
+    /// Any 24 bytes as a header: no panic; what decodes is canonical (re-encodes to the
+    /// same bytes), and in this version it names no check scheme but none.
+    #[test]
+    fn arbitrary_headers_never_panic(bytes in proptest::array::uniform24(any::<u8>())) {
+        if let Ok(h) = Header::decode(&bytes) {
+            prop_assert_eq!(h.encode(), bytes);
+            if h.version == PROTOCOL_VERSION {
+                prop_assert_eq!(h.check, CHECK_NONE);
+            }
+        }
+    }
+
+    /// A link that keeps frame boundaries (the in-process one) reads whatever bytes are
+    /// sent exactly as `decode` judges them (but for descriptors declared and not passed),
+    /// and stays in step: the next frame reads.
+    #[test]
+    fn the_in_process_link_reads_as_decode_does(
+        mut bytes in any_valid_frame(),
+        mutations in proptest::collection::vec(mutation(), 0..4),
+    ) {
+        for m in &mutations {
+            if bytes.is_empty() {
+                break;
+            }
+            apply(&mut bytes, m);
+        }
+        let (a, b) = MemoryLink::pair();
+        for from in [Party::Client, Party::Nicfs, Party::Kworker] {
+            a.send_raw(&bytes).unwrap();
+            let got = b.recv::<Control>(from, None);
+            let want = decode::<Control>(&bytes, from);
+            match (&got, &want) {
+                (Ok(g), Ok(w)) => prop_assert_eq!(g, w),
+                // `decode` trusts the header's descriptor count; the link checks the
+                // descriptors came, and none were sent.
+                (Err(ReadError::Decode { error: DecodeError::FdCount { expected, found: 0, .. }, .. }), Ok(w))
+                    if *expected == w.msg.fds() && *expected > 0 => {}
+                (Err(ReadError::Decode { error, in_step: true, .. }), Err(w)) => prop_assert_eq!(error, w),
+                _ => prop_assert!(false, "link read {:?}, decode {:?}", got, want),
+            }
+            a.send(&Frame { id: 1, msg: Control::Ping }).unwrap();
+            prop_assert_eq!(b.recv::<Control>(Party::Client, None).unwrap().msg, Control::Ping);
+        }
+    }
 }
 
 #[test]
@@ -209,6 +254,10 @@ fn header_errors_are_precise() {
     let mut b = good.clone();
     b[14] = 1;
     assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::ReservedNonZero { field: "frame header" }));
+    // Byte 13 names an integrity check; none is defined yet, so any other value is refused.
+    let mut b = good.clone();
+    b[13] = 1;
+    assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::FieldOutOfRange { field: "check", value: 1 }));
     assert_eq!(
         decode::<Control>(&good[..10], Party::Client),
         Err(DecodeError::Truncated { what: "frame header", need: HEADER_LEN, have: 10 })

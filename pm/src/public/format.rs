@@ -49,8 +49,9 @@
 //! used by the encoders and the decoders alike; `pm/tests/format_bytes.rs` pins the bytes
 //! against these tables.
 
-use crate::layout::{le32, le64, put_le32, put_le64, BLOCK_SIZE, INODE_SIZE};
+use crate::layout::{BLOCK_SIZE, INODE_SIZE};
 use crate::record::{dtype, valid_name, InodeImage, INODE_IMAGE_LEN, NAME_MAX};
+use linefs_bytes::{Fixed, FixedOut, Reader};
 
 /// Block pointers per indirect block.
 pub const PTRS_PER_BLOCK: u64 = BLOCK_SIZE / 8;
@@ -128,27 +129,31 @@ pub struct PmInode {
 impl PmInode {
     pub fn encode(&self) -> [u8; INODE_SIZE as usize] {
         use inode_off as o;
-        let mut b = [0u8; INODE_SIZE as usize];
-        self.img.encode_into(&mut b[o::IMAGE..o::IMAGE + INODE_IMAGE_LEN]);
-        put_le64(&mut b, o::XATTR, self.xattr);
-        for (i, r) in self.roots.iter().enumerate() {
-            put_le64(&mut b, o::ROOTS + i * 8, *r);
+        let mut b = FixedOut::<{ INODE_SIZE as usize }>::new();
+        b.array::<{ o::IMAGE }, INODE_IMAGE_LEN>(self.img.encode()).u64::<{ o::XATTR }>(self.xattr);
+        let mut roots = [0u8; NROOTS * 8];
+        for (chunk, r) in roots.chunks_exact_mut(8).zip(&self.roots) {
+            chunk.copy_from_slice(&r.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&b[..o::CRC]);
-        put_le32(&mut b, o::CRC, crc);
-        b
+        b.array::<{ o::ROOTS }, { NROOTS * 8 }>(roots);
+        let crc = crc32c::crc32c(&b.bytes()[..o::CRC]);
+        *b.u32::<{ o::CRC }>(crc).bytes()
     }
 
     /// Decode; returns the inode and whether its checksum matched.
     pub fn decode(b: &[u8; INODE_SIZE as usize]) -> (PmInode, bool) {
         use inode_off as o;
+        let f = Fixed::new(b);
         let mut roots = [0u64; NROOTS];
-        for (i, r) in roots.iter_mut().enumerate() {
-            *r = le64(b, o::ROOTS + i * 8);
+        let raw = f.array::<{ o::ROOTS }, { NROOTS * 8 }>();
+        for (r, chunk) in roots.iter_mut().zip(raw.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(chunk);
+            *r = u64::from_le_bytes(w);
         }
-        let img = InodeImage::decode(&b[o::IMAGE..o::IMAGE + INODE_IMAGE_LEN]);
-        let ino = PmInode { img, xattr: le64(b, o::XATTR), roots };
-        (ino, le32(b, o::CRC) == crc32c::crc32c(&b[..o::CRC]))
+        let img = InodeImage::read(&f.array::<{ o::IMAGE }, INODE_IMAGE_LEN>());
+        let ino = PmInode { img, xattr: f.u64::<{ o::XATTR }>(), roots };
+        (ino, f.u32::<{ o::CRC }>() == crc32c::crc32c(&b[..o::CRC]))
     }
 
     pub fn is_dir(&self) -> bool {
@@ -164,30 +169,35 @@ impl PmInode {
 /// Encode a directory slot naming `ino` (of type `dt`) as `name` (1..=255 bytes).
 pub fn encode_dirent(ino: u64, dt: u8, name: &[u8]) -> [u8; DIRENT_SIZE as usize] {
     use dirent_off as o;
-    let mut b = [0u8; DIRENT_SIZE as usize];
-    put_le64(&mut b, o::INO, ino);
-    b[o::DTYPE] = dt;
-    b[o::NAME_LEN] = name.len() as u8;
-    b[o::NAME..o::NAME + name.len()].copy_from_slice(name);
-    let crc = crc32c::crc32c(&b[..o::CRC]);
-    put_le32(&mut b, o::CRC, crc);
-    b
+    let mut padded = [0u8; NAME_MAX];
+    padded[..name.len()].copy_from_slice(name);
+    let mut b = FixedOut::<{ DIRENT_SIZE as usize }>::new();
+    b.u64::<{ o::INO }>(ino)
+        .u8::<{ o::DTYPE }>(dt)
+        .u8::<{ o::NAME_LEN }>(name.len() as u8)
+        .array::<{ o::NAME }, NAME_MAX>(padded);
+    let crc = crc32c::crc32c(&b.bytes()[..o::CRC]);
+    *b.u32::<{ o::CRC }>(crc).bytes()
 }
 
 /// Decode a directory slot: `(ino, dtype, name)` if it holds a valid entry for an inode
-/// below `inode_count`; None for a free, torn or corrupt slot.
+/// below `inode_count`; None for a free, torn or corrupt slot (or fewer bytes than a slot).
 pub fn decode_dirent(s: &[u8], inode_count: u64) -> Option<(u64, u8, &[u8])> {
     use dirent_off as o;
-    let child = le64(s, o::INO);
-    let nl = s[o::NAME_LEN] as usize;
-    let name = &s[o::NAME..o::NAME + nl];
+    let s = s.first_chunk::<{ DIRENT_SIZE as usize }>()?;
+    let f = Fixed::new(s);
+    let child = f.u64::<{ o::INO }>();
+    let nl = f.u8::<{ o::NAME_LEN }>() as usize;
+    // At most NAME_MAX bytes from NAME: always inside the slot.
+    let name = Reader::new(&s[o::NAME..o::RESERVED]).bytes("directory slot name", nl).ok()?;
+    let dt = f.u8::<{ o::DTYPE }>();
     let valid = child != 0
-        && le32(s, o::CRC) == crc32c::crc32c(&s[..o::CRC])
+        && f.u32::<{ o::CRC }>() == crc32c::crc32c(&s[..o::CRC])
         && (1..=NAME_MAX).contains(&nl)
-        && dtype::valid(s[o::DTYPE])
+        && dtype::valid(dt)
         && valid_name(name)
         && child < inode_count;
-    valid.then_some((child, s[o::DTYPE], name))
+    valid.then_some((child, dt, name))
 }
 
 /// The header of one xattr block.
@@ -208,36 +218,41 @@ impl XattrBlock {
     /// Encode the block into `img` (one block): header, then `part` (its stream bytes).
     pub fn encode(&self, part: &[u8], img: &mut [u8]) {
         use xattr_block_off as o;
+        let mut h = FixedOut::<{ o::STREAM }>::new();
+        h.array::<{ o::MAGIC }, 4>(*XATTR_MAGIC)
+            .u32::<{ o::USED }>(part.len() as u32)
+            .u64::<{ o::NEXT }>(self.next)
+            .u32::<{ o::TOTAL }>(self.total as u32)
+            .u32::<{ o::COUNT }>(self.count as u32)
+            .u32::<{ o::STREAM_CRC }>(self.stream_crc);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h.bytes()[..o::CRC]), part);
+        h.u32::<{ o::CRC }>(crc);
         img.fill(0);
-        img[o::MAGIC..o::MAGIC + XATTR_MAGIC.len()].copy_from_slice(XATTR_MAGIC);
-        put_le32(img, o::USED, part.len() as u32);
-        put_le64(img, o::NEXT, self.next);
-        put_le32(img, o::TOTAL, self.total as u32);
-        put_le32(img, o::COUNT, self.count as u32);
-        put_le32(img, o::STREAM_CRC, self.stream_crc);
+        img[..o::STREAM].copy_from_slice(h.bytes());
         img[o::STREAM..o::STREAM + part.len()].copy_from_slice(part);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..o::CRC]), part);
-        put_le32(img, o::CRC, crc);
     }
 
     /// Decode a block; None if its magic, length or checksum is wrong (torn or corrupt).
     /// The stream bytes are `img[XATTR_HEADER..XATTR_HEADER + used]`.
     pub fn decode(img: &[u8]) -> Option<XattrBlock> {
         use xattr_block_off as o;
-        let used = le32(img, o::USED) as usize;
-        if &img[o::MAGIC..o::MAGIC + XATTR_MAGIC.len()] != XATTR_MAGIC || used == 0 || used > XATTR_PAYLOAD {
+        let mut r = Reader::new(img);
+        let h: Fixed<'_, { o::STREAM }> = r.fixed("xattr block header").ok()?;
+        let used = h.u32::<{ o::USED }>() as usize;
+        if h.array::<{ o::MAGIC }, 4>() != *XATTR_MAGIC || used == 0 || used > XATTR_PAYLOAD {
             return None;
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&img[..o::CRC]), &img[o::STREAM..o::STREAM + used]);
-        if crc != le32(img, o::CRC) {
+        let stream = r.bytes("xattr block stream", used).ok()?;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h.bytes()[..o::CRC]), stream);
+        if crc != h.u32::<{ o::CRC }>() {
             return None;
         }
         Some(XattrBlock {
             used,
-            next: le64(img, o::NEXT),
-            total: le32(img, o::TOTAL) as usize,
-            count: le32(img, o::COUNT) as usize,
-            stream_crc: le32(img, o::STREAM_CRC),
+            next: h.u64::<{ o::NEXT }>(),
+            total: h.u32::<{ o::TOTAL }>() as usize,
+            count: h.u32::<{ o::COUNT }>() as usize,
+            stream_crc: h.u32::<{ o::STREAM_CRC }>(),
         })
     }
 }

@@ -62,9 +62,10 @@
 //! The publisher is told of grants and frees entry by entry, after each entry is admitted
 //! and before the next is checked.
 
+use super::access::allows;
 use super::area::PublicArea;
 use super::shadow::{is_dir, EntryShadow, Overlay};
-use crate::publish::Batch;
+use crate::batch::Batch;
 use crate::record::{Caller, InodeImage, Record};
 
 /// What a publisher knows of the session that logged a batch.
@@ -96,21 +97,6 @@ const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
 const S_IFLNK: u32 = 0o120000;
-
-/// Whether `caller` has the permission bits of `want` (r=4, w=2, x=1) on `img`.
-pub fn allows(caller: &Caller, img: &InodeImage, want: u32) -> bool {
-    if caller.is_root() {
-        return true;
-    }
-    let class = if caller.uid == img.uid {
-        (img.mode >> 6) & 7
-    } else if caller.in_group(img.gid) {
-        (img.mode >> 3) & 7
-    } else {
-        img.mode & 7
-    };
-    class & want == want
-}
 
 impl PublicArea {
     /// Checks the first `n` entries of `batch` (structurally valid already) against

@@ -373,7 +373,7 @@ fn may_hard_link(caller: &Caller, file: &InodeImage) -> bool {
     file.mode & S_IFMT == S_IFREG
         && file.mode & S_ISUID == 0
         && file.mode & (S_ISGID | 0o010) != (S_ISGID | 0o010)
-        && super::policy::allows(caller, file, 6)
+        && super::access::allows(caller, file, 6)
 }
 
 /// A new inode's group is the caller's (one of its groups) or, in a set-group-ID directory

@@ -1,9 +1,9 @@
-//! Any bytes, decoded as every link from every party: no panic, and whatever decodes
-//! re-encodes to the same bytes (the encoding is canonical).
+//! Any bytes, decoded as a header and as every link from every party: no panic, and
+//! whatever decodes re-encodes to the same bytes (the encoding is canonical).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use linefs_proto::{decode, encode, Bulk, Codec, Control, Kworker, Party};
+use linefs_proto::{decode, encode, Bulk, Codec, Control, Header, Kworker, Party, HEADER_LEN};
 
 fn check<M: Codec>(data: &[u8], from: Party) {
     if let Ok(frame) = decode::<M>(data, from) {
@@ -12,6 +12,12 @@ fn check<M: Codec>(data: &[u8], from: Party) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    // The header alone (its check byte included): what decodes re-encodes to its bytes.
+    if let Some(head) = data.get(..HEADER_LEN).and_then(|h| <&[u8; HEADER_LEN]>::try_from(h).ok()) {
+        if let Ok(h) = Header::decode(head) {
+            assert_eq!(&h.encode(), head);
+        }
+    }
     for from in [Party::Client, Party::Nicfs, Party::Kworker] {
         check::<Control>(data, from);
         check::<Bulk>(data, from);

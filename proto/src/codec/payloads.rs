@@ -70,7 +70,7 @@
 //!  8 8 free_inodes
 //! ```
 
-use super::{EncodeError, Fixed, FixedOut, Reader};
+use super::{EncodeError, Fixed, FixedOut, Reader, Reserved};
 use crate::error::{errno, DecodeError};
 use crate::kind::Kind;
 use crate::messages::*;
@@ -375,7 +375,7 @@ impl Payload for Creds {
             .u32::<{ o::NGROUPS }>(list_len("groups", self.groups.len(), MAX_GROUPS)?)
             .put(out);
         for g in &self.groups {
-            out.extend_from_slice(&g.to_le_bytes());
+            linefs_bytes::put_u32(out, *g);
         }
         Ok(())
     }
@@ -385,8 +385,10 @@ impl Payload for Creds {
         let f: Fixed<'_, { o::END }> = r.fixed("credentials")?;
         f.reserved::<{ o::RESERVED }, { o::END }>("credentials")?;
         let n = r.check_count("groups", f.u32::<{ o::NGROUPS }>() as u64, 4, MAX_GROUPS)?;
-        let raw = r.bytes("groups", n * 4)?;
-        let groups = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let mut groups = Vec::with_capacity(n);
+        for _ in 0..n {
+            groups.push(r.u32("groups")?);
+        }
         Ok(Creds { uid: f.u32::<{ o::UID }>(), gid: f.u32::<{ o::GID }>(), groups })
     }
 }
@@ -583,7 +585,7 @@ impl Payload for Published {
             .u32::<{ o::COUNT }>(list_len("published inodes", inodes.len(), MAX_PUBLISHED_INODES)?)
             .put(out);
         for i in inodes {
-            out.extend_from_slice(&i.to_le_bytes());
+            linefs_bytes::put_u64(out, *i);
         }
         Ok(())
     }
@@ -601,12 +603,11 @@ impl Payload for Published {
         let changed = match f.u8::<{ o::SCOPE }>() {
             0 => {
                 let n = r.check_count("published inodes", count, 8, MAX_PUBLISHED_INODES)?;
-                let raw = r.bytes("published inodes", n * 8)?;
-                InodeSet::Listed(
-                    raw.chunks_exact(8)
-                        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                        .collect(),
-                )
+                let mut inodes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    inodes.push(r.u64("published inodes")?);
+                }
+                InodeSet::Listed(inodes)
             }
             1 if count == 0 => InodeSet::All,
             1 => return Err(DecodeError::FieldOutOfRange { field: "published inode count", value: count }),
