@@ -16,7 +16,7 @@
 //! sleep before every entry, so that tests can kill it in the middle of a list.
 
 use crate::args::Args;
-use crate::exec::NodeFiles;
+use linefs_copier::NodeFiles;
 use linefs_pm::signals::SignalSet;
 use linefs_proto::{
     read_frame, write_frame, Channel, CopyDone, CopyFailed, Frame, Heartbeat, Hello, Kworker, Party, ReadError, Role,

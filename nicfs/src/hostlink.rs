@@ -16,7 +16,7 @@
 //! * **Copy lists** ([`HostLink::copy`], [`HostLink::copy_list`]). In normal mode a list is
 //!   sent to the kworker and nicfs waits for `CopyDone`/`CopyFailed` (with a timeout); in
 //!   isolated mode nicfs executes it itself with kworker's executor
-//!   ([`kworker::NodeFiles`] — one piece of code for both). If the kworker dies, or the
+//!   ([`linefs_copier::NodeFiles`] — one piece of code for both). If the kworker dies, or the
 //!   timeout passes, while a list is in flight, nicfs redoes the whole list itself: lists
 //!   are idempotent, so what part of it the dead kworker copied does not matter. A
 //!   `CopyFailed` is returned to the caller, not redone (the same list would fail the same
@@ -31,7 +31,7 @@
 //!   stateless; a new one connects as any first one does.
 
 use crate::conn::{describe, BadFrames};
-use kworker::NodeFiles;
+use linefs_copier::NodeFiles;
 use linefs_proto::{
     recv_frame, write_frame, CopyEntry, CopyList, Frame, Hello, Kworker, Party, PeerCred, ReadError, Received, Role,
     MAX_COPY_ENTRIES,

@@ -1,5 +1,6 @@
-//! The copy-list executor: the one piece of code that applies a [`CopyList`] to a node's
-//! files, used by the kworker daemon (normal mode) and by nicfs itself (isolated mode).
+//! linefs-copier, the copy-list executor: the one piece of code that applies a [`CopyList`]
+//! to a node's files, used by the kworker daemon (normal mode) and by nicfs itself
+//! (isolated mode). It is a library of its own so that neither daemon depends on the other.
 //!
 //! # Semantics
 //!
@@ -41,6 +42,7 @@
 //! that one instead. That is enough: nicfs replaces a slot only once its session is settled
 //! — no list reading the slot is in flight — and sends the next session's lists after the
 //! rename, so every list reads the file its entries were validated against.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use linefs_pm::layout::{Superblock, BLOCK_SIZE};
 use linefs_pm::node::{log_file_name, PUBLIC_FILE};
