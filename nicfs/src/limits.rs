@@ -38,7 +38,7 @@ pub const DEFAULT_FENCED_BACKOFF_MS: u64 = 10_000;
 pub const MAX_FENCED_BACKOFF: Duration = Duration::from_secs(600);
 
 /// The limits in force (0 in a flag means "the default for this node", resolved by
-/// [`crate::args::Args::limits`]).
+/// [`crate::daemon::args::Args::limits`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Limits {
     pub max_connections: u32,

@@ -10,8 +10,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    let args = nicfs::args::Args::parse();
-    match nicfs::daemon::run(args) {
+    match nicfs::run(nicfs::Args::parse().into_config()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("nicfs: {e}");

@@ -1,6 +1,6 @@
 //! What nicfs owns of its node: the exclusive lock of the node (pm's `node::LOCK_FILE`), the mapped PM, the
 //! public area (one publisher at a time: a mutex), the log slots and which of them sessions
-//! hold ([`crate::slots`]: claims, and a fresh log file for every session), and the
+//! hold ([`crate::node::slots`]: claims, and a fresh log file for every session), and the
 //! publication counters.
 //!
 //! Opening the node takes the lock, replaces the log files a client left the wrong size
@@ -16,14 +16,23 @@
 //! mutex, so that sessions interleave and, as recovery assumes, at most one slot can be
 //! caught mid-batch by a crash. Metadata is applied by nicfs; file data becomes the batch's
 //! copy list, executed through the host link before the batch's checkpoint
-//! ([`crate::copylist`]).
+//! ([`crate::host::copylist`]).
 
-use crate::alloc::Alloc;
-use crate::copylist;
-use crate::counters::Counters;
-use crate::hostlink::{Copied, HostLink};
-use crate::leasefile::LeaseFile;
-use crate::rejudge::Rejudge;
+pub(crate) mod alloc;
+pub(crate) mod caller;
+pub(crate) mod grants;
+pub(crate) mod lease_record;
+pub(crate) mod opens;
+pub(crate) mod rejudge;
+pub(crate) mod sigbus;
+pub(crate) mod slots;
+
+use crate::host::copylist;
+use crate::host::link::{Copied, HostLink};
+use crate::node::alloc::Alloc;
+use crate::node::lease_record::LeaseFile;
+use crate::node::rejudge::Rejudge;
+use crate::observe::counters::Counters;
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
@@ -34,8 +43,8 @@ use linefs_pm::record::InodeImage;
 use linefs_pm::recovery::{recover_judged, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 
-pub use crate::slots::Claim;
-use crate::slots::Slots;
+pub use crate::node::slots::Claim;
+use crate::node::slots::Slots;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,9 +82,9 @@ pub struct Node {
     /// Inode numbers and block reservations of the node's sessions.
     pub alloc: Alloc,
     /// Inodes the sessions hold open, and orphans kept for them.
-    pub opens: crate::opens::Opens,
-    /// What each session may write whatever the modes say now ([`crate::grants`]).
-    pub grants: crate::grants::Grants,
+    pub opens: crate::node::opens::Opens,
+    /// What each session may write whatever the modes say now ([`crate::node::grants`]).
+    pub grants: crate::node::grants::Grants,
     /// The write leases, recorded in PM for the next start's recovery.
     pub leases: Arc<LeaseFile>,
     /// Keeps the public file mapped (the area holds its own reference too; the slots hold
@@ -98,7 +107,7 @@ impl Node {
         let mut pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
         linefs_pm::slotfile::remove_stray(dir, &pm.geometry);
         // The log suffixes are admitted by the write leases recorded before the restart, and
-        // what no check saw before the crash is judged by meaning (crate::rejudge); a node
+        // what no check saw before the crash is judged by meaning (crate::node::rejudge); a node
         // without a record (new, or run host-only until now) trusts its logs.
         let (leases, recorded) = LeaseFile::open(dir, pm.geometry.inode_count, pm.geometry.log_slots)
             .map_err(|why| StartError::Leases { dir: dir.to_path_buf(), why })?;
@@ -129,7 +138,7 @@ impl Node {
             counters: Counters::default(),
             alloc,
             opens: Default::default(),
-            grants: crate::grants::Grants::new(geometry.inode_count),
+            grants: crate::node::grants::Grants::new(geometry.inode_count),
             leases: Arc::new(leases),
             _pm: pm,
             _lock: lock,
@@ -189,6 +198,7 @@ fn header_lsn(path: &Path, geo: &Geometry, slot: u32) -> Option<u64> {
 
 impl Node {
     /// Claims a free slot, or None when every slot is held.
+    #[cfg(test)]
     pub fn claim(&self) -> Option<Claim> {
         self.slots.claim()
     }
@@ -200,7 +210,7 @@ impl Node {
 
     /// Frees a claimed slot once its log is settled: its session's reservations end, the
     /// inode numbers it did not use go back, and its log file is replaced by a fresh one
-    /// before anyone may claim it again ([`crate::slots`]).
+    /// before anyone may claim it again ([`crate::node::slots`]).
     pub fn release(&self, claim: Claim) {
         self.leases.session_settled(claim.slot);
         self.alloc.end_session(claim.slot);
@@ -218,7 +228,7 @@ impl Node {
     }
 
     /// The descriptors a client of `slot` is handed: its log file read-write, and the
-    /// public file read-only when `public` (a trusted client, [`crate::trust`]).
+    /// public file read-only when `public` (a trusted client, [`crate::daemon::trust`]).
     pub fn client_files(&self, slot: u32, public: bool) -> std::io::Result<(File, Option<File>)> {
         let log = OpenOptions::new().read(true).write(true).open(self.log_path(slot))?;
         let public = if public { Some(File::open(self.dir.join(PUBLIC_FILE))?) } else { None };
@@ -251,6 +261,7 @@ impl Node {
 
     /// Copies the committed entries of `slot` from `from` that start before `until`, at most
     /// a chunk of them (at least one entry), out of its log file.
+    #[cfg(test)]
     pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
         self.fetch_into(slot, from, until, Vec::new())
     }
@@ -266,7 +277,7 @@ impl Node {
             return Err(resized(why));
         }
         let fetched = self.slots.log(slot).fetch_into(from, until, max, buf);
-        // A shrink during the copy faulted into zeros ([`crate::sigbus`]): what was read
+        // A shrink during the copy faulted into zeros ([`crate::node::sigbus`]): what was read
         // is not the log.
         if let Some(why) = self.slots.resized(slot) {
             return Err(resized(why));

@@ -93,6 +93,7 @@ impl LeaseTable {
 
     /// The earliest deadline of a revoke in flight: a tick later than this expires a
     /// session.
+    #[cfg(test)]
     pub fn next_deadline(&self) -> Option<u64> {
         self.deadlines.due.first().map(|d| d.0)
     }
@@ -151,6 +152,7 @@ impl LeaseTable {
     }
 
     /// The invariants of expiry (see the module docs).
+    #[cfg(test)]
     pub(super) fn check_deadlines(&self) -> Result<(), String> {
         let d = &self.deadlines;
         let mut armed = BTreeSet::new();

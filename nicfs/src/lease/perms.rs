@@ -12,7 +12,7 @@
 //!   record, in an entry committed before the open returns); pm's policy checks it in log
 //!   order, against the public state and the session's own entries before it — exactly
 //!   the state the client checked the open on — and an admitted one, like a create, grants
-//!   the session the file ([`crate::grants`]): the publication rules let the session write
+//!   the session the file ([`crate::node::grants`]): the publication rules let the session write
 //!   that file's data from then on, until its number is freed.
 //! * **Write leases** ([`may_lease_write`]) go only where the caller could use them: a
 //!   client not running as root gets the write lease of a free number unless it is in
@@ -24,9 +24,10 @@
 //!   file named in a directory whose write lease it holds. Anything else is refused
 //!   (EACCES) before the lease table sees the request.
 
-use crate::grants::Grants;
-use crate::leasefile::LeaseFile;
-use crate::leases::Leases;
+use crate::lease::manager::Leases;
+use crate::node::caller::resolve_for;
+use crate::node::grants::Grants;
+use crate::node::lease_record::LeaseFile;
 use crate::session::Session;
 use linefs_pm::public::{allows, Permissions, PublicReader};
 use linefs_pm::record::Caller;
@@ -68,29 +69,6 @@ impl Permissions for SessionPerms<'_> {
 fn resolve(session: &Session, stated: Option<(u32, u32, &[u32])>) -> Result<Caller, String> {
     let peer = &session.cred;
     resolve_for(peer.uid == 0, peer.uid, peer.gid, &session.groups, stated)
-}
-
-/// The caller to check for, for a client of `uid`, `gid` and `groups` that may state
-/// callers (`states`: it runs as root) or not, given what it states.
-pub fn resolve_for(
-    states: bool,
-    uid: u32,
-    gid: u32,
-    groups: &[u32],
-    stated: Option<(u32, u32, &[u32])>,
-) -> Result<Caller, String> {
-    if states {
-        return Ok(match stated {
-            Some((uid, gid, groups)) => Caller { uid, gid, groups: groups.to_vec() },
-            None => Caller::default(),
-        });
-    }
-    if let Some((s, _, _)) = stated {
-        if s != uid {
-            return Err(format!("states uid {s}, but the client process runs as uid {uid}"));
-        }
-    }
-    Ok(Caller { uid, gid, groups: groups.to_vec() })
 }
 
 /// The supplementary groups of the process at the other end of `stream`, as the kernel

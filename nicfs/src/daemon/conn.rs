@@ -1,24 +1,15 @@
-//! One accepted connection: read its Hello (within [`HELLO_TIMEOUT`]), then serve it as a
-//! control connection (a new session, [`crate::control`]), as the bulk connection of an
-//! existing one ([`crate::bulk`]), or as the kworker's link ([`crate::hostlink`]). Also the policy for frames that do not decode.
+//! One accepted connection: read its Hello (within the configured hello timeout), then serve it as a
+//! control connection (a new session, [`crate::daemon::control`]), as the bulk connection of an
+//! existing one ([`crate::daemon::bulk`]), or as the kworker's link ([`crate::host::link`]). Also the policy for frames that do not decode.
 
-use crate::daemon::Ctx;
-use linefs_proto::{
-    answer_bad_frame, peer_credentials, recv_frame, Channel, Control, Party, PeerCred, ReadError, Received,
-};
+use crate::daemon::ctx::Ctx;
+use crate::peer::describe;
+use linefs_proto::{answer_bad_frame, peer_credentials, recv_frame, Channel, Control, Party, Received};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long a new connection may take to say Hello.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a write to a client may block (a client that stops reading is cut off).
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Frames that fail to decode before a connection is closed.
-pub const MAX_BAD_FRAMES: u32 = 8;
 
 /// Serves one accepted connection to its end.
-pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
+pub(super) fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
     let cred = match peer_credentials(&stream) {
         Ok(c) => c,
         Err(e) => {
@@ -27,11 +18,11 @@ pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
         }
     };
     let peer = describe(&cred);
-    if let Err(e) = stream.set_write_timeout(Some(WRITE_TIMEOUT)) {
+    if let Err(e) = stream.set_write_timeout(Some(ctx.timeouts.write)) {
         tracing::warn!(%peer, error = %e, "cannot set a write timeout; closing");
         return;
     }
-    let first: Received<Control> = match recv_frame(&stream, Party::Client, Some(HELLO_TIMEOUT)) {
+    let first: Received<Control> = match recv_frame(&stream, Party::Client, Some(ctx.timeouts.hello)) {
         Ok(r) => r,
         Err(e) => {
             answer_bad_frame(&stream, &peer, &e);
@@ -45,8 +36,8 @@ pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
         return;
     };
     match hello.channel {
-        Channel::Control => crate::control::serve(&ctx, stream, cred, id, hello),
-        Channel::Bulk => crate::bulk::serve(&ctx, stream, cred, id, hello),
+        Channel::Control => crate::daemon::control::serve(&ctx, stream, cred, id, hello),
+        Channel::Bulk => crate::daemon::bulk::serve(&ctx, stream, cred, id, hello),
         Channel::Kworker => {
             if let Err(why) = kworker_allowed(cred.uid, rustix::process::geteuid().as_raw(), ctx.kworker_uid) {
                 ctx.refusals.refused(crate::limits::Refusal::Kworker, &peer, &why);
@@ -82,34 +73,5 @@ mod tests {
         assert!(ok(1000, 0, Some(1000)).is_ok());
         assert!(ok(65534, 0, Some(1000)).is_err());
         assert!(ok(1000, 1000, None).is_ok());
-    }
-}
-
-/// A peer as logs name it.
-pub fn describe(cred: &PeerCred) -> String {
-    format!("pid {} uid {} gid {}", cred.pid, cred.uid, cred.gid)
-}
-
-/// Counts the frames of one connection that did not decode.
-#[derive(Default)]
-pub struct BadFrames(u32);
-
-impl BadFrames {
-    /// Answers a failed read (see [`answer_bad_frame`]) and says whether to keep reading:
-    /// not after the end of the connection, a frame not consumed whole, or too many bad
-    /// frames.
-    pub fn go_on(&mut self, stream: &UnixStream, peer: &str, err: &ReadError) -> bool {
-        if matches!(err, ReadError::Closed) {
-            return false;
-        }
-        if !answer_bad_frame(stream, peer, err) {
-            return false;
-        }
-        self.0 += 1;
-        if self.0 >= MAX_BAD_FRAMES {
-            tracing::warn!(peer, bad = self.0, "too many bad frames; disconnecting");
-            return false;
-        }
-        true
     }
 }

@@ -14,7 +14,7 @@
 //! (`mmap(MAP_FIXED | MAP_ANONYMOUS)`) and counting the hit on that range; the access is
 //! retried and reads zeros (or writes into that private page). A zero header or entry
 //! fails its checks, so the fetch or scan fails cleanly; nicfs also checks the file's size
-//! and the hit count after each fetch ([`crate::slots::Slots::resized`]) and fails the
+//! and the hit count after each fetch ([`crate::node::slots::Slots::resized`]) and fails the
 //! session with a clear reason. The slot's file is replaced at the end of the session, and
 //! the patched mapping with it. A SIGBUS anywhere else is not ours: the handler restores
 //! the default action, says so on stderr, and the fault kills the process as before.

@@ -47,7 +47,7 @@
 //! all answered before it ends).
 //!
 //! **Resized files.** Every mapping of a log file is registered with the SIGBUS guard
-//! ([`crate::sigbus`]) for as long as the mapping lives (a reader may finish on an old one
+//! ([`crate::node::sigbus`]) for as long as the mapping lives (a reader may finish on an old one
 //! after a swap), and [`Slots::resized`] tells a fetch that the client resized its file —
 //! its size is not the geometry's, or a read of the mapping faulted — so that the session
 //! fails instead of nicfs.
@@ -85,8 +85,8 @@ enum State {
 struct Slot {
     /// nicfs's mapping of the slot's log file, swapped when the file is replaced.
     log: RwLock<Arc<LogSlot>>,
-    /// The SIGBUS guard of that mapping ([`crate::sigbus`]).
-    guard: RwLock<Option<Arc<crate::sigbus::Guard>>>,
+    /// The SIGBUS guard of that mapping ([`crate::node::sigbus`]).
+    guard: RwLock<Option<Arc<crate::node::sigbus::Guard>>>,
     /// nicfs's record of the slot's durable checkpoint (see the module notes).
     checkpoint: AtomicU64,
 }
@@ -101,7 +101,7 @@ pub struct Slots {
     replaced: AtomicU64,
     /// Every guarded mapping that may still be accessed: a guard is dropped only once its
     /// mapping is gone (a reader may finish on an old mapping after a swap).
-    guards: Mutex<Vec<(Weak<PmRegion>, Arc<crate::sigbus::Guard>)>>,
+    guards: Mutex<Vec<(Weak<PmRegion>, Arc<crate::node::sigbus::Guard>)>>,
     /// Sessions found with their log file resized (status).
     resized_found: AtomicU64,
 }
@@ -149,13 +149,13 @@ impl Slots {
         self.slots[slot as usize].log.read().clone()
     }
 
-    /// Guards slot `slot`'s mapping now against SIGBUS ([`crate::sigbus`]), and lets go of
+    /// Guards slot `slot`'s mapping now against SIGBUS ([`crate::node::sigbus`]), and lets go of
     /// the guards of mappings that are gone.
     fn guard(&self, slot: u32) {
         let region = self.log(slot).region().clone();
         let mut guards = self.guards.lock();
         guards.retain(|(r, _)| r.strong_count() > 0);
-        let guard = region.mapped_range().and_then(|(start, len)| crate::sigbus::register(start, len));
+        let guard = region.mapped_range().and_then(|(start, len)| crate::node::sigbus::register(start, len));
         if let Some(g) = &guard {
             guards.push((Arc::downgrade(&region), g.clone()));
         }
@@ -206,6 +206,7 @@ impl Slots {
 
     /// Claims a free slot (the lowest), or None when every slot is held. A stale slot is
     /// replaced first, or skipped.
+    #[cfg(test)]
     pub fn claim(&self) -> Option<Claim> {
         self.claim_keeping(0)
     }

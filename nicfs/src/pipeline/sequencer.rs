@@ -17,7 +17,7 @@
 //!   client attaching again at once finds a slot).
 //! * `PublishTo{lsn}`: the lease table waits for this session's log up to `lsn` (a write
 //!   lease handed back): publish up to there, then tell the lease manager what is
-//!   published ([`crate::leases::Leases::published`]).
+//!   published ([`crate::lease::manager::Leases::published`]).
 //! * `Fence`: the session's lease expired ([`Session::expire`]). Its committed log as it
 //!   stands now (a scan of the slot from its checkpoint, under the public area's mutex)
 //!   ends at the *fence*: the sequencer publishes up to there — whatever the client
@@ -32,17 +32,19 @@
 //! (later requests get an Error, its chunks in flight are dropped) and logs it; nicfs and
 //! the other sessions carry on.
 //!
-//! **End-to-end timings** ([`crate::latency::EndToEnd`]): a `ChunkReady` is stamped when its
+//! **End-to-end timings** ([`crate::observe::latency::EndToEnd`]): a `ChunkReady` is stamped when its
 //! frame is read and recorded when a publication reaches its LSN, just before the
 //! `Published` that covers it is written; an `Fsync` is stamped when read and recorded just
 //! before its `FsyncDone` is written (so a client that has the answer finds it counted). A
 //! `ChunkReady` for what is published already, one whose LSN is not beyond the last one
 //! waiting, those of a failed session and fsyncs answered with an error are not timed.
 
-use crate::daemon::Ctx;
-use crate::node::Claim;
+use crate::lease::manager::Leases;
+use crate::node::{Claim, Node};
+use crate::observe::latency::EndToEnd;
+use crate::pipeline::Pipeline;
 use crate::pipeline::{Event, FetchReq, Flow};
-use crate::session::Session;
+use crate::session::{Job, Session, Sessions};
 use linefs_pm::public::PublishError;
 use linefs_pm::publish::{Published, SlotError};
 use linefs_proto::{Bulk, Control, Frame, FsyncDone, InodeSet, Rejected, MAX_PUBLISHED_INODES};
@@ -51,53 +53,33 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long nicfs's shutdown waits for one session to settle.
-pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most `ChunkReady` notices of one session timed at once (a client that announces LSNs it
 /// never commits cannot grow the list beyond this).
 pub const MAX_TIMED_CHUNKS: usize = 1024;
 
-/// What a session's sequencer does next.
-#[derive(Debug)]
-pub enum Job {
-    /// A `ChunkReady` for `lsn`, read at `at`.
-    Chunk {
-        lsn: u64,
-        at: Instant,
-    },
-    /// The client's Fsync request `id` for `lsn`, read at `at`.
-    Fsync {
-        id: u64,
-        lsn: u64,
-        at: Instant,
-    },
-    End,
-    /// The client's Detach request `id`: [`Job::End`], then Ok.
-    Detach {
-        id: u64,
-    },
-    /// Publish up to `lsn` for the lease table, then feed it what is published.
-    PublishTo {
-        lsn: u64,
-    },
-    /// Publish everything committed (dropping a refused suffix), then answer.
-    Settle(crossbeam_channel::Sender<()>),
-    /// The session's lease expired: fence it (see the module docs).
-    Fence,
+/// What every session's sequencer works with, handed over by the daemon: the node, the
+/// pipeline it asks for fetches, the registry it leaves at the end, the lease manager it
+/// tells what is published, and the end-to-end latencies it records.
+pub struct Parts {
+    pub node: Arc<Node>,
+    pub pipeline: Arc<Pipeline>,
+    pub sessions: Arc<Sessions>,
+    pub leases: Arc<Leases>,
+    pub latency: Arc<EndToEnd>,
 }
 
 /// Where a session's publication stands.
 struct Sequencer<'a> {
-    ctx: &'a Ctx,
+    parts: &'a Parts,
     session: &'a Session,
     flow: Arc<Flow>,
     /// Publish up to here (what the client declared committed; everything at the end).
     target: u64,
     /// The next fetch starts here.
     cursor: u64,
-    /// Bumped when the cursor goes back (a chunk ended short): fetches of an older epoch
+    /// Bumped when the cursor goes back (a chunk ended short): fetches of an older generation
     /// do not move it.
-    epoch: u64,
+    generation: u64,
     fetching: bool,
     /// The `until` of the fetch in flight: a fetch that ends before it found the end of
     /// the log (the target may have risen meanwhile: that is no reason to stop).
@@ -124,17 +106,17 @@ struct Sequencer<'a> {
 }
 
 /// Runs the sequencer of `session` until its `End` job (or its queue closes) is done.
-pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_channel::Receiver<Job>) {
+pub fn run(parts: Arc<Parts>, session: Arc<Session>, claim: Claim, jobs: crossbeam_channel::Receiver<Job>) {
     let _span = tracing::info_span!("session", id = session.id, slot = session.slot).entered();
     let (tx, events) = crossbeam_channel::unbounded();
     let start = session.published.load(Ordering::Acquire);
     let mut s = Sequencer {
-        ctx: &ctx,
+        parts: &parts,
         session: &session,
         flow: Arc::new(Flow { session: session.clone(), events: tx }),
         target: start,
         cursor: start,
-        epoch: 0,
+        generation: 0,
         fetching: false,
         asked: start,
         exhausted: false,
@@ -172,9 +154,9 @@ pub fn run(ctx: Arc<Ctx>, session: Arc<Session>, claim: Claim, jobs: crossbeam_c
         }
     }
     let detach = s.detach;
-    end(&ctx, &session, claim, detach);
-    ctx.pipeline.forget(session.id);
-    ctx.sessions.remove(session.id);
+    end(&parts, &session, claim, detach);
+    parts.pipeline.forget(session.id);
+    parts.sessions.remove(session.id);
 }
 
 impl Sequencer<'_> {
@@ -229,7 +211,7 @@ impl Sequencer<'_> {
         }
         let why = session.failure().unwrap_or_else(|| "its lease expired".into());
         let published = session.published.load(Ordering::Acquire);
-        let fence = match self.ctx.node.committed_end(session.slot) {
+        let fence = match self.parts.node.committed_end(session.slot) {
             Ok(end) => end.max(published),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the log's end: fenced where it is published");
@@ -285,10 +267,10 @@ impl Sequencer<'_> {
             if lsn > p.upto {
                 break;
             }
-            self.ctx.latency.chunk.since(at);
+            self.parts.latency.chunk.since(at);
             self.chunks_timed.pop_front();
         }
-        let reclaim = self.ctx.node.reclaim_lsn(self.session.slot).unwrap_or(0).min(p.upto);
+        let reclaim = self.parts.node.reclaim_lsn(self.session.slot).unwrap_or(0).min(p.upto);
         notify_published(self.session, p, reclaim);
     }
 
@@ -304,9 +286,9 @@ impl Sequencer<'_> {
         }
         self.fetching = true;
         self.asked = self.target;
-        self.ctx.pipeline.fetch(FetchReq {
+        self.parts.pipeline.fetch(FetchReq {
             flow: self.flow.clone(),
-            epoch: self.epoch,
+            generation: self.generation,
             from: self.cursor,
             until: self.target,
             seq: self.next_seq,
@@ -315,10 +297,10 @@ impl Sequencer<'_> {
 
     fn event(&mut self, e: Event) {
         match e {
-            Event::Fetched { epoch, end, next_seq, error } => {
+            Event::Fetched { generation, end, next_seq, error } => {
                 self.fetching = false;
                 self.next_seq = next_seq;
-                if epoch == self.epoch {
+                if generation == self.generation {
                     self.cursor = end;
                     if end < self.asked {
                         self.exhausted = true;
@@ -340,7 +322,7 @@ impl Sequencer<'_> {
                             // The chunk held less than was fetched (an entry failed its
                             // checks on the copy): the log ends there for now; later chunks
                             // in flight are stale.
-                            self.epoch += 1;
+                            self.generation += 1;
                             self.cursor = p.upto;
                             self.exhausted = true;
                         }
@@ -364,7 +346,7 @@ impl Sequencer<'_> {
         };
         let reason = e.to_string();
         tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
-        self.ctx.node.counters.rejection();
+        self.parts.node.counters.rejection();
         if let Some(p) = published.as_ref().filter(|p| p.entries > 0) {
             self.published(p);
         }
@@ -382,7 +364,7 @@ impl Sequencer<'_> {
         let session = self.session;
         let published = session.published.load(Ordering::Acquire);
         let idle = self.idle();
-        let fsync_latency = &self.ctx.latency.fsync;
+        let fsync_latency = &self.parts.latency.fsync;
         self.waiters.retain(|&(id, lsn, at)| {
             let reply = if session.failed() {
                 session.control_error(id, libc::EIO, "an entry before the fsync point was refused")
@@ -406,7 +388,7 @@ impl Sequencer<'_> {
         // that as far enough; a failed session ends its leases).
         self.lease_waits.retain(|&lsn| {
             if session.failed() || published >= lsn || idle {
-                session.leases.published(session, lsn);
+                self.parts.leases.published(session, lsn);
                 false
             } else {
                 true
@@ -418,7 +400,7 @@ impl Sequencer<'_> {
                 // pass on.
                 session.fail(session.failure().unwrap_or_else(|| "fenced".into()));
             }
-            drop_refused_suffix(self.ctx, session);
+            drop_refused_suffix(self.parts, session);
             for done in self.settles.drain(..) {
                 let _ = done.send(());
             }
@@ -441,8 +423,8 @@ fn notify_published(session: &Session, p: &Published, reclaim_lsn: u64) {
 
 /// The end of a session (its committed log published): free the slot, answer a Detach,
 /// hang up.
-fn end(ctx: &Ctx, session: &Session, claim: Claim, detach: Option<u64>) {
-    ctx.node.release(claim);
+fn end(parts: &Parts, session: &Session, claim: Claim, detach: Option<u64>) {
+    parts.node.release(claim);
     if let Some(id) = detach {
         if let Err(e) = session.send_control(&Frame { id, msg: Control::Ok }) {
             tracing::debug!(error = %e, "cannot answer Detach");
@@ -459,11 +441,11 @@ fn end(ctx: &Ctx, session: &Session, claim: Claim, detach: Option<u64>) {
 
 /// If the session failed, drops its refused suffix: its writer is gone or nicfs stops, and
 /// the slot's next client must start clean. Idempotent.
-fn drop_refused_suffix(ctx: &Ctx, session: &Session) {
+fn drop_refused_suffix(parts: &Parts, session: &Session) {
     if !session.failed() {
         return;
     }
-    match ctx.node.discard_unpublished(session.slot) {
+    match parts.node.discard_unpublished(session.slot) {
         Ok((from, to)) if to > from => {
             tracing::warn!(from, to, "dropped the refused suffix of the log");
             session.published.store(to, Ordering::Release);
@@ -474,14 +456,14 @@ fn drop_refused_suffix(ctx: &Ctx, session: &Session) {
 }
 
 /// Has the session's sequencer publish everything its slot has committed (or drop its
-/// refused suffix) and waits for it, at most [`SETTLE_TIMEOUT`] (nicfs stops). Nothing to
+/// refused suffix) and waits for it, at most `timeout` (nicfs stops). Nothing to
 /// do if the session has ended already.
-pub fn settle(session: &Session) {
+pub fn settle(session: &Session, timeout: Duration) {
     let (tx, rx) = crossbeam_channel::bounded(1);
     if session.jobs.send(Job::Settle(tx)).is_err() {
         return;
     }
-    match rx.recv_timeout(SETTLE_TIMEOUT) {
+    match rx.recv_timeout(timeout) {
         Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
         Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
             tracing::warn!(session = session.id, "session did not settle in time");

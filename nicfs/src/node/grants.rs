@@ -4,7 +4,7 @@
 //! POSIX lets a file opened for writing be written through that open after its mode
 //! changes, and lets its creator write it whatever mode it was created with. A session is
 //! granted an inode when one of its admitted entries creates it or opens it for writing
-//! (an OPEN_WRITE record, checked by pm's policy in log order, [`crate::perms`]).
+//! (an OPEN_WRITE record, checked by pm's policy in log order, [`crate::lease::perms`]).
 //!
 //! A grant is never dropped for room: it lasts until the inode's number is freed, or the
 //! session ends. The number of grants a session holds is bounded by the node's inode count,
@@ -13,14 +13,14 @@
 //! not rest on the caller alone.
 //!
 //! **Frees end every session's grant.** When a free of a number is published — an admitted
-//! FREE_INODE of any session ([`crate::perms::SessionPerms`] is told in log order), or a
+//! FREE_INODE of any session ([`crate::lease::perms::SessionPerms`] is told in log order), or a
 //! kept orphan freed by nicfs ([`crate::node::Node::free_orphan`]) — no session keeps a
 //! grant of it, so a file made later under the same number starts with none, and a forged
 //! write to it is judged by its own mode. A grantee cannot lose a grant it still needs
 //! this way: a session's writes to an inode are published before another session can log
 //! its free — the free needs the write lease, and nicfs moves a write lease only after
 //! publishing its holder's log up to the hand-back — and an inode another session holds
-//! open is not freed but kept ([`crate::opens`]).
+//! open is not freed but kept ([`crate::node::opens`]).
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -67,6 +67,7 @@ impl Grants {
     }
 
     /// Grants held, over every session.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.by_session.lock().values().map(HashSet::len).sum()
     }

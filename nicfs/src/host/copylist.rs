@@ -12,7 +12,7 @@
 //! Destinations are byte offsets of the public file that pm computed from the validated
 //! records and the block maps; kworker refuses any outside the data area.
 
-use crate::hostlink::{Copied, HostLink, COPY_TIMEOUT};
+use crate::host::link::{Copied, HostLink, COPY_TIMEOUT};
 use linefs_pm::public::{Collector, DataMover, Move};
 use linefs_proto::{CopyEntry, CopySource};
 

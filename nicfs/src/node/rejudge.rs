@@ -2,10 +2,10 @@
 //! (pm's [`RecoveryPolicy`]): every entry by the write leases recorded in PM
 //! ([`LeaseFile::admits`]), and, for a slot whose session's credentials are recorded, every
 //! entry at or past its admitted LSN by meaning too — the permission rules of publication,
-//! for the caller those credentials resolve ([`crate::perms::resolve_for`]), against the
+//! for the caller those credentials resolve ([`crate::lease::perms::resolve_for`]), against the
 //! state recovery has built so far.
 //!
-//! Write grants (what a session may write whatever the modes say, [`crate::grants`]) are not
+//! Write grants (what a session may write whatever the modes say, [`crate::node::grants`]) are not
 //! recorded: those an entry of the suffix makes (a create, an OPEN_WRITE) hold for the
 //! entries after it, as in publication; one made by an entry published before the crash is
 //! gone. So a write, past the admitted LSN, to a file whose mode does not let the caller
@@ -14,7 +14,7 @@
 //! suffix lost in that corner (fsync waits for publication, so nothing an fsync
 //! acknowledged is lost). A free, of any slot, ends every slot's grant of the number.
 
-use crate::leasefile::{LeaseFile, SlotCreds};
+use crate::node::lease_record::{LeaseFile, SlotCreds};
 use linefs_pm::public::Permissions;
 use linefs_pm::record::{Caller, Record};
 use linefs_pm::recovery::RecoveryPolicy;
@@ -66,7 +66,7 @@ struct SlotPerms<'a> {
 impl Permissions for SlotPerms<'_> {
     fn caller(&self, stated: Option<&Caller>) -> Result<Caller, String> {
         let c = self.creds.as_ref().map_err(Clone::clone)?;
-        crate::perms::resolve_for(
+        crate::node::caller::resolve_for(
             c.states_callers,
             c.uid,
             c.gid,

@@ -15,11 +15,11 @@
 //! **Timings.** An item is stamped when it is queued; the thread that takes it records its
 //! *wait* (queued → taken) and, once the handler returns, its *service* time (the handler's
 //! run) in the stage's two [`Latency`] histograms, shown in [`StageStatus`] and exported by
-//! [`crate::metrics`]. A handler's run is what the stage did for that item: a whole fetch
+//! [`crate::daemon::metrics`]. A handler's run is what the stage did for that item: a whole fetch
 //! request for **fetch** (every chunk it cut), and for **publish** the item's batch plus
 //! any later chunks of the same session that were parked waiting for it.
 
-use crate::latency::{Latency, Summary};
+use crate::observe::latency::{Latency, Summary};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! mode switch and at exit. Written to a temporary file in the same directory and renamed
 //! over the old one, so a reader never sees half a file.
 
-use crate::daemon::Ctx;
+use crate::daemon::ctx::Ctx;
 use serde::Serialize;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -21,22 +21,22 @@ pub struct Status {
     pub metrics_addr: Option<String>,
     pub log_slots: u32,
     /// Log files replaced by fresh ones since start: every slot at start, then one per
-    /// session ended ([`crate::slots`]).
+    /// session ended ([`crate::node::slots`]).
     pub log_files_replaced: u64,
     pub stopping: bool,
     pub sessions: Vec<SessionStatus>,
     /// The mode (normal / isolated) and the kworker.
-    pub host: crate::hostlink::HostStatus,
-    /// The publication counters ([`crate::counters`]).
-    pub counters: crate::counters::CounterSnapshot,
+    pub host: crate::host::link::HostStatus,
+    /// The publication counters ([`crate::observe::counters`]).
+    pub counters: crate::observe::counters::CounterSnapshot,
     /// The pipeline's stages: queue lengths, threads, work done, wait and service latency.
-    pub stages: Vec<crate::stage::StageStatus>,
+    pub stages: Vec<crate::pipeline::stage::StageStatus>,
     /// End-to-end latencies: ChunkReady → Published, Fsync → FsyncDone.
-    pub latency: crate::latency::EndToEndStatus,
+    pub latency: crate::observe::latency::EndToEndStatus,
     /// The lease table: inodes leased, readers, writers, waiting requests, revokes in
     /// flight, publications awaited, implicit ranges, sessions, and counters since start.
-    pub leases: crate::lease::Counts,
-    /// Orphans kept because a client holds them open ([`crate::opens`]).
+    pub leases: crate::lease::table::Counts,
+    /// Orphans kept because a client holds them open ([`crate::node::opens`]).
     pub orphans_kept: u64,
     /// Inodes some client holds open.
     pub inodes_open: u64,
@@ -65,7 +65,7 @@ pub struct SessionStatus {
 }
 
 /// The daemon's state now.
-pub fn snapshot(ctx: &Ctx) -> Status {
+pub(super) fn snapshot(ctx: &Ctx) -> Status {
     let (orphans_kept, inodes_open) = ctx.node.opens.counts();
     Status {
         pid: std::process::id(),
@@ -106,12 +106,12 @@ pub fn snapshot(ctx: &Ctx) -> Status {
 }
 
 /// What the per-user limits refused since start, and the resized log files found.
-pub fn refusals(ctx: &Ctx) -> crate::limits::RefusalCounts {
+pub(super) fn refusals(ctx: &Ctx) -> crate::limits::RefusalCounts {
     crate::limits::RefusalCounts { log_resized: ctx.node.log_files_resized(), ..ctx.refusals.counts() }
 }
 
 /// Writes the status to `path` atomically.
-pub fn write(ctx: &Ctx, path: &Path) -> std::io::Result<()> {
+pub(super) fn write(ctx: &Ctx, path: &Path) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(&snapshot(ctx)).map_err(std::io::Error::other)?;
     // A name of its own per write: the status thread and the exit may write at once.
     static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -133,7 +133,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Rewrites the status file every [`INTERVAL`], and at once when `kicked` (a mode switch),
 /// until the daemon stops.
-pub fn run(ctx: std::sync::Arc<Ctx>, path: std::path::PathBuf, kicked: crossbeam_channel::Receiver<()>) {
+pub(super) fn run(ctx: std::sync::Arc<Ctx>, path: std::path::PathBuf, kicked: crossbeam_channel::Receiver<()>) {
     while !ctx.stopping() {
         if let Err(e) = write(&ctx, &path) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");

@@ -1,27 +1,28 @@
 //! The control connection: attach (claim a slot, start the session and its publisher,
 //! answer `Attached` with the log file's descriptor, and the public file's for a trusted
-//! client, [`crate::trust`]), then serve requests until the connection ends — which ends
+//! client, [`crate::daemon::trust`]), then serve requests until the connection ends — which ends
 //! the session.
 //!
 //! Served today: `Ping`, `Fsync` (through the publisher, so in order with the chunks),
 //! `AllocInodes`, `ReserveBlocks`, `ReleaseBlocks`, `StatFs` (the node's allocation state,
-//! [`crate::alloc`]), `Detach`, and the leases ([`crate::leases`]): `LeaseRequest` is fed
+//! [`crate::node::alloc`]), `Detach`, and the leases ([`crate::lease::manager`]): `LeaseRequest` is fed
 //! to the lease table and answered `LeaseGranted` later, from the session's outbox, when
 //! the table grants it (the reader never waits for a grant); `LeaseRelease` is fed and
 //! answered `Ok`; `RevokeDone`, the answer to nicfs's `Revoke`, is fed. (Opens for writing
 //! are not requests: a client logs them, and they are checked with its entries,
-//! [`crate::perms`].)
+//! [`crate::lease::perms`].)
 //!
 //! A lease request must name an inode number of the node (EINVAL) and, from a direct API
 //! user, state the uid and gid SO_PEERCRED gave (EPERM); a failed or expired session gets
 //! EIO with the reason.
 //! Permission checks against the stated credentials come later.
 
-use crate::conn::{describe, BadFrames};
-use crate::daemon::Ctx;
-use crate::lease::Input;
+use crate::daemon::ctx::Ctx;
+use crate::lease::table::Input;
 use crate::limits::Refusal;
-use crate::publisher::{self, Job};
+use crate::peer::{describe, BadFrames};
+use crate::pipeline::sequencer;
+use crate::session::Job;
 use crate::session::{run_outbox, Session};
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_proto::{
@@ -33,7 +34,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
 /// Attaches a client and serves its control connection.
-pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, hello: Hello) {
+pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, hello: Hello) {
     let peer = describe(&cred);
     let Some(session) = attach(ctx, &stream, &cred, hello_id, hello) else { return };
     let _span = tracing::info_span!("session", id = session.id, slot = session.slot).entered();
@@ -212,7 +213,7 @@ fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (
     }
     if r.mode == linefs_proto::LeaseMode::Write {
         let (public, grants) = (ctx.node.public_reader(), &ctx.node.grants);
-        crate::perms::may_lease_write(&public, grants, &ctx.leases, session, r.inode)
+        crate::lease::perms::may_lease_write(&public, grants, &ctx.leases, session, r.inode)
             .map_err(|why| (libc::EACCES, why))?;
     }
     Ok(())
@@ -266,9 +267,9 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         return refuse(libc::ESHUTDOWN, "nicfs is shutting down");
     }
     let node = &ctx.node;
-    // Only a trusted client is handed the public file (crate::trust): the groups are the
+    // Only a trusted client is handed the public file (crate::daemon::trust): the groups are the
     // kernel's, recorded at connect. Groups that cannot be read trust the uid alone.
-    let groups = crate::perms::peer_groups(stream).unwrap_or_else(|e| {
+    let groups = crate::lease::perms::peer_groups(stream).unwrap_or_else(|e| {
         tracing::warn!(%peer, error = %e, "cannot read the peer's groups (SO_PEERGROUPS); none assumed");
         Vec::new()
     });
@@ -301,11 +302,11 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     node.alloc.begin_session(slot, cred.uid);
     ctx.leases.attach(sid, slot);
     // Recorded before Attached, so before the client can log: a restart's recovery judges
-    // what it logged and nicfs did not apply by these credentials (crate::leasefile).
-    if groups.len() > crate::leasefile::MAX_GROUPS {
-        tracing::warn!(%peer, groups = groups.len(), "more supplementary groups than recovery records; it judges with the first {}", crate::leasefile::MAX_GROUPS);
+    // what it logged and nicfs did not apply by these credentials (crate::node::lease_record).
+    if groups.len() > crate::node::lease_record::MAX_GROUPS {
+        tracing::warn!(%peer, groups = groups.len(), "more supplementary groups than recovery records; it judges with the first {}", crate::node::lease_record::MAX_GROUPS);
     }
-    let creds = crate::leasefile::SlotCreds {
+    let creds = crate::node::lease_record::SlotCreds {
         uid: cred.uid,
         gid: cred.gid,
         groups: groups.clone(),
@@ -314,12 +315,12 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     node.leases.session_attached(slot, &creds, groups.len(), start);
     let (session, rx, out_rx) = Session::new(sid, slot, (*cred, groups), hello.role, writer, start, ctx.leases.clone());
     let session = Arc::new(session);
-    let (c, sess, leases) = (ctx.clone(), session.clone(), ctx.leases.clone());
+    let (parts, sess, leases) = (ctx.sequencing.clone(), session.clone(), ctx.leases.clone());
     std::thread::Builder::new()
         .name(format!("publish-{sid}"))
         .spawn(move || {
-            let node = c.node.clone();
-            publisher::run(c, sess, claim, rx);
+            let node = parts.node.clone();
+            sequencer::run(parts, sess, claim, rx);
             // The log is settled and the publisher gone: whatever the session held is free,
             // and orphans kept only for it go.
             leases.session_ended(sid);
@@ -340,8 +341,9 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     ctx.sessions.insert(session.clone());
     drop(one_at_a_time);
     // A first range of inode numbers; a node with none left still attaches (reads work).
-    let grant =
-        ctx.leases.grant_inodes(sid, |busy| node.alloc.grant_inodes_avoiding(slot, crate::alloc::FIRST_GRANT, busy));
+    let grant = ctx
+        .leases
+        .grant_inodes(sid, |busy| node.alloc.grant_inodes_avoiding(slot, crate::node::alloc::FIRST_GRANT, busy));
     let inodes = match grant {
         Ok((first, count)) => InodeRange { first, count },
         Err(_) => InodeRange { first: 0, count: 0 },

@@ -5,6 +5,7 @@ use super::{LeaseTable, SessionId};
 use std::collections::{BTreeSet, HashMap};
 
 impl LeaseTable {
+    #[cfg(test)]
     /// Checks every structural invariant; the first violation, described.
     pub fn check(&self) -> Result<(), String> {
         let mut leases = BTreeSet::new();

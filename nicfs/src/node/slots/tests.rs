@@ -1,7 +1,7 @@
 //! A slot's log file replaced at start and at every release, through the `Node` that owns
 //! the slots: the old file's holders cut off, the checkpoint nicfs's own, the locks.
 
-use crate::hostlink::HostLink;
+use crate::host::link::HostLink;
 use crate::node::Node;
 use linefs_pm::layout::FormatParams;
 use linefs_pm::node::log_file_name;

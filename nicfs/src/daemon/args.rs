@@ -1,14 +1,15 @@
-//! The command line (`--cpus` names the SmartNIC's own cores in the emulation; the list
-//! and the pinning are `linefs_pm::cpus`; `--metrics-addr` is checked to be on the
-//! loopback here, before anything starts).
+//! The command line, which only parses into a [`Config`] ([`Args::into_config`]): nothing
+//! but `main` sees the flags. `--cpus` names the SmartNIC's own cores in the emulation (the
+//! list and the pinning are `linefs_pm::cpus`); `--metrics-addr` is checked to be on the
+//! loopback here, before anything starts.
 
 use clap::Parser;
 use linefs_pm::cpus::{self, CpuList};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::limits::Limits;
-use linefs_pm::layout::Geometry;
+use crate::config::{Config, LimitRequest, Threads, Timeouts};
+use std::time::Duration;
 
 /// nicfs: owns a node's PM, attaches its clients and publishes their logs.
 #[derive(Debug, Parser)]
@@ -49,7 +50,7 @@ pub struct Args {
     /// The group (number or name) whose members, besides root, are handed the node's public
     /// file when they attach — a privilege equal to reading every file of the node (like
     /// the `disk` group's). None by default: only root reads the node directly.
-    #[arg(long, value_name = "GID|NAME", value_parser = crate::trust::parse_group)]
+    #[arg(long, value_name = "GID|NAME", value_parser = crate::daemon::trust::parse_group)]
     pub trusted_group: Option<u32>,
     /// The uid a kworker must run as, besides nicfs's own (when nicfs runs as root, any
     /// other uid is refused the kworker channel).
@@ -85,25 +86,32 @@ pub struct Args {
 }
 
 impl Args {
-    /// The limits the flags give for a node of geometry `geo` (a 0 takes the default).
-    pub fn limits(&self, geo: &Geometry) -> Limits {
-        let args = self;
-        let slots = geo.log_slots;
-        let root_reserved_slots = args.root_reserved_slots.unwrap_or(u32::from(slots > 1)).min(slots);
-        let open = slots - root_reserved_slots;
-        let or = |v: u64, d: u64| if v == 0 { d } else { v };
-        Limits {
-            max_connections: args.max_connections,
-            max_connections_per_uid: args.max_connections_per_uid,
-            max_slots_per_uid: if args.max_slots_per_uid == 0 {
-                (open / 2).max(2).min(open.max(1))
-            } else {
-                args.max_slots_per_uid
+    /// The configuration the flags give (the limits still to be resolved against the
+    /// node's geometry, [`LimitRequest::resolve`]).
+    pub fn into_config(self) -> Config {
+        Config {
+            limits: LimitRequest {
+                max_connections: self.max_connections,
+                max_connections_per_uid: self.max_connections_per_uid,
+                max_slots_per_uid: self.max_slots_per_uid,
+                root_reserved_slots: self.root_reserved_slots,
+                max_inodes_per_uid: self.max_inodes_per_uid,
+                max_blocks_per_uid: self.max_blocks_per_uid,
+                fenced_backoff_ms: self.fenced_backoff_ms,
             },
-            root_reserved_slots,
-            max_inodes_per_uid: or(args.max_inodes_per_uid, (geo.inode_count / 2).max(4 * crate::alloc::FIRST_GRANT)),
-            max_blocks_per_uid: or(args.max_blocks_per_uid, geo.data_blocks / 2),
-            fenced_backoff_ms: args.fenced_backoff_ms,
+            node: self.node,
+            socket: self.socket,
+            cpus: self.cpus,
+            status_file: self.status_file,
+            metrics_addr: self.metrics_addr,
+            kworker_heartbeat: Duration::from_millis(self.kworker_heartbeat_ms),
+            kworker_uid: self.kworker_uid,
+            trusted_group: self.trusted_group,
+            lease_timeout_ms: self.lease_timeout_ms,
+            chunk_bytes: self.chunk_bytes,
+            coalesce: !self.no_coalesce,
+            threads: Threads::default(),
+            timeouts: Timeouts::default(),
         }
     }
 }

@@ -2,9 +2,9 @@
 //! work happens) and its [`CounterSnapshot`] (plain numbers, serde), which the status file
 //! shows as `counters` and which an exporter (Prometheus, later) can publish field by field.
 //! The pipeline's gauges — each stage's queue length and threads — are the stages'
-//! own ([`crate::stage::StageStatus`]).
+//! own ([`crate::pipeline::stage::StageStatus`]).
 
-use crate::hostlink::Copied;
+use crate::host::link::Copied;
 use linefs_pm::coalesce::Saved;
 use linefs_pm::publish::Published;
 use serde::Serialize;

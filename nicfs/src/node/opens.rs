@@ -12,7 +12,7 @@
 //! which could overtake that client's unpublished entries; it frees it itself
 //! ([`crate::node::Node::free_orphan`]) only once the last opener's session has ended (its
 //! log is settled by then). Either way the freeing client's
-//! lease on the number ends ([`crate::lease::Input::Forget`]) and the number goes back to
+//! lease on the number ends ([`crate::lease::table::Input::Forget`]) and the number goes back to
 //! the node's pool once it is free; a client in the offload mode never reuses a number it
 //! freed itself, so a kept orphan cannot be overwritten by its freer's next file.
 //!

@@ -11,7 +11,7 @@
 //!   read again and every number free there and granted to nobody comes back
 //!   ([`Alloc::grant_inodes`] does it once before saying ENOSPC). In the offload mode a
 //!   client never reuses a number it freed: once its free is published (or nicfs frees the
-//!   orphan it kept, [`crate::opens`]), the number is nobody's and free ([`Alloc::freed`]).
+//!   orphan it kept, [`crate::node::opens`]), the number is nobody's and free ([`Alloc::freed`]).
 //! * **Data blocks** are *reserved* by sessions for entries they have not yet had
 //!   published ([`Alloc::reserve`]): a reservation succeeds only if the public area's free
 //!   blocks, less every session's reservations and a margin for publication's own metadata,
@@ -24,7 +24,7 @@
 //! Each number granted is also recorded in the lease table as write-leased by the session
 //! (it creates the inode), and numbers the table still knows are skipped
 //! ([`Alloc::grant_inodes_avoiding`], called under the table's mutex by
-//! [`crate::leases::Leases::grant_inodes`]).
+//! [`crate::lease::manager::Leases::grant_inodes`]).
 //!
 //! Lock order: the node's public-area mutex or the lease table's, then this module's mutex
 //! (a leaf otherwise).
@@ -144,6 +144,7 @@ impl Alloc {
 
     /// Grants up to `count` inode numbers to `slot`'s session, as one contiguous range
     /// where possible (the range returned may be shorter than asked, never empty).
+    #[cfg(test)]
     pub fn grant_inodes(&self, slot: u32, count: u64) -> Result<(u64, u64), AllocError> {
         self.grant_inodes_avoiding(slot, count, &|_| false)
     }
@@ -179,13 +180,14 @@ impl Alloc {
     }
 
     /// Whether `ino` is granted to `slot` and not yet given back.
+    #[cfg(test)]
     pub fn is_granted(&self, slot: u32, ino: u64) -> bool {
         self.inner.lock().slots.get(&slot).is_some_and(|s| s.granted.contains(&ino))
     }
 
     /// A client's FreeInode of `ino` is published, or nicfs freed a kept orphan: the number
     /// is granted to nobody any more, and free again unless the public area still uses it
-    /// (a kept orphan: [`crate::opens`]).
+    /// (a kept orphan: [`crate::node::opens`]).
     pub fn freed(&self, ino: u64) {
         let mut inner = self.inner.lock();
         for s in inner.slots.values_mut() {
@@ -265,11 +267,6 @@ impl Alloc {
         inner.reserved_total - inner.slots.get(&slot).map_or(0, |s| s.reserved)
     }
 
-    /// Blocks `slot`'s session holds reserved.
-    pub fn reserved(&self, slot: u32) -> u64 {
-        self.inner.lock().slots.get(&slot).map_or(0, |s| s.reserved)
-    }
-
     /// What statfs tells a client: blocks a new reservation could get (free less every
     /// reservation and the margin), and inode numbers not taken.
     pub fn space(&self, free: u64) -> (u64, u64) {
@@ -299,6 +296,7 @@ impl Alloc {
     }
 
     /// Totals for the status file: inode numbers taken, blocks reserved.
+    #[cfg(test)]
     pub fn totals(&self) -> (u64, u64) {
         let inner = self.inner.lock();
         (self.geo.inode_count - inner.taken.free(), inner.reserved_total)

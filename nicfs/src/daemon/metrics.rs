@@ -2,28 +2,28 @@
 //! the loopback address of `--metrics-addr`).
 //!
 //! Nothing here counts anything. Each scrape takes a [`Sample`] of what the daemon already
-//! keeps — the publication counters ([`crate::counters`]), each stage's status and its
-//! wait/service histograms ([`crate::stage`]), the end-to-end chunk and fsync histograms
-//! ([`crate::latency::EndToEnd`]), sessions, lease counts and the mode — and encodes it with
+//! keeps — the publication counters ([`crate::observe::counters`]), each stage's status and its
+//! wait/service histograms ([`crate::pipeline::stage`]), the end-to-end chunk and fsync histograms
+//! ([`crate::observe::latency::EndToEnd`]), sessions, lease counts and the mode — and encodes it with
 //! `prometheus-client`'s text encoder as a [`Collector`], so the status file and `/metrics`
 //! always tell the same story. The output is OpenMetrics text (`# EOF` at the end, content
 //! type [`http::CONTENT_TYPE`]), which Prometheus scrapes as is.
 //!
 //! Names: prefix `linefs_nicfs_`; units in the names (`_bytes`, `_seconds`); counters end in
 //! `_total`; durations are histograms in seconds with the buckets of
-//! [`crate::latency::BUCKETS_SECONDS`]; a `stage` label (fetch, validate, coalesce,
+//! [`crate::observe::latency::BUCKETS_SECONDS`]; a `stage` label (fetch, validate, coalesce,
 //! publish) on per-stage metrics and a `by` label (kworker, nicfs) on copy work. The node
 //! is named once, by `linefs_nicfs_node_info{node, version}`; a scrape config tells nodes
 //! apart by their address (each nicfs serves its own port).
 
 pub mod http;
 
-use crate::counters::CounterSnapshot;
-use crate::daemon::Ctx;
-use crate::hostlink::Mode;
-use crate::latency::Latency;
-use crate::lease::Counts;
-use crate::stage::StageStatus;
+use crate::daemon::ctx::Ctx;
+use crate::host::link::Mode;
+use crate::lease::table::Counts;
+use crate::observe::counters::CounterSnapshot;
+use crate::observe::latency::Latency;
+use crate::pipeline::stage::StageStatus;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -63,7 +63,7 @@ pub struct Sample {
 
 impl Sample {
     /// The daemon's numbers now.
-    pub fn take(ctx: &Ctx) -> Sample {
+    pub(super) fn take(ctx: &Ctx) -> Sample {
         let statuses = ctx.pipeline.stages();
         let stages = ctx
             .pipeline
@@ -89,7 +89,7 @@ impl Sample {
             mode_switches: host.mode_switches,
             chunk: ctx.latency.chunk.clone(),
             fsync: ctx.latency.fsync.clone(),
-            refusals: crate::status::refusals(ctx),
+            refusals: crate::daemon::status::refusals(ctx),
         }
     }
 

@@ -15,13 +15,13 @@
 //! * An output for a session that is gone (no longer registered: its log is settled) or
 //!   failed is turned into `SessionEnded` (a failed session's grant is answered EIO), so a
 //!   session that cannot answer does not hold others up.
-//! * **Expiry** (`--lease-timeout-ms`, [`crate::lease`]'s `expiry`): the table is told the
+//! * **Expiry** (`--lease-timeout-ms`, [`crate::lease::table`]'s `expiry`): the table is told the
 //!   time by a `Tick` before every input and from a timer thread ([`Leases::tick`]), so a
 //!   revoke's deadline is counted from when it was sent. `Expire` fences the session
 //!   ([`Session::expire`]): its calls are refused from then on with the reason, and its
 //!   sequencer publishes its log up to where it stands, tells the client why (`Rejected`),
 //!   hangs up, and only then fails the session — which feeds `SessionEnded`, so its leases
-//!   pass on after that publication, as a dead client's do ([`crate::publisher`]).
+//!   pass on after that publication, as a dead client's do ([`crate::pipeline::sequencer`]).
 //!
 //! * Admission ([`Leases::admit`]): the publish stage asks, under this mutex, which of a
 //!   chunk's entries the session had the right to log (a write lease on every inode they
@@ -33,10 +33,10 @@
 //! record's writes and fences in PM, frames pushed to outboxes and jobs to publishers —
 //! nothing that waits for a client or a publisher.
 
-use crate::lease::{Counts, Input, LeaseTable, Lsn, Output, SessionId};
-use crate::leasefile::LeaseFile;
-use crate::publisher::Job;
-use crate::session::{Session, Sessions};
+use crate::lease::table::{Counts, Input, LeaseTable, Lsn, Output, SessionId};
+use crate::node::lease_record::LeaseFile;
+use crate::session::Job;
+use crate::session::{Ended, Session, Sessions};
 use linefs_pm::publish::Batch;
 use linefs_pm::record::Record;
 use linefs_proto::{Control, ErrorReply, Frame, LeaseGranted, LeaseMode, Revoke};
@@ -51,11 +51,11 @@ use std::time::{Duration, Instant};
 pub struct Leases {
     table: Mutex<LeaseTable>,
     sessions: Weak<Sessions>,
-    /// The write leases recorded in PM ([`crate::leasefile`]), and each live session's slot.
+    /// The write leases recorded in PM ([`crate::node::lease_record`]), and each live session's slot.
     file: Option<Arc<LeaseFile>>,
     slots: Mutex<HashMap<SessionId, u32>>,
     /// The table's clock counts from here.
-    epoch: Instant,
+    origin: Instant,
 }
 
 impl Leases {
@@ -67,7 +67,7 @@ impl Leases {
             sessions: Arc::downgrade(sessions),
             file,
             slots: Mutex::new(HashMap::new()),
-            epoch: Instant::now(),
+            origin: Instant::now(),
         }
     }
 
@@ -97,7 +97,7 @@ impl Leases {
     fn step(&self, table: &mut LeaseTable, input: Option<Input>) -> Vec<Output> {
         let mut outs = Vec::new();
         if table.revoke_timeout_ms() != 0 {
-            let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
             outs = table.step(Input::Tick { now_ms });
         }
         if let Some(input) = input {
@@ -218,15 +218,9 @@ impl Leases {
         self.table.lock().counts()
     }
 
-    /// Whether `session` holds `ino`'s write lease (or its changes of it are not all
-    /// published yet).
-    pub fn may_change(&self, session: SessionId, ino: u64) -> bool {
-        self.table.lock().may_change(session, ino, 0)
-    }
-
     /// Admission of `batch`, about to be published for `session`: how many of its entries,
     /// from the first, change only inodes the session may change
-    /// ([`LeaseTable::admit`](crate::lease::LeaseTable::admit)), and the LSN of the next
+    /// ([`LeaseTable::admit`](crate::lease::table::LeaseTable::admit)), and the LSN of the next
     /// one and why it is refused.
     pub fn admit(&self, session: SessionId, batch: &Batch) -> (usize, Option<(Lsn, String)>) {
         let changed: Vec<Vec<u64>> = batch
@@ -336,4 +330,10 @@ impl Leases {
 
 fn error(id: u64, errno: i32, message: &str) -> Frame<Control> {
     Frame { id, msg: Control::Error(ErrorReply { errno, message: message.into() }) }
+}
+
+impl Ended for Leases {
+    fn session_ended(&self, id: u64) {
+        Leases::session_ended(self, id);
+    }
 }

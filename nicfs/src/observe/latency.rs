@@ -8,7 +8,7 @@
 //!   means "60 s or more";
 //! * a Prometheus histogram (`prometheus-client`) in seconds with the fixed
 //!   [`BUCKETS_SECONDS`] bounds, exact count and sum, which `/metrics` exposes
-//!   ([`crate::metrics`]).
+//!   ([`crate::daemon::metrics`]).
 //!
 //! Both cover everything since nicfs started. Recording takes two short mutexes (the HDR
 //! histogram's, and the Prometheus histogram's own), each held only to bump a bucket: work
@@ -111,7 +111,7 @@ impl Latency {
 }
 
 /// The end-to-end latencies nicfs measures outside the stages (taken in
-/// [`crate::publisher`]).
+/// [`crate::pipeline::sequencer`]).
 #[derive(Debug, Clone, Default)]
 pub struct EndToEnd {
     /// From a `ChunkReady` read (bulk connection) to the `Published` that covers its LSN

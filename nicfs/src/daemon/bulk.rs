@@ -1,20 +1,20 @@
 //! The bulk connection of a session: `ChunkReady` from the client goes to the session's
-//! publisher; `Published` goes back from the publisher ([`crate::publisher`]).
+//! publisher; `Published` goes back from the publisher ([`crate::pipeline::sequencer`]).
 //!
 //! The bulk Hello names a session, and the peer must be the process that attached it
 //! (same pid and uid, by SO_PEERCRED): a session id is not a secret. One bulk connection
 //! per session; its end does not end the session (the control connection's does).
 
-use crate::conn::{describe, BadFrames};
-use crate::daemon::Ctx;
-use crate::publisher::Job;
+use crate::daemon::ctx::Ctx;
+use crate::peer::{describe, BadFrames};
+use crate::session::Job;
 use linefs_proto::{read_frame, Bulk, Frame, Hello, Party, PeerCred};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Serves the bulk connection of the session `hello` names.
-pub fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, hello: Hello) {
+pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, hello: Hello) {
     let peer = describe(&cred);
     let refuse = |errno: i32, why: &str| {
         tracing::warn!(%peer, session = hello.session, errno, "bulk connection refused: {why}");

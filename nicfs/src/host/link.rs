@@ -1,6 +1,6 @@
 //! The host link: nicfs's side of the kworker connection, the node's **mode**, and the
 //! copy-list API through which publication moves file data (LineFS §3.7, "isolated
-//! NICFS"; the caller is [`crate::copylist`]).
+//! NICFS"; the caller is [`crate::host::copylist`]).
 //!
 //! * **One kworker per node.** A `Hello{channel: kworker, role: kworker, session: 0}` from a
 //!   process of nicfs's own uid (any uid if nicfs is root; SO_PEERCRED) is answered `Ok`
@@ -30,7 +30,7 @@
 //!   from and a later batch may have freed and reused the blocks it copies to. kworker is
 //!   stateless; a new one connects as any first one does.
 
-use crate::conn::{describe, BadFrames};
+use crate::peer::{describe, BadFrames};
 use linefs_copier::NodeFiles;
 use linefs_proto::{
     recv_frame, write_frame, CopyEntry, CopyList, Frame, Hello, Kworker, Party, PeerCred, ReadError, Received, Role,

@@ -2,7 +2,7 @@
 //! the node's directory; mode 0600, never handed to a client), so that after a crash of
 //! nicfs the committed log suffixes it finds are admitted as in normal publication:
 //!
-//! * by the write leases ([`crate::lease::LeaseTable::may_change`]): an entry of a slot is
+//! * by the write leases ([`crate::lease::table::LeaseTable::may_change`]): an entry of a slot is
 //!   replayed only if that slot's session held the write lease of every inode the entry
 //!   changes, and had not handed it back before the entry;
 //! * by meaning: each slot's session's credentials (uid, gid, supplementary groups, whether
