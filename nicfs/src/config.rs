@@ -96,7 +96,7 @@ pub struct LimitRequest {
 
 impl LimitRequest {
     /// The limits in force on a node of geometry `geo` (a 0 takes the default).
-    pub fn resolve(&self, geo: &Geometry) -> Limits {
+    pub(crate) fn resolve(&self, geo: &Geometry) -> Limits {
         let args = self;
         let slots = geo.log_slots;
         let root_reserved_slots = args.root_reserved_slots.unwrap_or(u32::from(slots > 1)).min(slots);

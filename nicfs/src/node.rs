@@ -43,7 +43,7 @@ use linefs_pm::record::InodeImage;
 use linefs_pm::recovery::{recover_judged, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 
-pub use crate::node::slots::Claim;
+pub(crate) use crate::node::slots::Claim;
 use crate::node::slots::Slots;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -53,11 +53,11 @@ use std::sync::Arc;
 /// What a client is asked to publish at (ChunkReady every this many committed bytes), and
 /// the most log one fetched chunk — one publication batch, one hold of the area's mutex —
 /// covers (a single longer entry makes a longer chunk).
-pub const CHUNK_BYTES: u64 = 4 << 20;
+pub(crate) const CHUNK_BYTES: u64 = 4 << 20;
 
 /// Why nicfs cannot serve a node.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error("cannot open {path}: {source}")]
     Open { path: PathBuf, source: std::io::Error },
     #[error("node {0} is in use (another nicfs, or a host-only mount, holds it)")]
@@ -71,22 +71,22 @@ pub enum StartError {
 }
 
 /// The node nicfs serves.
-pub struct Node {
-    pub dir: PathBuf,
-    pub geometry: Geometry,
+pub(crate) struct Node {
+    pub(crate) dir: PathBuf,
+    pub(crate) geometry: Geometry,
     area: Mutex<PublicArea>,
     slots: Slots,
     /// Most log one fetch copies ([`CHUNK_BYTES`] unless `--chunk-bytes` says otherwise).
     chunk_bytes: AtomicU64,
-    pub counters: Counters,
+    pub(crate) counters: Counters,
     /// Inode numbers and block reservations of the node's sessions.
-    pub alloc: Alloc,
+    pub(crate) alloc: Alloc,
     /// Inodes the sessions hold open, and orphans kept for them.
-    pub opens: crate::node::opens::Opens,
+    pub(crate) opens: crate::node::opens::Opens,
     /// What each session may write whatever the modes say now ([`crate::node::grants`]).
-    pub grants: crate::node::grants::Grants,
+    pub(crate) grants: crate::node::grants::Grants,
     /// The write leases, recorded in PM for the next start's recovery.
-    pub leases: Arc<LeaseFile>,
+    pub(crate) leases: Arc<LeaseFile>,
     /// Keeps the public file mapped (the area holds its own reference too; the slots hold
     /// the log files).
     _pm: NodePm,
@@ -97,7 +97,7 @@ pub struct Node {
 
 impl Node {
     /// Locks the node in `dir`, opens it and recovers it.
-    pub fn open(dir: &Path) -> Result<Node, StartError> {
+    pub(crate) fn open(dir: &Path) -> Result<Node, StartError> {
         let lock = match linefs_pm::node::lock_node(dir) {
             Ok(Some(l)) => l,
             Ok(None) => return Err(StartError::Busy(dir.to_path_buf())),
@@ -199,37 +199,37 @@ fn header_lsn(path: &Path, geo: &Geometry, slot: u32) -> Option<u64> {
 impl Node {
     /// Claims a free slot, or None when every slot is held.
     #[cfg(test)]
-    pub fn claim(&self) -> Option<Claim> {
+    pub(crate) fn claim(&self) -> Option<Claim> {
         self.slots.claim()
     }
 
     /// Claims a free slot if more than `keep_free` are free.
-    pub fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
+    pub(crate) fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
         self.slots.claim_keeping(keep_free)
     }
 
     /// Frees a claimed slot once its log is settled: its session's reservations end, the
     /// inode numbers it did not use go back, and its log file is replaced by a fresh one
     /// before anyone may claim it again ([`crate::node::slots`]).
-    pub fn release(&self, claim: Claim) {
+    pub(crate) fn release(&self, claim: Claim) {
         self.leases.session_settled(claim.slot);
         self.alloc.end_session(claim.slot);
         self.slots.release(claim);
     }
 
     /// Times a client's log file was found resized since start.
-    pub fn log_files_resized(&self) -> u64 {
+    pub(crate) fn log_files_resized(&self) -> u64 {
         self.slots.resized_found()
     }
 
     /// Log files replaced since start (one per session ended, and every slot at start).
-    pub fn log_files_replaced(&self) -> u64 {
+    pub(crate) fn log_files_replaced(&self) -> u64 {
         self.slots.replaced()
     }
 
     /// The descriptors a client of `slot` is handed: its log file read-write, and the
     /// public file read-only when `public` (a trusted client, [`crate::daemon::trust`]).
-    pub fn client_files(&self, slot: u32, public: bool) -> std::io::Result<(File, Option<File>)> {
+    pub(crate) fn client_files(&self, slot: u32, public: bool) -> std::io::Result<(File, Option<File>)> {
         let log = OpenOptions::new().read(true).write(true).open(self.log_path(slot))?;
         let public = if public { Some(File::open(self.dir.join(PUBLIC_FILE))?) } else { None };
         Ok((log, public))
@@ -237,17 +237,17 @@ impl Node {
 
     /// The slot's durable checkpoint, as nicfs recorded it (not as the client's writable
     /// file may say).
-    pub fn checkpoint(&self, slot: u32) -> u64 {
+    pub(crate) fn checkpoint(&self, slot: u32) -> u64 {
         self.slots.checkpoint(slot)
     }
 
     /// The public area's free data blocks now, pending frees included.
-    pub fn free_blocks(&self) -> u64 {
+    pub(crate) fn free_blocks(&self) -> u64 {
         let area = self.area.lock();
         area.free_blocks() + area.pending_free_blocks()
     }
 
-    pub fn ring_bytes(&self) -> u64 {
+    pub(crate) fn ring_bytes(&self) -> u64 {
         if self.geometry.log_slots == 0 {
             return 0;
         }
@@ -255,19 +255,19 @@ impl Node {
     }
 
     /// Sets the most log one fetch copies.
-    pub fn set_chunk_bytes(&self, bytes: u64) {
+    pub(crate) fn set_chunk_bytes(&self, bytes: u64) {
         self.chunk_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Copies the committed entries of `slot` from `from` that start before `until`, at most
     /// a chunk of them (at least one entry), out of its log file.
     #[cfg(test)]
-    pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
+    pub(crate) fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
         self.fetch_into(slot, from, until, Vec::new())
     }
 
     /// [`Node::fetch`] into `buf`, the buffer of an earlier copy handed back for reuse.
-    pub fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
+    pub(crate) fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
         let resized = |why: String| {
             tracing::warn!(slot, "{why}; the session fails");
@@ -290,7 +290,7 @@ impl Node {
     /// Publishes `batch` (decoded from a fetched copy) as one batch — as `plan` coalesced it,
     /// if given — its file data copied through `host`; returns what was published and what
     /// the copies took.
-    pub fn publish_batch(
+    pub(crate) fn publish_batch(
         &self,
         batch: &Batch,
         plan: Option<&Plan>,
@@ -321,13 +321,13 @@ impl Node {
     }
 
     /// Inode `ino` as published (None: not allocated).
-    pub fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
+    pub(crate) fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
         let img = self.area.lock().read_inode(ino)?.img;
         Ok((img.mode != 0).then_some(img))
     }
 
     /// Where `slot`'s log space may be reused up to (published and replicated).
-    pub fn reclaim_lsn(&self, slot: u32) -> Result<u64, FormatError> {
+    pub(crate) fn reclaim_lsn(&self, slot: u32) -> Result<u64, FormatError> {
         self.slots.log(slot).reclaim_lsn()
     }
 
@@ -335,7 +335,7 @@ impl Node {
     /// orphans, under the area's mutex, then its number is free again (and nobody's write
     /// grant of it survives). An inode that is
     /// free already, or linked, is left alone.
-    pub fn free_orphan(&self, ino: u64) {
+    pub(crate) fn free_orphan(&self, ino: u64) {
         let freed = {
             let mut area = self.area.lock();
             match area.read_inode(ino) {
@@ -364,7 +364,7 @@ impl Node {
     /// them — by moving its durable checkpoint past the end of its committed log. Used once
     /// the writer of refused entries is gone, so that the slot's next client starts clean
     /// and a restart's recovery does not stop at them. Returns the dropped range.
-    pub fn discard_unpublished(&self, slot: u32) -> Result<(u64, u64), FormatError> {
+    pub(crate) fn discard_unpublished(&self, slot: u32) -> Result<(u64, u64), FormatError> {
         let log = self.slots.log(slot);
         // The area's mutex orders this with every publication.
         let _area = self.area.lock();
@@ -380,7 +380,7 @@ impl Node {
     /// The end of `slot`'s committed log now: where a scan from its checkpoint stops. Under
     /// the area's mutex, so that the checkpoint does not move (nor the client reuse the log
     /// space before it) during the scan.
-    pub fn committed_end(&self, slot: u32) -> Result<u64, FormatError> {
+    pub(crate) fn committed_end(&self, slot: u32) -> Result<u64, FormatError> {
         let log = self.slots.log(slot);
         let _area = self.area.lock();
         Ok(log.scan(self.slots.checkpoint(slot))?.end)
@@ -388,13 +388,13 @@ impl Node {
 
     /// A reader of the public area that does not wait for publications (a torn inode is
     /// read again): for checks that must not hold the area's mutex.
-    pub fn public_reader(&self) -> PublicReader {
+    pub(crate) fn public_reader(&self) -> PublicReader {
         PublicReader::shared(self._pm.public.clone(), self.geometry)
     }
 
     /// Holds the public area: no publication runs while the guard lives (shutdown holds it
     /// to the end of the process).
-    pub fn freeze(&self) -> MutexGuard<'_, PublicArea> {
+    pub(crate) fn freeze(&self) -> MutexGuard<'_, PublicArea> {
         self.area.lock()
     }
 }

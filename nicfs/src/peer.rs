@@ -9,22 +9,22 @@ use linefs_proto::{answer_bad_frame, PeerCred, ReadError};
 use std::os::unix::net::UnixStream;
 
 /// Frames that fail to decode before a connection is closed.
-pub const MAX_BAD_FRAMES: u32 = 8;
+pub(crate) const MAX_BAD_FRAMES: u32 = 8;
 
 /// A peer as logs name it.
-pub fn describe(cred: &PeerCred) -> String {
+pub(crate) fn describe(cred: &PeerCred) -> String {
     format!("pid {} uid {} gid {}", cred.pid, cred.uid, cred.gid)
 }
 
 /// Counts the frames of one connection that did not decode.
 #[derive(Default)]
-pub struct BadFrames(u32);
+pub(crate) struct BadFrames(u32);
 
 impl BadFrames {
     /// Answers a failed read (see [`answer_bad_frame`]) and says whether to keep reading:
     /// not after the end of the connection, a frame not consumed whole, or too many bad
     /// frames.
-    pub fn go_on(&mut self, stream: &UnixStream, peer: &str, err: &ReadError) -> bool {
+    pub(crate) fn go_on(&mut self, stream: &UnixStream, peer: &str, err: &ReadError) -> bool {
         if matches!(err, ReadError::Closed) {
             return false;
         }

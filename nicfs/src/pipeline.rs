@@ -66,7 +66,7 @@ const SPARE_BUFFERS: usize = 8;
 
 /// What the pipeline tells a session's sequencer.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// The fetch request of `generation` is done: the chunks up to `next_seq` were fetched and
     /// cover the log up to `end` (short of the request's end if the log ends there).
     Fetched { generation: u64, end: u64, next_seq: u64, error: Option<SlotError> },
@@ -78,9 +78,9 @@ pub enum Event {
 }
 
 /// A session as the pipeline sees it: its slot and where its events go.
-pub struct Flow {
-    pub session: Arc<Session>,
-    pub events: crossbeam_channel::Sender<Event>,
+pub(crate) struct Flow {
+    pub(crate) session: Arc<Session>,
+    pub(crate) events: crossbeam_channel::Sender<Event>,
 }
 
 impl Flow {
@@ -91,12 +91,12 @@ impl Flow {
 }
 
 /// Fetch the log of `flow`'s slot from `from` up to `until`, numbering chunks from `seq`.
-pub struct FetchReq {
-    pub flow: Arc<Flow>,
-    pub generation: u64,
-    pub from: u64,
-    pub until: u64,
-    pub seq: u64,
+pub(crate) struct FetchReq {
+    pub(crate) flow: Arc<Flow>,
+    pub(crate) generation: u64,
+    pub(crate) from: u64,
+    pub(crate) until: u64,
+    pub(crate) seq: u64,
 }
 
 /// A chunk fetched, to be checked.
@@ -124,7 +124,7 @@ struct Order {
 }
 
 /// The pipeline of a node.
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     node: Arc<Node>,
     host: Arc<HostLink>,
     /// Admission of entries by the leases their session holds (None: every structurally
@@ -142,7 +142,7 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts the stages' threads and the tuner that grows them; without `coalesce`, chunks
     /// go from validation straight to publication.
-    pub fn start(
+    pub(crate) fn start(
         node: Arc<Node>,
         host: Arc<HostLink>,
         leases: Option<Arc<Leases>>,
@@ -186,16 +186,16 @@ impl Pipeline {
     }
 
     /// Queues a fetch request (its session has none in progress).
-    pub fn fetch(&self, req: FetchReq) {
+    pub(crate) fn fetch(&self, req: FetchReq) {
         self.fetch.submit(req);
     }
 
     /// Forgets a session that ended (nothing of it is in flight).
-    pub fn forget(&self, session: u64) {
+    pub(crate) fn forget(&self, session: u64) {
         self.order.lock().remove(&session);
     }
 
-    pub fn stages(&self) -> Vec<StageStatus> {
+    pub(crate) fn stages(&self) -> Vec<StageStatus> {
         let mut v = vec![self.fetch.status(), self.validate.status()];
         v.extend(self.coalesce.as_ref().map(Stage::status));
         v.push(self.publish.status());
@@ -203,7 +203,7 @@ impl Pipeline {
     }
 
     /// Each stage's name and its wait and service histograms, in pipeline order.
-    pub fn stage_latencies(&self) -> Vec<(&'static str, Latency, Latency)> {
+    pub(crate) fn stage_latencies(&self) -> Vec<(&'static str, Latency, Latency)> {
         fn of<T: Send + 'static>(s: &Stage<T>) -> (&'static str, Latency, Latency) {
             let (wait, service) = s.latencies();
             (s.name(), wait, service)

@@ -16,7 +16,7 @@
 //! is named once, by `linefs_nicfs_node_info{node, version}`; a scrape config tells nodes
 //! apart by their address (each nicfs serves its own port).
 
-pub mod http;
+pub(crate) mod http;
 
 use crate::daemon::ctx::Ctx;
 use crate::host::link::Mode;
@@ -34,31 +34,31 @@ use prometheus_client::registry::{Registry, Unit};
 use std::fmt;
 
 /// The prefix of every metric name.
-pub const PREFIX: &str = "linefs_nicfs";
+pub(crate) const PREFIX: &str = "linefs_nicfs";
 
 /// A stage at the moment of a scrape.
 #[derive(Debug, Clone)]
-pub struct StageSample {
-    pub status: StageStatus,
-    pub wait: Latency,
-    pub service: Latency,
+pub(crate) struct StageSample {
+    pub(crate) status: StageStatus,
+    pub(crate) wait: Latency,
+    pub(crate) service: Latency,
 }
 
 /// What one scrape exports.
 #[derive(Debug, Clone)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// The node directory's name (`node0` for `linefs up`'s first node).
-    pub node: String,
-    pub counters: CounterSnapshot,
-    pub stages: Vec<StageSample>,
-    pub sessions: u64,
-    pub leases: Counts,
-    pub mode: Mode,
-    pub mode_switches: u64,
-    pub chunk: Latency,
-    pub fsync: Latency,
+    pub(crate) node: String,
+    pub(crate) counters: CounterSnapshot,
+    pub(crate) stages: Vec<StageSample>,
+    pub(crate) sessions: u64,
+    pub(crate) leases: Counts,
+    pub(crate) mode: Mode,
+    pub(crate) mode_switches: u64,
+    pub(crate) chunk: Latency,
+    pub(crate) fsync: Latency,
     /// What the per-user limits refused ([`crate::limits`]).
-    pub refusals: crate::limits::RefusalCounts,
+    pub(crate) refusals: crate::limits::RefusalCounts,
 }
 
 impl Sample {
@@ -94,7 +94,7 @@ impl Sample {
     }
 
     /// The OpenMetrics text of this sample, `# EOF` included.
-    pub fn encode(self) -> Result<String, fmt::Error> {
+    pub(crate) fn encode(self) -> Result<String, fmt::Error> {
         let mut registry = Registry::with_prefix(PREFIX);
         registry.register_collector(Box::new(self));
         let mut out = String::with_capacity(16 << 10);

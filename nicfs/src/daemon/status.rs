@@ -10,58 +10,58 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-pub const INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Serialize)]
-pub struct Status {
-    pub pid: u32,
-    pub node_dir: String,
-    pub socket: String,
+pub(crate) struct Status {
+    pub(crate) pid: u32,
+    pub(crate) node_dir: String,
+    pub(crate) socket: String,
     /// Where `GET /metrics` is served (`--metrics-addr`, its port resolved), if anywhere.
-    pub metrics_addr: Option<String>,
-    pub log_slots: u32,
+    pub(crate) metrics_addr: Option<String>,
+    pub(crate) log_slots: u32,
     /// Log files replaced by fresh ones since start: every slot at start, then one per
     /// session ended ([`crate::node::slots`]).
-    pub log_files_replaced: u64,
-    pub stopping: bool,
-    pub sessions: Vec<SessionStatus>,
+    pub(crate) log_files_replaced: u64,
+    pub(crate) stopping: bool,
+    pub(crate) sessions: Vec<SessionStatus>,
     /// The mode (normal / isolated) and the kworker.
-    pub host: crate::host::link::HostStatus,
+    pub(crate) host: crate::host::link::HostStatus,
     /// The publication counters ([`crate::observe::counters`]).
-    pub counters: crate::observe::counters::CounterSnapshot,
+    pub(crate) counters: crate::observe::counters::CounterSnapshot,
     /// The pipeline's stages: queue lengths, threads, work done, wait and service latency.
-    pub stages: Vec<crate::pipeline::stage::StageStatus>,
+    pub(crate) stages: Vec<crate::pipeline::stage::StageStatus>,
     /// End-to-end latencies: ChunkReady → Published, Fsync → FsyncDone.
-    pub latency: crate::observe::latency::EndToEndStatus,
+    pub(crate) latency: crate::observe::latency::EndToEndStatus,
     /// The lease table: inodes leased, readers, writers, waiting requests, revokes in
     /// flight, publications awaited, implicit ranges, sessions, and counters since start.
-    pub leases: crate::lease::table::Counts,
+    pub(crate) leases: crate::lease::table::Counts,
     /// Orphans kept because a client holds them open ([`crate::node::opens`]).
-    pub orphans_kept: u64,
+    pub(crate) orphans_kept: u64,
     /// Inodes some client holds open.
-    pub inodes_open: u64,
+    pub(crate) inodes_open: u64,
     /// The per-user limits in force ([`crate::limits`]).
-    pub limits: crate::limits::Limits,
+    pub(crate) limits: crate::limits::Limits,
     /// Connections of unprivileged users open now.
-    pub unprivileged_connections: u32,
+    pub(crate) unprivileged_connections: u32,
     /// What the limits refused since start, by kind.
-    pub refusals: crate::limits::RefusalCounts,
+    pub(crate) refusals: crate::limits::RefusalCounts,
 }
 
 #[derive(Debug, Serialize)]
-pub struct SessionStatus {
-    pub session: u64,
-    pub slot: u32,
-    pub pid: i32,
-    pub uid: u32,
-    pub gid: u32,
-    pub role: String,
-    pub bulk: bool,
-    pub committed_lsn: u64,
-    pub published_lsn: u64,
+pub(crate) struct SessionStatus {
+    pub(crate) session: u64,
+    pub(crate) slot: u32,
+    pub(crate) pid: i32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) role: String,
+    pub(crate) bulk: bool,
+    pub(crate) committed_lsn: u64,
+    pub(crate) published_lsn: u64,
     /// Why the session failed (an entry refused) or expired (a revoke not answered in
     /// time), if it did.
-    pub failed: Option<String>,
+    pub(crate) failed: Option<String>,
 }
 
 /// The daemon's state now.

@@ -23,21 +23,21 @@ use linefs_proto::PeerCred;
 
 /// The attach decision's one input from the command line: the trusted group, if any.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Trust {
-    pub group: Option<u32>,
+pub(crate) struct Trust {
+    pub(crate) group: Option<u32>,
 }
 
 impl Trust {
     /// Whether a peer of credentials `cred` and supplementary groups `groups` (the
     /// kernel's) may have the public file.
-    pub fn trusted(&self, cred: &PeerCred, groups: &[u32]) -> bool {
+    pub(crate) fn trusted(&self, cred: &PeerCred, groups: &[u32]) -> bool {
         cred.uid == 0 || self.group.is_some_and(|g| cred.gid == g || groups.contains(&g))
     }
 }
 
 /// `--trusted-group`: a number, or a name looked up in `/etc/group` (a group only a
 /// directory service knows must be given by number).
-pub fn parse_group(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_group(s: &str) -> Result<u32, String> {
     if let Ok(gid) = s.parse::<u32>() {
         return Ok(gid);
     }
@@ -56,7 +56,7 @@ fn group_in(text: &str, name: &str) -> Option<u32> {
 
 /// Makes the node directory 0700 and its PM files 0600: nobody but nicfs's user opens them
 /// by path. A file that cannot be changed (another owner) is logged and left.
-pub fn keep_node_private(dir: &Path) {
+pub(crate) fn keep_node_private(dir: &Path) {
     let set = |path: &Path, mode: u32| {
         if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
             tracing::warn!(path = %path.display(), error = %e, "cannot make private (chmod {mode:o})");

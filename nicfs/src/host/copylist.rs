@@ -17,7 +17,7 @@ use linefs_pm::public::{Collector, DataMover, Move};
 use linefs_proto::{CopyEntry, CopySource};
 
 /// The copy-list entry of a move of slot `slot`'s data.
-pub fn entry(slot: u32, m: &Move) -> CopyEntry {
+pub(crate) fn entry(slot: u32, m: &Move) -> CopyEntry {
     match *m {
         Move::Copy { src, dst, len } => {
             CopyEntry { source: CopySource::Slot(slot), src_offset: src, dst_offset: dst, len }
@@ -29,7 +29,7 @@ pub fn entry(slot: u32, m: &Move) -> CopyEntry {
 /// A deferred mover for publishing slot `slot` (whose log file has `log_len` bytes): its
 /// moves are executed through `host` at each flush, and what that took is added to
 /// `copied`.
-pub fn mover<'a>(host: &'a HostLink, slot: u32, log_len: u64, copied: &'a mut Copied) -> impl DataMover + 'a {
+pub(crate) fn mover<'a>(host: &'a HostLink, slot: u32, log_len: u64, copied: &'a mut Copied) -> impl DataMover + 'a {
     Collector::new(log_len, move |moves: &[Move]| {
         let entries: Vec<CopyEntry> = moves.iter().map(|m| entry(slot, m)).collect();
         let c = host.copy(&entries, COPY_TIMEOUT).map_err(|e| e.to_string())?;

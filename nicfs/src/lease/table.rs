@@ -80,24 +80,24 @@
 //! expires once; an expired session is granted nothing.
 
 use expiry::Deadlines;
-pub use expiry::Expiry;
+pub(crate) use expiry::Expiry;
 use linefs_proto::LeaseMode;
 use serde::Serialize;
 use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap, VecDeque};
 
-pub type SessionId = u64;
-pub type Ino = u64;
-pub type LeaseId = u64;
-pub type Lsn = u64;
+pub(crate) type SessionId = u64;
+pub(crate) type Ino = u64;
+pub(crate) type LeaseId = u64;
+pub(crate) type Lsn = u64;
 /// A holder of an inode's lease.
-pub type Holder = (SessionId, LeaseId);
+pub(crate) type Holder = (SessionId, LeaseId);
 
 /// Requests one session may have waiting (over every inode) by default.
-pub const MAX_WAITING: usize = 1024;
+pub(crate) const MAX_WAITING: usize = 1024;
 
 /// What happens to the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Input {
+pub(crate) enum Input {
     /// The client's LeaseRequest (`req_id`: the frame id, for the reply).
     Request { session: SessionId, req_id: u64, ino: Ino, mode: LeaseMode },
     /// The client's LeaseRelease.
@@ -120,7 +120,7 @@ pub enum Input {
 
 /// What the table asks its caller to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
+pub(crate) enum Output {
     /// Answer request `req_id`: the session holds `lease` in `mode` (the mode it holds,
     /// which may be stronger than it asked).
     Grant { session: SessionId, req_id: u64, ino: Ino, mode: LeaseMode, lease: LeaseId },
@@ -138,25 +138,25 @@ pub enum Output {
 
 /// Sizes and counters, for the status file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Inodes with an entry (held, waited for, or awaiting a publication).
-    pub inodes: u64,
-    pub readers: u64,
-    pub writers: u64,
-    pub waiting: u64,
-    pub revokes_in_flight: u64,
-    pub publications_awaited: u64,
+    pub(crate) inodes: u64,
+    pub(crate) readers: u64,
+    pub(crate) writers: u64,
+    pub(crate) waiting: u64,
+    pub(crate) revokes_in_flight: u64,
+    pub(crate) publications_awaited: u64,
     /// Ranges of inode numbers held implicitly by the session they were handed to.
-    pub implicit_ranges: u64,
+    pub(crate) implicit_ranges: u64,
     /// Sessions with an entry.
-    pub sessions: u64,
+    pub(crate) sessions: u64,
     /// Since start: grants, revokes sent, stale hand-backs ignored, requests refused,
     /// sessions expired (a revoke not answered in time).
-    pub grants: u64,
-    pub revokes: u64,
-    pub stale: u64,
-    pub refused: u64,
-    pub expired: u64,
+    pub(crate) grants: u64,
+    pub(crate) revokes: u64,
+    pub(crate) stale: u64,
+    pub(crate) refused: u64,
+    pub(crate) expired: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +255,7 @@ struct Counters {
 
 /// The node's leases. See the module docs.
 #[derive(Debug)]
-pub struct LeaseTable {
+pub(crate) struct LeaseTable {
     inodes: BTreeMap<Ino, InodeLeases>,
     sessions: HashMap<SessionId, SessionInfo>,
     /// Implicit write leases: first number → (end, session), disjoint.
@@ -275,7 +275,7 @@ impl Default for LeaseTable {
 
 impl LeaseTable {
     /// An empty table allowing `max_waiting` (at least 1) waiting requests per session.
-    pub fn new(max_waiting: usize) -> LeaseTable {
+    pub(crate) fn new(max_waiting: usize) -> LeaseTable {
         LeaseTable {
             inodes: BTreeMap::new(),
             sessions: HashMap::new(),
@@ -288,7 +288,7 @@ impl LeaseTable {
     }
 
     /// Applies one input; returns what to do, in order.
-    pub fn step(&mut self, input: Input) -> Vec<Output> {
+    pub(crate) fn step(&mut self, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
         match input {
             Input::Request { session, req_id, ino, mode } => self.request(session, req_id, ino, mode, &mut out),
@@ -310,7 +310,7 @@ impl LeaseTable {
 
     /// Whether the table knows inode number `ino` (an entry, or in an implicit range): such
     /// a number must not be handed out for creation.
-    pub fn busy(&self, ino: Ino) -> bool {
+    pub(crate) fn busy(&self, ino: Ino) -> bool {
         self.inodes.contains_key(&ino) || self.implicit_owner(ino).is_some()
     }
 
@@ -598,12 +598,12 @@ impl LeaseTable {
     }
 
     /// The session in one of whose implicit ranges `ino` lies.
-    pub fn implicit_session(&self, ino: Ino) -> Option<SessionId> {
+    pub(crate) fn implicit_session(&self, ino: Ino) -> Option<SessionId> {
         self.implicit_owner(ino).map(|(_, _, s)| s)
     }
 
     /// Whether `ino` lies in one of `s`'s implicit ranges.
-    pub fn owns_implicitly(&self, s: SessionId, ino: Ino) -> bool {
+    pub(crate) fn owns_implicitly(&self, s: SessionId, ino: Ino) -> bool {
         self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s)
     }
 
@@ -613,7 +613,7 @@ impl LeaseTable {
     /// `lsn` and that publication is still awaited (nobody else holds the inode until then).
     /// Anything else — no lease, a read lease, an entry logged after the lease was handed
     /// back, another session's inode — is a change the session had no right to make.
-    pub fn may_change(&self, s: SessionId, ino: Ino, lsn: Lsn) -> bool {
+    pub(crate) fn may_change(&self, s: SessionId, ino: Ino, lsn: Lsn) -> bool {
         match self.inodes.get(&ino) {
             Some(st) => st.writer.is_some_and(|(w, _)| w == s) || st.awaiting.get(&s).is_some_and(|&c| lsn < c),
             None => self.implicit_owner(ino).is_some_and(|(_, _, o)| o == s),
@@ -625,7 +625,7 @@ impl LeaseTable {
     /// may not change ([`LeaseTable::may_change`]). Records that `s` is publishing up to the
     /// end of the admitted ones, so that a lease handed back before that publication is
     /// done waits for it. Returns how many entries are admitted and why the next is not.
-    pub fn admit<'a>(
+    pub(crate) fn admit<'a>(
         &mut self,
         s: SessionId,
         entries: impl IntoIterator<Item = (Lsn, Lsn, &'a [Ino])>,
@@ -648,7 +648,7 @@ impl LeaseTable {
     }
 
     /// Sizes and counters now.
-    pub fn counts(&self) -> Counts {
+    pub(crate) fn counts(&self) -> Counts {
         let mut c = Counts {
             inodes: self.inodes.len() as u64,
             implicit_ranges: self.implicit.len() as u64,
@@ -672,7 +672,7 @@ impl LeaseTable {
 
     /// The holders of `ino`: its writer and its readers.
     #[cfg(test)]
-    pub fn holders(&self, ino: Ino) -> (Option<Holder>, Vec<Holder>) {
+    pub(crate) fn holders(&self, ino: Ino) -> (Option<Holder>, Vec<Holder>) {
         match self.inodes.get(&ino) {
             Some(st) => (st.writer, st.readers.iter().map(|(&s, &l)| (s, l)).collect()),
             None => (None, Vec::new()),
@@ -680,7 +680,7 @@ impl LeaseTable {
     }
 
     /// The inodes session `s` holds the write lease of.
-    pub fn written_by(&self, s: SessionId) -> Vec<Ino> {
+    pub(crate) fn written_by(&self, s: SessionId) -> Vec<Ino> {
         let Some(info) = self.sessions.get(&s) else { return Vec::new() };
         info.inodes
             .iter()
@@ -691,7 +691,7 @@ impl LeaseTable {
 
     /// Whether nothing at all is recorded.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.inodes.is_empty() && self.sessions.is_empty() && self.implicit.is_empty()
     }
 }

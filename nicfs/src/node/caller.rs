@@ -10,7 +10,7 @@ use linefs_pm::record::Caller;
 
 /// The caller to check for, for a client of `uid`, `gid` and `groups` that may state
 /// callers (`states`: it runs as root) or not, given what it states.
-pub fn resolve_for(
+pub(crate) fn resolve_for(
     states: bool,
     uid: u32,
     gid: u32,

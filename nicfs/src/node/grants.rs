@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 
 /// The write grants of every session of the node.
-pub struct Grants {
+pub(crate) struct Grants {
     /// Inode numbers of the node: grants are of `1..inode_count`.
     inode_count: u64,
     /// session → the inodes it holds grants of.
@@ -34,14 +34,14 @@ pub struct Grants {
 }
 
 impl Grants {
-    pub fn new(inode_count: u64) -> Grants {
+    pub(crate) fn new(inode_count: u64) -> Grants {
         Grants { inode_count, by_session: Mutex::new(HashMap::new()) }
     }
 
     /// `session` may write `ino`'s data from now on (it created it or opened it for
     /// writing). A number outside the node is refused (validation has refused its entry
     /// already: this is not reached).
-    pub fn grant(&self, session: u64, ino: u64) {
+    pub(crate) fn grant(&self, session: u64, ino: u64) {
         if ino == 0 || ino >= self.inode_count {
             tracing::warn!(session, ino, "write grant of an inode number outside the node; ignored");
             return;
@@ -50,25 +50,25 @@ impl Grants {
     }
 
     /// Whether `session` holds a grant of `ino`.
-    pub fn holds(&self, session: u64, ino: u64) -> bool {
+    pub(crate) fn holds(&self, session: u64, ino: u64) -> bool {
         self.by_session.lock().get(&session).is_some_and(|g| g.contains(&ino))
     }
 
     /// `ino`'s number was freed: no session keeps a grant of it.
-    pub fn freed(&self, ino: u64) {
+    pub(crate) fn freed(&self, ino: u64) {
         for grants in self.by_session.lock().values_mut() {
             grants.remove(&ino);
         }
     }
 
     /// `session` ended (its log is settled): its grants go.
-    pub fn session_ended(&self, session: u64) {
+    pub(crate) fn session_ended(&self, session: u64) {
         self.by_session.lock().remove(&session);
     }
 
     /// Grants held, over every session.
     #[cfg(test)]
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.by_session.lock().values().map(HashSet::len).sum()
     }
 }

@@ -60,7 +60,7 @@ use linefs_pm::layout::{le32, le64, put_le32, put_le64};
 use linefs_pm::region::PmRegion;
 use std::path::Path;
 
-pub const FILE: &str = "leases.pm";
+pub(crate) const FILE: &str = "leases.pm";
 const MAGIC: &[u8; 8] = b"LFLEASES";
 const VERSION: u32 = 2;
 const HEADER: u64 = 64;
@@ -68,33 +68,33 @@ const ENTRY: u64 = 16;
 /// One slot's credentials and admitted LSN.
 const SLOT: u64 = 192;
 /// Supplementary groups recorded per session.
-pub const MAX_GROUPS: usize = 32;
+pub(crate) const MAX_GROUPS: usize = 32;
 
 /// Byte offsets of the header and of an entry (the table in the module doc).
-pub mod off {
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const INODE_COUNT: usize = 16;
-    pub const LOG_SLOTS: usize = 24;
-    pub const CRC: usize = 60;
+pub(crate) mod off {
+    pub(crate) const MAGIC: usize = 0;
+    pub(crate) const VERSION: usize = 8;
+    pub(crate) const INODE_COUNT: usize = 16;
+    pub(crate) const LOG_SLOTS: usize = 24;
+    pub(crate) const CRC: usize = 60;
     /// Within a slot's credentials.
-    pub mod slot {
-        pub const FLAGS: usize = 0;
-        pub const UID: usize = 4;
-        pub const GID: usize = 8;
-        pub const NGROUPS: usize = 12;
-        pub const TOTAL: usize = 16;
-        pub const GROUPS: usize = 24;
-        pub const CRC: usize = 152;
-        pub const ADMITTED: u64 = 160;
+    pub(crate) mod slot {
+        pub(crate) const FLAGS: usize = 0;
+        pub(crate) const UID: usize = 4;
+        pub(crate) const GID: usize = 8;
+        pub(crate) const NGROUPS: usize = 12;
+        pub(crate) const TOTAL: usize = 16;
+        pub(crate) const GROUPS: usize = 24;
+        pub(crate) const CRC: usize = 152;
+        pub(crate) const ADMITTED: u64 = 160;
     }
     /// Within an entry.
-    pub const HOLDER: u64 = 0;
-    pub const COVERED: u64 = 8;
+    pub(crate) const HOLDER: u64 = 0;
+    pub(crate) const COVERED: u64 = 8;
 }
 
 /// The lease record of a node.
-pub struct LeaseFile {
+pub(crate) struct LeaseFile {
     region: PmRegion,
     inode_count: u64,
     log_slots: u32,
@@ -105,19 +105,19 @@ const STATES_CALLERS: u32 = 2;
 
 /// A session's credentials as recorded for recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotCreds {
-    pub uid: u32,
-    pub gid: u32,
+pub(crate) struct SlotCreds {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
     /// At most [`MAX_GROUPS`].
-    pub groups: Vec<u32>,
+    pub(crate) groups: Vec<u32>,
     /// The session may state the caller of each entry (it runs as root).
-    pub states_callers: bool,
+    pub(crate) states_callers: bool,
 }
 
 impl LeaseFile {
     /// Opens the record in `dir` for a node of `inode_count` inodes, or makes it afresh;
     /// says whether the old content is there to be read.
-    pub fn open(dir: &Path, inode_count: u64, log_slots: u32) -> Result<(LeaseFile, bool), String> {
+    pub(crate) fn open(dir: &Path, inode_count: u64, log_slots: u32) -> Result<(LeaseFile, bool), String> {
         let path = dir.join(FILE);
         // PM regions are at least 256 KiB.
         let size = (HEADER + SLOT * u64::from(log_slots) + ENTRY * inode_count).next_multiple_of(4096).max(256 << 10);
@@ -178,7 +178,7 @@ impl LeaseFile {
 
     /// `slot`'s session, of these credentials, starts at `start` (its checkpoint); durable
     /// when this returns, which is before the client can log anything.
-    pub fn session_attached(&self, slot: u32, creds: &SlotCreds, total_groups: usize, start: u64) {
+    pub(crate) fn session_attached(&self, slot: u32, creds: &SlotCreds, total_groups: usize, start: u64) {
         let Some(at) = self.slot_at(slot) else { return };
         let mut b = [0u8; SLOT as usize];
         let flags = RECORDED | if creds.states_callers { STATES_CALLERS } else { 0 };
@@ -203,7 +203,7 @@ impl LeaseFile {
 
     /// `slot`'s entries below `upto` passed every check and are about to be applied;
     /// durable when this returns.
-    pub fn admitting(&self, slot: u32, upto: u64) {
+    pub(crate) fn admitting(&self, slot: u32, upto: u64) {
         let Some(at) = self.slot_at(slot) else { return };
         let at = at + off::slot::ADMITTED;
         let r = self.region.write_u64(at, upto).and_then(|()| self.region.persist(at, 8));
@@ -216,7 +216,7 @@ impl LeaseFile {
     /// What is recorded of `slot`'s session: None if nothing (no session, or one from
     /// before credentials were recorded); else its admitted LSN and its credentials, or why
     /// they cannot be believed.
-    pub fn session(&self, slot: u32) -> Option<(u64, Result<SlotCreds, String>)> {
+    pub(crate) fn session(&self, slot: u32) -> Option<(u64, Result<SlotCreds, String>)> {
         let at = self.slot_at(slot)?;
         let mut b = [0u8; SLOT as usize];
         self.region.read(at, &mut b).ok()?;
@@ -242,7 +242,7 @@ impl LeaseFile {
 
     /// Who holds `ino`'s write lease (slot) and, if handed back, from which LSN its
     /// entries are not covered.
-    pub fn holder(&self, ino: u64) -> Option<(u32, Option<u64>)> {
+    pub(crate) fn holder(&self, ino: u64) -> Option<(u32, Option<u64>)> {
         let at = self.at(ino)?;
         let holder = self.region.read_u64(at + off::HOLDER).ok()? as u32;
         let covered = self.region.read_u64(at + off::COVERED).ok()?;
@@ -262,7 +262,7 @@ impl LeaseFile {
     }
 
     /// `slot` holds the write leases of `inos`; durable when this returns.
-    pub fn hold(&self, slot: u32, inos: impl IntoIterator<Item = u64>) {
+    pub(crate) fn hold(&self, slot: u32, inos: impl IntoIterator<Item = u64>) {
         for ino in inos {
             self.put(ino, slot + 1, 0);
         }
@@ -271,7 +271,7 @@ impl LeaseFile {
 
     /// `slot` handed `ino`'s write lease back covering its log up to `covered` (nothing if
     /// it is not the recorded holder); durable when this returns.
-    pub fn handed_back(&self, slot: u32, ino: u64, covered: u64) {
+    pub(crate) fn handed_back(&self, slot: u32, ino: u64, covered: u64) {
         if self.holder(ino).is_some_and(|(s, _)| s == slot) {
             self.put(ino, slot + 1, covered.max(1));
             self.region.fence();
@@ -279,7 +279,7 @@ impl LeaseFile {
     }
 
     /// `slot` no longer holds `ino` (it freed it).
-    pub fn forget(&self, slot: u32, ino: u64) {
+    pub(crate) fn forget(&self, slot: u32, ino: u64) {
         if self.holder(ino).is_some_and(|(s, _)| s == slot) {
             self.put(ino, 0, 0);
             self.region.fence();
@@ -287,7 +287,7 @@ impl LeaseFile {
     }
 
     /// `slot`'s session ended: it holds nothing.
-    pub fn slot_ended(&self, slot: u32) {
+    pub(crate) fn slot_ended(&self, slot: u32) {
         for ino in 1..self.inode_count {
             if self.holder(ino).is_some_and(|(s, _)| s == slot) {
                 self.put(ino, 0, 0);
@@ -299,7 +299,7 @@ impl LeaseFile {
     /// `slot`'s session's log is settled and the slot is about to be released: its
     /// credentials are forgotten (before another session can claim the slot and record its
     /// own); durable when this returns.
-    pub fn session_settled(&self, slot: u32) {
+    pub(crate) fn session_settled(&self, slot: u32) {
         let Some(at) = self.slot_at(slot) else { return };
         if let Err(e) = self.region.zero(at, SLOT).and_then(|()| self.region.persist(at, SLOT)) {
             tracing::error!(slot, error = %e, "cannot forget a session's credentials");
@@ -308,7 +308,7 @@ impl LeaseFile {
     }
 
     /// Nothing is held (after recovery: no session survives a restart).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let r = self
             .region
             .zero(HEADER, self.region.len() - HEADER)
@@ -320,7 +320,7 @@ impl LeaseFile {
     }
 
     /// Whether `slot`'s entry at `lsn` changing `inos` was covered by write leases.
-    pub fn admits(&self, slot: u32, lsn: u64, inos: impl IntoIterator<Item = u64>) -> Result<(), String> {
+    pub(crate) fn admits(&self, slot: u32, lsn: u64, inos: impl IntoIterator<Item = u64>) -> Result<(), String> {
         for ino in inos {
             match self.holder(ino) {
                 Some((s, covered)) if s == slot && covered.is_none_or(|c| lsn < c) => {}

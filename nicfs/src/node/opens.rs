@@ -27,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 
 /// Inodes one session may declare open at once; beyond, `Opened` is ignored with a log line
 /// (the inode is then protected only by that client's own reference).
-pub const MAX_OPEN_PER_SESSION: usize = 1 << 20;
+pub(crate) const MAX_OPEN_PER_SESSION: usize = 1 << 20;
 
 #[derive(Default)]
 struct Inner {
@@ -42,13 +42,13 @@ struct Inner {
 
 /// The node's open inodes and kept orphans.
 #[derive(Default)]
-pub struct Opens {
+pub(crate) struct Opens {
     inner: Mutex<Inner>,
 }
 
 impl Opens {
     /// `session` holds `ino` open.
-    pub fn opened(&self, session: u64, ino: u64) {
+    pub(crate) fn opened(&self, session: u64, ino: u64) {
         let mut inner = self.inner.lock();
         let mine = inner.by_session.entry(session).or_default();
         if mine.len() >= MAX_OPEN_PER_SESSION {
@@ -60,7 +60,7 @@ impl Opens {
     }
 
     /// `session` closed its last open of `ino`.
-    pub fn closed(&self, session: u64, ino: u64) {
+    pub(crate) fn closed(&self, session: u64, ino: u64) {
         let mut inner = self.inner.lock();
         if let Some(mine) = inner.by_session.get_mut(&session) {
             mine.remove(&ino);
@@ -73,7 +73,7 @@ impl Opens {
 
     /// `session` is gone (its log settled): its opens end; returns the kept orphans it was
     /// the last to hold open (the caller frees them).
-    pub fn session_ended(&self, session: u64) -> Vec<u64> {
+    pub(crate) fn session_ended(&self, session: u64) -> Vec<u64> {
         let mut inner = self.inner.lock();
         if let Some(mine) = inner.by_session.remove(&session) {
             for ino in mine {
@@ -101,7 +101,7 @@ impl Opens {
     /// `session` logged the free of `ino`: true (and the orphan is kept) if another
     /// session holds it open, so that the free must not be published; otherwise the free
     /// is published and nicfs keeps nothing of it.
-    pub fn keep(&self, session: u64, ino: u64) -> bool {
+    pub(crate) fn keep(&self, session: u64, ino: u64) -> bool {
         let mut inner = self.inner.lock();
         let others = inner.by_ino.get(&ino).is_some_and(|s| s.iter().any(|&o| o != session));
         if others {
@@ -113,7 +113,7 @@ impl Opens {
     }
 
     /// Orphans kept now, and inodes held open (for the status file).
-    pub fn counts(&self) -> (u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64) {
         let inner = self.inner.lock();
         (inner.kept.len() as u64, inner.by_ino.len() as u64)
     }

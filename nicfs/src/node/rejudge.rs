@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 
 /// The policy of one recovery.
-pub struct Rejudge<'a> {
+pub(crate) struct Rejudge<'a> {
     leases: &'a LeaseFile,
     /// Whether the lease record survived (else the logs are trusted, as before leases were
     /// recorded: a new node, or one run host-only until now).
@@ -32,7 +32,7 @@ pub struct Rejudge<'a> {
 }
 
 impl<'a> Rejudge<'a> {
-    pub fn new(leases: &'a LeaseFile, recorded: bool) -> Rejudge<'a> {
+    pub(crate) fn new(leases: &'a LeaseFile, recorded: bool) -> Rejudge<'a> {
         Rejudge { leases, recorded, grants: RefCell::default() }
     }
 }

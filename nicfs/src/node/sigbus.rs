@@ -39,7 +39,7 @@ static PAGE: AtomicUsize = AtomicUsize::new(4096);
 static INSTALL: Once = Once::new();
 
 /// Installs the SIGBUS handler (once per process; later calls do nothing).
-pub fn install() {
+pub(crate) fn install() {
     INSTALL.call_once(|| {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -103,13 +103,13 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
 
 /// A registered mapping: faults in it are survived while this lives. Unregistered on drop —
 /// keep it as long as the mapping may be accessed.
-pub struct Guard {
+pub(crate) struct Guard {
     idx: usize,
 }
 
 impl Guard {
     /// Pages of the mapping patched with zeros so far: the file was shrunk under it.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         RANGES[self.idx].hits.load(Ordering::Acquire)
     }
 }
@@ -123,7 +123,7 @@ impl Drop for Guard {
 }
 
 /// Registers the mapping `[start, start + len)`; None if the table is full (logged).
-pub fn register(start: usize, len: usize) -> Option<Arc<Guard>> {
+pub(crate) fn register(start: usize, len: usize) -> Option<Arc<Guard>> {
     install();
     for (idx, r) in RANGES.iter().enumerate() {
         if r.start.compare_exchange(0, start, Ordering::AcqRel, Ordering::Acquire).is_ok() {

@@ -67,8 +67,8 @@ use std::sync::{Arc, Weak};
 /// A claimed slot: released (lock dropped, file replaced, slot free again) by
 /// [`Slots::release`].
 #[derive(Debug)]
-pub struct Claim {
-    pub slot: u32,
+pub(crate) struct Claim {
+    pub(crate) slot: u32,
     lock: File,
 }
 
@@ -92,7 +92,7 @@ struct Slot {
 }
 
 /// The node's log slots.
-pub struct Slots {
+pub(crate) struct Slots {
     dir: PathBuf,
     geometry: Geometry,
     slots: Vec<Slot>,
@@ -110,7 +110,7 @@ impl Slots {
     /// The slots of the node in `dir`, recovered: `regions` maps each slot's log file and
     /// `checkpoints` holds each checkpoint recovery left. Every slot's file is replaced at
     /// once (see the module notes).
-    pub fn open(dir: &Path, geometry: Geometry, regions: Vec<Arc<PmRegion>>, checkpoints: &[u64]) -> Slots {
+    pub(crate) fn open(dir: &Path, geometry: Geometry, regions: Vec<Arc<PmRegion>>, checkpoints: &[u64]) -> Slots {
         let slots = regions
             .into_iter()
             .zip(checkpoints)
@@ -145,7 +145,7 @@ impl Slots {
     }
 
     /// Slot `slot`'s log as nicfs maps it now.
-    pub fn log(&self, slot: u32) -> Arc<LogSlot> {
+    pub(crate) fn log(&self, slot: u32) -> Arc<LogSlot> {
         self.slots[slot as usize].log.read().clone()
     }
 
@@ -164,7 +164,7 @@ impl Slots {
 
     /// Why slot `slot`'s log file cannot be read as its log, if it cannot: its client
     /// resized it (its size is not the geometry's, or a read of nicfs's mapping faulted).
-    pub fn resized(&self, slot: u32) -> Option<String> {
+    pub(crate) fn resized(&self, slot: u32) -> Option<String> {
         let hits = self.slots[slot as usize].guard.read().as_ref().map_or(0, |g| g.hits());
         let why = if hits > 0 {
             format!("the client shrank its log file under nicfs's mapping ({hits} pages faulted)")
@@ -181,22 +181,22 @@ impl Slots {
     }
 
     /// Times a resized log file was found since start.
-    pub fn resized_found(&self) -> u64 {
+    pub(crate) fn resized_found(&self) -> u64 {
         self.resized_found.load(Ordering::Relaxed)
     }
 
     /// nicfs's record of `slot`'s durable checkpoint.
-    pub fn checkpoint(&self, slot: u32) -> u64 {
+    pub(crate) fn checkpoint(&self, slot: u32) -> u64 {
         self.slots[slot as usize].checkpoint.load(Ordering::Acquire)
     }
 
     /// Records that `slot`'s durable checkpoint is now `lsn` (under the area's mutex).
-    pub fn set_checkpoint(&self, slot: u32, lsn: u64) {
+    pub(crate) fn set_checkpoint(&self, slot: u32, lsn: u64) {
         self.slots[slot as usize].checkpoint.store(lsn, Ordering::Release);
     }
 
     /// Log files replaced since start.
-    pub fn replaced(&self) -> u64 {
+    pub(crate) fn replaced(&self) -> u64 {
         self.replaced.load(Ordering::Relaxed)
     }
 
@@ -207,13 +207,13 @@ impl Slots {
     /// Claims a free slot (the lowest), or None when every slot is held. A stale slot is
     /// replaced first, or skipped.
     #[cfg(test)]
-    pub fn claim(&self) -> Option<Claim> {
+    pub(crate) fn claim(&self) -> Option<Claim> {
         self.claim_keeping(0)
     }
 
     /// [`Slots::claim`], but only while more than `keep_free` slots are not claimed (the
     /// slots kept for root: [`crate::limits`]).
-    pub fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
+    pub(crate) fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
         let mut states = self.states.lock();
         if states.iter().filter(|s| **s != State::Claimed).count() <= keep_free {
             return None;
@@ -253,7 +253,7 @@ impl Slots {
 
     /// Frees a claimed slot whose log is settled: its file is replaced by a fresh one (see
     /// the module notes), then it is free; if that fails it is stale.
-    pub fn release(&self, claim: Claim) {
+    pub(crate) fn release(&self, claim: Claim) {
         let slot = claim.slot;
         let fresh_lock = self.replace(slot);
         let mut states = self.states.lock();

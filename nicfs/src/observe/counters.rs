@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The counters, bumped as work is done.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     chunks_ready: AtomicU64,
     rejections: AtomicU64,
     bytes_fetched: AtomicU64,
@@ -33,34 +33,34 @@ pub struct Counters {
 
 /// The counters at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct CounterSnapshot {
+pub(crate) struct CounterSnapshot {
     /// ChunkReady notices received.
-    pub chunks: u64,
+    pub(crate) chunks: u64,
     /// Entries refused, and publications that failed.
-    pub rejections: u64,
+    pub(crate) rejections: u64,
     /// Bytes copied out of clients' log files into nicfs (the PCIe crossing): the chunks,
     /// and the entry headers read to find where each chunk ends.
-    pub bytes_fetched: u64,
-    pub chunks_fetched: u64,
+    pub(crate) bytes_fetched: u64,
+    pub(crate) chunks_fetched: u64,
     /// Chunks published (each one batch, one checkpoint).
-    pub batches_published: u64,
-    pub entries_published: u64,
+    pub(crate) batches_published: u64,
+    pub(crate) entries_published: u64,
     /// Log bytes the published entries span.
-    pub bytes_published: u64,
+    pub(crate) bytes_published: u64,
     /// Copy lists sent to the kworker (including the ones nicfs then redid).
-    pub copy_lists_sent: u64,
-    pub copy_lists_by_kworker: u64,
-    pub copy_lists_by_nicfs: u64,
+    pub(crate) copy_lists_sent: u64,
+    pub(crate) copy_lists_by_kworker: u64,
+    pub(crate) copy_lists_by_nicfs: u64,
     /// Lists a kworker died (or was too slow) with, redone by nicfs.
-    pub copy_lists_redone: u64,
+    pub(crate) copy_lists_redone: u64,
     /// Bytes of the copy lists' entries (data and zero fills) by who executed them.
-    pub bytes_copied_by_kworker: u64,
-    pub bytes_copied_by_nicfs: u64,
+    pub(crate) bytes_copied_by_kworker: u64,
+    pub(crate) bytes_copied_by_nicfs: u64,
     /// What coalescing left out: WRITE bytes not copied, blocks not allocated, records
     /// dropped whole.
-    pub bytes_saved_by_coalescing: u64,
-    pub blocks_saved_by_coalescing: u64,
-    pub records_dropped_by_coalescing: u64,
+    pub(crate) bytes_saved_by_coalescing: u64,
+    pub(crate) blocks_saved_by_coalescing: u64,
+    pub(crate) records_dropped_by_coalescing: u64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -68,22 +68,22 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    pub fn chunk_ready(&self) {
+    pub(crate) fn chunk_ready(&self) {
         add(&self.chunks_ready, 1);
     }
 
-    pub fn rejection(&self) {
+    pub(crate) fn rejection(&self) {
         add(&self.rejections, 1);
     }
 
     /// A chunk fetched, `read` bytes read from the log for it.
-    pub fn fetched(&self, read: u64) {
+    pub(crate) fn fetched(&self, read: u64) {
         add(&self.bytes_fetched, read);
         add(&self.chunks_fetched, 1);
     }
 
     /// A batch published (entirely or up to a refused entry).
-    pub fn published(&self, p: &Published) {
+    pub(crate) fn published(&self, p: &Published) {
         if p.entries > 0 {
             add(&self.batches_published, 1);
         }
@@ -99,7 +99,7 @@ impl Counters {
     }
 
     /// What a batch's copy lists took.
-    pub fn copied(&self, c: &Copied) {
+    pub(crate) fn copied(&self, c: &Copied) {
         add(&self.lists_to_kworker, u64::from(c.sent));
         add(&self.lists_by_kworker, u64::from(c.by_kworker));
         add(&self.lists_by_nicfs, u64::from(c.by_nicfs));
@@ -108,7 +108,7 @@ impl Counters {
         add(&self.bytes_by_nicfs, c.bytes_by_nicfs);
     }
 
-    pub fn snapshot(&self) -> CounterSnapshot {
+    pub(crate) fn snapshot(&self) -> CounterSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CounterSnapshot {
             chunks: get(&self.chunks_ready),

@@ -23,15 +23,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The smallest value the HDR histograms tell apart, in µs.
-pub const LOWEST_US: u64 = 1;
+pub(crate) const LOWEST_US: u64 = 1;
 /// The largest value recorded as is, in µs (60 s); larger ones are recorded as this.
-pub const HIGHEST_US: u64 = 60_000_000;
+pub(crate) const HIGHEST_US: u64 = 60_000_000;
 /// Precision of the HDR histograms: values are kept to 3 significant digits (0.1 %).
-pub const SIGNIFICANT_DIGITS: u8 = 3;
+pub(crate) const SIGNIFICANT_DIGITS: u8 = 3;
 
 /// Upper bounds (seconds) of the Prometheus buckets: 1–2.5–5 steps from 10 µs to 10 s
 /// (a `+Inf` bucket is implicit).
-pub const BUCKETS_SECONDS: [f64; 19] = [
+pub(crate) const BUCKETS_SECONDS: [f64; 19] = [
     0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
     0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -39,12 +39,12 @@ pub const BUCKETS_SECONDS: [f64; 19] = [
 /// Quantiles of one kind of latency since start, in µs, as the status file shows them.
 /// All zero while nothing was recorded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
-    pub count: u64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
-    pub max_us: u64,
+pub(crate) struct Summary {
+    pub(crate) count: u64,
+    pub(crate) p50_us: u64,
+    pub(crate) p99_us: u64,
+    pub(crate) p999_us: u64,
+    pub(crate) max_us: u64,
 }
 
 struct Inner {
@@ -55,7 +55,7 @@ struct Inner {
 /// One kind of latency: record with [`Latency::record`], read with [`Latency::summary`]
 /// (status) and [`Latency::prometheus`] (`/metrics`).
 #[derive(Clone)]
-pub struct Latency(Arc<Inner>);
+pub(crate) struct Latency(Arc<Inner>);
 
 impl Default for Latency {
     fn default() -> Self {
@@ -70,7 +70,7 @@ impl std::fmt::Debug for Latency {
 }
 
 impl Latency {
-    pub fn new() -> Latency {
+    pub(crate) fn new() -> Latency {
         // The bounds are constants that hdrhistogram accepts (checked by a test).
         let hdr = hdrhistogram::Histogram::new_with_bounds(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
             .expect("constant histogram bounds are valid");
@@ -78,19 +78,19 @@ impl Latency {
     }
 
     /// Records one duration.
-    pub fn record(&self, d: Duration) {
+    pub(crate) fn record(&self, d: Duration) {
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         self.0.hdr.lock().saturating_record(us);
         self.0.prom.observe(d.as_secs_f64());
     }
 
     /// Records the time since `start`.
-    pub fn since(&self, start: std::time::Instant) {
+    pub(crate) fn since(&self, start: std::time::Instant) {
         self.record(start.elapsed());
     }
 
     /// The quantiles now (the histogram's lock is held while they are read).
-    pub fn summary(&self) -> Summary {
+    pub(crate) fn summary(&self) -> Summary {
         let h = self.0.hdr.lock();
         if h.is_empty() {
             return Summary::default();
@@ -105,7 +105,7 @@ impl Latency {
     }
 
     /// The Prometheus histogram (seconds), shared with this handle.
-    pub fn prometheus(&self) -> &PromHistogram {
+    pub(crate) fn prometheus(&self) -> &PromHistogram {
         &self.0.prom
     }
 }
@@ -113,24 +113,24 @@ impl Latency {
 /// The end-to-end latencies nicfs measures outside the stages (taken in
 /// [`crate::pipeline::sequencer`]).
 #[derive(Debug, Clone, Default)]
-pub struct EndToEnd {
+pub(crate) struct EndToEnd {
     /// From a `ChunkReady` read (bulk connection) to the `Published` that covers its LSN
     /// being sent: the sequencer's queue, fetch, validate, coalesce, publish (the durable
     /// checkpoint) and the way back to the sequencer.
-    pub chunk: Latency,
+    pub(crate) chunk: Latency,
     /// From an `Fsync` read (control connection) to its `FsyncDone` being sent.
-    pub fsync: Latency,
+    pub(crate) fsync: Latency,
 }
 
 /// [`EndToEnd`] as the status file shows it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct EndToEndStatus {
-    pub chunk: Summary,
-    pub fsync: Summary,
+pub(crate) struct EndToEndStatus {
+    pub(crate) chunk: Summary,
+    pub(crate) fsync: Summary,
 }
 
 impl EndToEnd {
-    pub fn status(&self) -> EndToEndStatus {
+    pub(crate) fn status(&self) -> EndToEndStatus {
         EndToEndStatus { chunk: self.chunk.summary(), fsync: self.fsync.summary() }
     }
 }

@@ -27,22 +27,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often the tuner looks at the queues.
-pub const TUNE_PERIOD: Duration = Duration::from_millis(10);
+pub(crate) const TUNE_PERIOD: Duration = Duration::from_millis(10);
 /// A queue longer than this is a bottleneck...
-pub const GROW_ABOVE: usize = 5;
+pub(crate) const GROW_ABOVE: usize = 5;
 /// ...when it is at this many looks in a row.
-pub const GROW_AFTER: u32 = 3;
+pub(crate) const GROW_AFTER: u32 = 3;
 /// An extra thread idle this long exits.
-pub const IDLE_EXIT: Duration = Duration::from_millis(200);
+pub(crate) const IDLE_EXIT: Duration = Duration::from_millis(200);
 
 /// Extra threads the stages of a pipeline may add, all together.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     left: AtomicUsize,
 }
 
 impl Budget {
-    pub fn new(extra_threads: usize) -> Arc<Budget> {
+    pub(crate) fn new(extra_threads: usize) -> Arc<Budget> {
         Arc::new(Budget { left: AtomicUsize::new(extra_threads) })
     }
 
@@ -57,24 +57,24 @@ impl Budget {
 
 /// A stage as the status file shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct StageStatus {
-    pub stage: &'static str,
+pub(crate) struct StageStatus {
+    pub(crate) stage: &'static str,
     /// Work items waiting.
-    pub queue: usize,
+    pub(crate) queue: usize,
     /// Threads now (the stage's own plus extra ones).
-    pub threads: usize,
-    pub min_threads: usize,
-    pub max_threads: usize,
+    pub(crate) threads: usize,
+    pub(crate) min_threads: usize,
+    pub(crate) max_threads: usize,
     /// Work items handled.
-    pub handled: u64,
+    pub(crate) handled: u64,
     /// Extra threads started so far.
-    pub grown: u64,
+    pub(crate) grown: u64,
     /// Most threads at once.
-    pub peak_threads: usize,
+    pub(crate) peak_threads: usize,
     /// Time items waited in the queue, since start.
-    pub wait: Summary,
+    pub(crate) wait: Summary,
     /// Time the handler took per item, since start.
-    pub service: Summary,
+    pub(crate) service: Summary,
 }
 
 struct Shared<T> {
@@ -97,14 +97,14 @@ struct Shared<T> {
 }
 
 /// A stage: submit work with [`Stage::submit`].
-pub struct Stage<T> {
+pub(crate) struct Stage<T> {
     tx: crossbeam_channel::Sender<(Instant, T)>,
     shared: Arc<Shared<T>>,
 }
 
 impl<T: Send + 'static> Stage<T> {
     /// A stage named `name` running `handler` on `min..=max` threads (min >= 1).
-    pub fn new(
+    pub(crate) fn new(
         name: &'static str,
         min: usize,
         max: usize,
@@ -136,22 +136,22 @@ impl<T: Send + 'static> Stage<T> {
     }
 
     /// Queues `item` for the stage.
-    pub fn submit(&self, item: T) {
+    pub(crate) fn submit(&self, item: T) {
         // The receivers live as long as the stage's threads, which never all exit.
         let _ = self.tx.send((Instant::now(), item));
     }
 
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.shared.name
     }
 
     /// The stage's wait and service histograms (shared handles).
-    pub fn latencies(&self) -> (Latency, Latency) {
+    pub(crate) fn latencies(&self) -> (Latency, Latency) {
         (self.shared.wait.clone(), self.shared.service.clone())
     }
 
     /// One look of the tuner: adds a thread if the queue has stayed long.
-    pub fn tune(&self) {
+    pub(crate) fn tune(&self) {
         let s = &self.shared;
         if s.rx.len() <= GROW_ABOVE {
             s.long_looks.store(0, Ordering::Relaxed);
@@ -169,7 +169,7 @@ impl<T: Send + 'static> Stage<T> {
         }
     }
 
-    pub fn status(&self) -> StageStatus {
+    pub(crate) fn status(&self) -> StageStatus {
         let s = &self.shared;
         StageStatus {
             stage: s.name,

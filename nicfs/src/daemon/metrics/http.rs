@@ -21,19 +21,19 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// The largest request head read (request line and headers).
-pub const MAX_REQUEST: usize = 8 << 10;
+pub(crate) const MAX_REQUEST: usize = 8 << 10;
 /// How long a client has to send its whole request head.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// How long one write of the answer may block.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The path served.
-pub const PATH: &str = "/metrics";
+pub(crate) const PATH: &str = "/metrics";
 /// What `prometheus-client`'s text encoder writes: OpenMetrics text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What a request head asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// `GET` or `HEAD` (then `head_only`) of [`PATH`].
     Metrics { head_only: bool },
     /// A well-formed request for another path.
@@ -45,7 +45,7 @@ pub enum Request {
 }
 
 /// Reads the request line of `head` (the bytes up to its first line feed).
-pub fn parse(head: &[u8]) -> Request {
+pub(crate) fn parse(head: &[u8]) -> Request {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let Ok(line) = std::str::from_utf8(line) else { return Request::Bad("the request line is not text") };
@@ -182,7 +182,7 @@ fn answer(head: &[u8], metrics: &dyn Fn() -> Result<String, String>) -> Answer {
 }
 
 /// Serves one connection: reads its request head, answers, closes.
-pub fn handle(mut stream: TcpStream, metrics: &dyn Fn() -> Result<String, String>) {
+pub(crate) fn handle(mut stream: TcpStream, metrics: &dyn Fn() -> Result<String, String>) {
     let a = match read_head(&mut stream) {
         Ok(head) => answer(&head, metrics),
         Err(ReadFailure::Gone) => return,
@@ -219,7 +219,7 @@ pub fn handle(mut stream: TcpStream, metrics: &dyn Fn() -> Result<String, String
 }
 
 /// Binds the metrics listener; refuses an address outside the loopback.
-pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
     if !addr.ip().is_loopback() {
         return Err(format!("metrics address {addr} is not a loopback address (127.0.0.0/8 or [::1])"));
     }
@@ -227,7 +227,7 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Serves `listener` until the process ends, one connection at a time.
-pub fn serve(listener: TcpListener, metrics: impl Fn() -> Result<String, String>) {
+pub(crate) fn serve(listener: TcpListener, metrics: impl Fn() -> Result<String, String>) {
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => handle(stream, &metrics),

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 impl LeaseTable {
     #[cfg(test)]
     /// Checks every structural invariant; the first violation, described.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let mut leases = BTreeSet::new();
         let mut waiting: HashMap<SessionId, usize> = HashMap::new();
         for (&ino, st) in &self.inodes {

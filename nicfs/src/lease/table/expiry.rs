@@ -29,12 +29,12 @@ use std::fmt;
 
 /// Why a session expired: the revoke it did not answer in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expiry {
+pub(crate) struct Expiry {
     /// The inode the revoke asked back, and the lease it named.
-    pub ino: Ino,
-    pub lease: LeaseId,
+    pub(crate) ino: Ino,
+    pub(crate) lease: LeaseId,
     /// The timeout it exceeded.
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
 }
 
 impl fmt::Display for Expiry {
@@ -76,25 +76,25 @@ impl Deadlines {
 
 impl LeaseTable {
     /// This table, with revokes expiring `timeout_ms` after they are sent (0: never).
-    pub fn with_revoke_timeout(mut self, timeout_ms: u64) -> LeaseTable {
+    pub(crate) fn with_revoke_timeout(mut self, timeout_ms: u64) -> LeaseTable {
         self.deadlines.timeout_ms = timeout_ms;
         self
     }
 
     /// The revoke timeout (0: revokes never expire).
-    pub fn revoke_timeout_ms(&self) -> u64 {
+    pub(crate) fn revoke_timeout_ms(&self) -> u64 {
         self.deadlines.timeout_ms
     }
 
     /// Whether session `s` has expired (and not yet ended).
-    pub fn expired(&self, s: SessionId) -> bool {
+    pub(crate) fn expired(&self, s: SessionId) -> bool {
         self.sessions.get(&s).is_some_and(|i| i.expired)
     }
 
     /// The earliest deadline of a revoke in flight: a tick later than this expires a
     /// session.
     #[cfg(test)]
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.deadlines.due.first().map(|d| d.0)
     }
 
