@@ -116,7 +116,7 @@ pub fn run(config: Config) -> Result<(), String> {
         spawn("signals", move || {
             match signals.wait() {
                 Ok(sig) => tracing::info!(sig, "signal received: stopping"),
-                Err(e) => tracing::error!(error = %e, "sigwait failed: stopping"),
+                Err(e) => tracing::error!(error = %e, "waiting for a signal failed: stopping"),
             }
             c.stopping.store(true, Ordering::Release);
             // Wake the accept loop.
