@@ -85,8 +85,8 @@
 //! ```text
 //! daemon/    the process: Config in, socket, connections (conn, control, bulk), the
 //!            daemon's private shared state (ctx), status file, /metrics, args (clap)
-//! pipeline/  fetch → validate → coalesce → publish stages (stage), and each session's
-//!            acknowledging sequencer (sequencer); the chunk is the unit that flows
+//! pipeline/  fetch → validate → coalesce → publish stages (stage), the chunk that flows
+//!            through them (chunk), each session's acknowledging sequencer (sequencer)
 //! config     what the core runs with (thread counts, chunk size, timeouts, limits)
 //! lease/     the lease table (pure), the lease manager, permissions (perms)
 //! session    a session, the registry, its job queue and outbox

@@ -40,6 +40,7 @@
 //! refuses it before changing anything), and the sequencer fetches again from the
 //! checkpoint when the client next asks.
 
+pub(crate) mod chunk;
 pub(crate) mod sequencer;
 pub(crate) mod stage;
 
@@ -49,10 +50,9 @@ use crate::lease::manager::Leases;
 use crate::lease::perms::SessionPerms;
 use crate::node::Node;
 use crate::observe::latency::Latency;
+use crate::pipeline::chunk::{Checked, Event, FetchReq, Fetched};
 use crate::pipeline::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
-use crate::session::Session;
-use linefs_pm::coalesce::{self, Plan};
-use linefs_pm::oplog::LogCopy;
+use linefs_pm::coalesce;
 use linefs_pm::public::Permissions;
 use linefs_pm::publish::{Batch, Published, SlotError};
 use linefs_pm::record::{InodeImage, Record};
@@ -63,57 +63,6 @@ use std::sync::{Arc, Weak};
 /// Fetch buffers kept for reuse once their chunk is decoded: a chunk's copy is megabytes,
 /// and a fresh allocation of that size is mapped, zeroed and faulted in page by page.
 const SPARE_BUFFERS: usize = 8;
-
-/// What the pipeline tells a session's sequencer.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// The fetch request of `generation` is done: the chunks up to `next_seq` were fetched and
-    /// cover the log up to `end` (short of the request's end if the log ends there).
-    Fetched { generation: u64, end: u64, next_seq: u64, error: Option<SlotError> },
-    /// Chunk `seq`, which covered the log up to `end`, was published (or refused, or its
-    /// publication failed).
-    Published { seq: u64, end: u64, result: Result<Published, SlotError> },
-    /// Chunk `seq` was not published: its session had failed, or it was stale.
-    Dropped { seq: u64 },
-}
-
-/// A session as the pipeline sees it: its slot and where its events go.
-pub(crate) struct Flow {
-    pub(crate) session: Arc<Session>,
-    pub(crate) events: crossbeam_channel::Sender<Event>,
-}
-
-impl Flow {
-    fn tell(&self, e: Event) {
-        // The sequencer leaves only once nothing is in flight, so this is always read.
-        let _ = self.events.send(e);
-    }
-}
-
-/// Fetch the log of `flow`'s slot from `from` up to `until`, numbering chunks from `seq`.
-pub(crate) struct FetchReq {
-    pub(crate) flow: Arc<Flow>,
-    pub(crate) generation: u64,
-    pub(crate) from: u64,
-    pub(crate) until: u64,
-    pub(crate) seq: u64,
-}
-
-/// A chunk fetched, to be checked.
-struct Fetched {
-    flow: Arc<Flow>,
-    seq: u64,
-    copy: LogCopy,
-}
-
-/// A chunk checked and decoded (and coalesced, once `plan` is set), to be published.
-struct Checked {
-    flow: Arc<Flow>,
-    seq: u64,
-    end: u64,
-    batch: Batch,
-    plan: Option<Plan>,
-}
 
 /// Per session: which chunk is published next, and the ones that arrived early.
 #[derive(Default)]
@@ -436,6 +385,8 @@ fn on<T: 'static>(me: &Weak<Pipeline>, f: fn(&Pipeline, T)) -> impl Fn(T) + Send
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::chunk::Flow;
+    use crate::session::Session;
     use linefs_pm::layout::FormatParams;
     use linefs_pm::node::log_file_name;
     use linefs_pm::oplog::LogSlot;

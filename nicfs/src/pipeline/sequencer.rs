@@ -42,8 +42,8 @@
 use crate::lease::manager::Leases;
 use crate::node::{Claim, Node};
 use crate::observe::latency::EndToEnd;
+use crate::pipeline::chunk::{Event, FetchReq, Flow};
 use crate::pipeline::Pipeline;
-use crate::pipeline::{Event, FetchReq, Flow};
 use crate::session::{Job, Session, Sessions};
 use linefs_pm::public::PublishError;
 use linefs_pm::publish::{Published, SlotError};
