@@ -38,7 +38,7 @@ pub(crate) const DEFAULT_FENCED_BACKOFF_MS: u64 = 10_000;
 pub(crate) const MAX_FENCED_BACKOFF: Duration = Duration::from_secs(600);
 
 /// The limits in force (0 in a flag means "the default for this node", resolved by
-/// [`crate::daemon::args::Args::limits`]).
+/// [`crate::config::LimitRequest::resolve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct Limits {
     pub(crate) max_connections: u32,

@@ -9,7 +9,7 @@
 //! log file, so that no process holding a descriptor from before can write a log that
 //! counts.
 //!
-//! Publication works on *chunks*: [`Node::fetch`] copies up to [`CHUNK_BYTES`] of a slot's
+//! Publication works on *chunks*: [`Node::fetch_into`] copies up to [`CHUNK_BYTES`] of a slot's
 //! committed log out of the client's log file into nicfs's memory (counted: that is the
 //! PCIe crossing); the chunk is scanned, checked and decoded on that copy and never read
 //! from the log again; [`Node::publish_batch`] publishes it as one batch under the area's
@@ -266,7 +266,7 @@ impl Node {
         self.fetch_into(slot, from, until, Vec::new())
     }
 
-    /// [`Node::fetch`] into `buf`, the buffer of an earlier copy handed back for reuse.
+    /// `Node::fetch` into `buf`, the buffer of an earlier copy handed back for reuse.
     pub(crate) fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
         let resized = |why: String| {

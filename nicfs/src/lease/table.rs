@@ -65,7 +65,7 @@
 //!   daemon hands out only numbers the table does not know ([`LeaseTable::busy`]); a
 //!   number that is known anyway is left out of the range, with a log line.
 //!
-//! # Invariants (checked by [`LeaseTable::check`] and the simulation in the tests)
+//! # Invariants (checked by `LeaseTable::check` and the simulation in the tests)
 //!
 //! Never two writers; never a writer and a reader of another session; a grant to S of an
 //! inode whose last writer T handed back at `covered` comes only after T's log is

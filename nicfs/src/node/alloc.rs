@@ -2,14 +2,14 @@
 //! blocks. With several clients per node no client may allocate from its own view — two
 //! would pick the same free inode or count the same free block — so nicfs hands them out.
 //!
-//! * **Inode numbers** go to a slot's session in ranges ([`Alloc::grant_inodes`]): the
+//! * **Inode numbers** go to a slot's session in ranges ([`Alloc::grant_inodes_avoiding`]): the
 //!   first with `Attached`, more on `AllocInodes`. A number is *taken* while it is in use in
 //!   the public area or granted to a live session; only untaken numbers are granted. When a
 //!   session ends (after its log is settled), the numbers of its grants that the public
 //!   area does not use go back. Numbers that clients free by publishing `FreeInode` are not
 //!   tracked as they are published: when no untaken number is left, the inode table is
 //!   read again and every number free there and granted to nobody comes back
-//!   ([`Alloc::grant_inodes`] does it once before saying ENOSPC). In the offload mode a
+//!   ([`Alloc::grant_inodes_avoiding`] does it once before saying ENOSPC). In the offload mode a
 //!   client never reuses a number it freed: once its free is published (or nicfs frees the
 //!   orphan it kept, [`crate::node::opens`]), the number is nobody's and free ([`Alloc::freed`]).
 //! * **Data blocks** are *reserved* by sessions for entries they have not yet had
@@ -149,7 +149,9 @@ impl Alloc {
         self.grant_inodes_avoiding(slot, count, &|_| false)
     }
 
-    /// [`Alloc::grant_inodes`], skipping the numbers `busy` names: those the lease table
+    /// Grants up to `count` inode numbers to `slot`'s session, as one contiguous range
+    /// where possible (the range returned may be shorter than asked, never empty),
+    /// skipping the numbers `busy` names: those the lease table
     /// still knows (a lease on an inode freed since, or a number of an ended session's
     /// range not yet dropped). A skipped number stays taken and granted to nobody, so the
     /// next rescan considers it again.

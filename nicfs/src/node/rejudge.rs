@@ -2,7 +2,7 @@
 //! (pm's [`RecoveryPolicy`]): every entry by the write leases recorded in PM
 //! ([`LeaseFile::admits`]), and, for a slot whose session's credentials are recorded, every
 //! entry at or past its admitted LSN by meaning too — the permission rules of publication,
-//! for the caller those credentials resolve ([`crate::lease::perms::resolve_for`]), against the
+//! for the caller those credentials resolve ([`crate::node::caller::resolve_for`]), against the
 //! state recovery has built so far.
 //!
 //! Write grants (what a session may write whatever the modes say, [`crate::node::grants`]) are not

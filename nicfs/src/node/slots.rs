@@ -211,7 +211,7 @@ impl Slots {
         self.claim_keeping(0)
     }
 
-    /// [`Slots::claim`], but only while more than `keep_free` slots are not claimed (the
+    /// `Slots::claim`, but only while more than `keep_free` slots are not claimed (the
     /// slots kept for root: [`crate::limits`]).
     pub(crate) fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
         let mut states = self.states.lock();

@@ -1,4 +1,4 @@
-//! Lease expiry: time is an input of the table like any other ([`Input::Tick`]), so that
+//! Lease expiry: time is an input of the table like any other ([`Input::Tick`](super::Input::Tick)), so that
 //! the table stays pure and the simulation drives its clock.
 //!
 //! * The table's clock is the time of the last tick; it never goes back. (The daemon ticks
@@ -17,7 +17,7 @@
 //!   calls) and takes its hand-backs as stale: a revoke answered after its deadline changes
 //!   nothing.
 //!
-//! Invariants ([`LeaseTable::check`]): with a timeout, every revoke in flight to a session
+//! Invariants (`LeaseTable::check`): with a timeout, every revoke in flight to a session
 //! that has not expired has a deadline, and no other revoke has one; the index of deadlines
 //! holds exactly those; after any step no deadline has passed (a tick expires every
 //! overdue one) and none lies more than the timeout ahead; an expired session has no
