@@ -1,8 +1,8 @@
 //! The data mover nicfs hands pm's publisher: the file data of a batch — WRITE records'
 //! bytes, zero fills — is recorded as pm [`Move`]s in order, and at the batch's settle
 //! becomes one ordered copy list (cut into frames of at most `MAX_COPY_ENTRIES`) that the
-//! host link executes: by kworker in normal mode, by nicfs itself with kworker's executor
-//! in isolated mode, redone by nicfs if the kworker dies with it in flight. The list is
+//! host link executes: by kworker in normal mode, by nicfs itself with the same executor
+//! (`linefs-copier`) in isolated mode, redone by nicfs if the kworker dies with it in flight. The list is
 //! executed, persisted and fenced when [`HostLink::copy`] returns, and only then does pm
 //! persist the pointers to the blocks it filled.
 //!

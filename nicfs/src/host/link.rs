@@ -15,7 +15,7 @@
 //!   second. Every switch is logged with its reason, counted, and wakes the status writer.
 //! * **Copy lists** ([`HostLink::copy`], [`HostLink::copy_list`]). In normal mode a list is
 //!   sent to the kworker and nicfs waits for `CopyDone`/`CopyFailed` (with a timeout); in
-//!   isolated mode nicfs executes it itself with kworker's executor
+//!   isolated mode nicfs executes it itself with the same executor (`linefs-copier`)
 //!   ([`linefs_copier::NodeFiles`] — one piece of code for both). If the kworker dies, or the
 //!   timeout passes, while a list is in flight, nicfs redoes the whole list itself: lists
 //!   are idempotent, so what part of it the dead kworker copied does not matter. A

@@ -19,7 +19,7 @@
 //! renamed over `log-NN.pm` and the directory fsynced — swaps nicfs's mapping to it, and
 //! only then marks the slot free. Every descriptor and mapping of the old file now reaches
 //! an unlinked inode that nothing reads: not the next client (it is handed the new file),
-//! not nicfs's fetches (they read the new mapping), not the copy lists (kworker's executor
+//! not nicfs's fetches (they read the new mapping), not the copy lists (the copier's executor
 //! looks the name up again), not recovery (it opens `log-NN.pm`). At start, after recovery,
 //! every slot is replaced the same way, which cuts off the clients of an earlier nicfs that
 //! outlived it. A slot whose replacement fails is *stale*: it is not claimed until a later
