@@ -370,7 +370,7 @@ fn run(verb: Verb) -> CliResult<String> {
             Err(fail(format!("{} problems on node {node}", out.problems)))
         }
         Verb::FuseDaemon(args) => {
-            fuse_mount::daemon::init_logging();
+            linefs_logging::init("info");
             fuse_mount::daemon::run(args).map(|()| String::new()).map_err(fail)
         }
     }

@@ -101,17 +101,6 @@ pub enum DaemonError {
     WritebackShared,
 }
 
-/// Sets up logging to stderr (`RUST_LOG`, default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
-        .with_writer(io::stderr)
-        .try_init();
-}
-
 /// Takes ownership of the readiness descriptor after checking it is open and not stdio.
 fn ready_fd(fd: i32) -> Result<File, DaemonError> {
     let bad = |source| DaemonError::ReadyFd { fd, source };

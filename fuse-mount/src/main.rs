@@ -15,7 +15,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    daemon::init_logging();
+    linefs_logging::init("info");
     match daemon::run(cli.args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -16,7 +16,7 @@
 //! sleep before every entry, so that tests can kill it in the middle of a list.
 
 use crate::args::Args;
-use crate::exec::NodeFiles;
+use linefs_copier::NodeFiles;
 use linefs_pm::signals::SignalSet;
 use linefs_proto::{
     read_frame, write_frame, Channel, CopyDone, CopyFailed, Frame, Heartbeat, Hello, Kworker, Party, ReadError, Role,
@@ -60,7 +60,7 @@ pub fn run(args: Args) -> Result<(), String> {
             .spawn(move || {
                 match signals.wait() {
                     Ok(sig) => tracing::info!(sig, "signal received: stopping"),
-                    Err(e) => tracing::error!(error = %e, "sigwait failed: stopping"),
+                    Err(e) => tracing::error!(error = %e, "waiting for a signal failed: stopping"),
                 }
                 shared.stopping.store(true, Ordering::Release);
                 if let Some(s) = &*shared.current.lock().unwrap_or_else(|p| p.into_inner()) {

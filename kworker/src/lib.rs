@@ -8,20 +8,20 @@
 //! kworker --node DIR --socket PATH [--heartbeat-ms N (default 100)]
 //! ```
 //!
-//! * [`exec`]: the copy-list executor — checks, copies, persists, one fence per list. It is
-//!   a library so that nicfs runs *the same code* when it executes a list itself.
+//! * the copy-list executor — checks, copies, persists, one fence per list — is the
+//!   `linefs-copier` library crate ([`NodeFiles`]), so that nicfs runs *the same code* when
+//!   it executes a list itself without depending on this daemon.
 //! * [`daemon`]: the process — connect to nicfs (Hello on the kworker link), heartbeat
 //!   every N ms, execute each `CopyList` and answer `CopyDone` or `CopyFailed`; reconnect
 //!   with backoff when nicfs goes away; exit 0 on SIGTERM/SIGINT.
 //!
 //! kworker is stateless: it keeps nothing between lists but its open files, which it
 //! reopens on every connection (and a slot's log file whenever nicfs has put a new one in
-//! its place, see [`exec`]), so killing and restarting it at any moment loses nothing
+//! its place, see `linefs-copier`), so killing and restarting it at any moment loses nothing
 //! (nicfs redoes a list that was in flight; lists are idempotent).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod args;
 pub mod daemon;
-pub mod exec;
 
-pub use exec::{ListFailure, NodeFiles, OpenError};
+pub use linefs_copier::{ListFailure, NodeFiles, OpenError};

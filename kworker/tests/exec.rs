@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use kworker::NodeFiles;
+use linefs_copier::NodeFiles;
 use linefs_proto::{CopyEntry, CopyList, CopySource};
 
 fn list(id: u64, entries: Vec<CopyEntry>) -> CopyList {

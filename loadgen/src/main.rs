@@ -101,19 +101,9 @@ fn spin(threads: usize, cpus: Option<&CpuList>, session: bool) -> Result<(), Str
     Ok(())
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    linefs_logging::init("warn");
     let res = match cli.verb {
         Verb::Write(args) => write::main(&args),
         Verb::Spin { threads, cpus, session } => spin(threads, cpus.as_ref(), session).map(|()| ExitCode::SUCCESS),

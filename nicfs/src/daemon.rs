@@ -3,72 +3,46 @@
 //! publish what every attached client has committed, write the last status, remove the
 //! socket, exit 0.
 
-use crate::args::Args;
-use crate::hostlink::HostLink;
-use crate::latency::EndToEnd;
-use crate::leases::Leases;
-use crate::limits::{Connections, Limits, Refusal, Refusals};
+pub mod args;
+pub(crate) mod bulk;
+pub(crate) mod conn;
+pub(crate) mod control;
+pub(crate) mod ctx;
+pub(crate) mod metrics;
+pub(crate) mod status;
+pub(crate) mod trust;
+
+use crate::config::Config;
+use crate::daemon::ctx::Ctx;
+use crate::host::link::HostLink;
+use crate::lease::manager::Leases;
+use crate::limits::{Connections, Refusal, Refusals};
 use crate::node::Node;
+use crate::observe::latency::EndToEnd;
+use crate::pipeline::sequencer::Parts;
 use crate::pipeline::Pipeline;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
 use std::io::ErrorKind;
-use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// What every thread of the daemon shares.
-pub struct Ctx {
-    pub node: Arc<Node>,
-    pub sessions: Arc<Sessions>,
-    /// The node's leases.
-    pub leases: Arc<Leases>,
-    /// The kworker link and the node's mode.
-    pub host: Arc<HostLink>,
-    /// The publishing pipeline's stages.
-    pub pipeline: Arc<Pipeline>,
-    /// The end-to-end chunk and fsync latencies.
-    pub latency: EndToEnd,
-    pub socket: PathBuf,
-    /// Where `/metrics` is served (the bound address: a port 0 asked for is resolved).
-    pub metrics_addr: Option<SocketAddr>,
-    /// The per-user limits in force ([`crate::limits`]).
-    pub limits: Limits,
-    /// The open connections of unprivileged users.
-    pub conns: Arc<Connections>,
-    /// What the limits (and the kworker check) refused.
-    pub refusals: Refusals,
-    /// The uid a kworker may run as besides nicfs's own (`--kworker-uid`).
-    pub kworker_uid: Option<u32>,
-    /// Held from the limit checks of an attach to its claim, so that two attaches of one
-    /// uid cannot both pass a check only one of them fits.
-    pub attaching: parking_lot::Mutex<()>,
-    /// Who is handed the public file ([`crate::trust`]).
-    pub trust: crate::trust::Trust,
-    stopping: AtomicBool,
-}
-
-impl Ctx {
-    pub fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
-    }
-}
-
 /// Runs nicfs; the error is the one-line reason it cannot.
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(config: Config) -> Result<(), String> {
+    let args = &config;
     let signals =
         SignalSet::block(&[libc::SIGTERM, libc::SIGINT]).map_err(|e| format!("cannot block SIGTERM/SIGINT: {e}"))?;
     if let Some(cpus) = &args.cpus {
         cpus.pin().map_err(|e| format!("cannot pin to CPUs {:?}: {e}", cpus.0))?;
         tracing::info!(cpus = ?cpus.0, "pinned");
     }
-    crate::trust::keep_node_private(&args.node);
+    crate::daemon::trust::keep_node_private(&args.node);
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
-    let metrics = args.metrics_addr.map(crate::metrics::http::bind).transpose()?;
+    let metrics = args.metrics_addr.map(crate::daemon::metrics::http::bind).transpose()?;
     let metrics_addr = match &metrics {
         Some(l) => Some(l.local_addr().map_err(|e| format!("cannot read the metrics listener's address: {e}"))?),
         None => None,
@@ -76,19 +50,29 @@ pub fn run(args: Args) -> Result<(), String> {
     let listener = bind(&args.socket)?;
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let sessions = Arc::new(Sessions::default());
-    let host = Arc::new(HostLink::new(args.node.clone(), std::time::Duration::from_millis(args.kworker_heartbeat_ms)));
+    let host = Arc::new(HostLink::new(args.node.clone(), args.kworker_heartbeat));
     let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone()), args.lease_timeout_ms));
-    let limits = args.limits(&node.geometry);
+    let limits = args.limits.resolve(&node.geometry);
     tracing::info!(?limits, kworker_uid = ?args.kworker_uid, "per-user limits");
     sessions.fenced.set_base(limits.fenced_backoff_ms);
     node.alloc.set_limits(limits.max_inodes_per_uid, limits.max_blocks_per_uid);
+    let pipeline = Pipeline::start(node.clone(), host.clone(), Some(leases.clone()), args.coalesce, &args.threads);
+    let latency = Arc::new(EndToEnd::default());
+    let sequencing = Arc::new(Parts {
+        node: node.clone(),
+        pipeline: pipeline.clone(),
+        sessions: sessions.clone(),
+        leases: leases.clone(),
+        latency: latency.clone(),
+    });
     let ctx = Arc::new(Ctx {
-        pipeline: Pipeline::start(node.clone(), host.clone(), Some(leases.clone()), !args.no_coalesce),
+        pipeline,
         node,
         leases,
         sessions,
         host,
-        latency: EndToEnd::default(),
+        latency,
+        sequencing,
         socket: args.socket.clone(),
         metrics_addr,
         limits,
@@ -96,20 +80,21 @@ pub fn run(args: Args) -> Result<(), String> {
         refusals: Refusals::default(),
         kworker_uid: args.kworker_uid,
         attaching: parking_lot::Mutex::new(()),
-        trust: crate::trust::Trust { group: args.trusted_group },
+        trust: crate::daemon::trust::Trust { group: args.trusted_group },
+        timeouts: args.timeouts,
         stopping: AtomicBool::new(false),
     });
     if let Some(listener) = metrics {
         let c = ctx.clone();
-        let render = move || crate::metrics::Sample::take(&c).encode().map_err(|e| e.to_string());
-        spawn("metrics", move || crate::metrics::http::serve(listener, render))?;
+        let render = move || crate::daemon::metrics::Sample::take(&c).encode().map_err(|e| e.to_string());
+        spawn("metrics", move || crate::daemon::metrics::http::serve(listener, render))?;
         tracing::info!(addr = ?metrics_addr, "serving metrics at /metrics");
     }
     if let Some(path) = args.status_file.clone() {
         let (kick, kicked) = crossbeam_channel::bounded(1);
         ctx.host.on_switch(kick);
         let c = ctx.clone();
-        spawn("status", move || crate::status::run(c, path, kicked))?;
+        spawn("status", move || crate::daemon::status::run(c, path, kicked))?;
     }
     {
         let c = ctx.clone();
@@ -131,7 +116,7 @@ pub fn run(args: Args) -> Result<(), String> {
         spawn("signals", move || {
             match signals.wait() {
                 Ok(sig) => tracing::info!(sig, "signal received: stopping"),
-                Err(e) => tracing::error!(error = %e, "sigwait failed: stopping"),
+                Err(e) => tracing::error!(error = %e, "waiting for a signal failed: stopping"),
             }
             c.stopping.store(true, Ordering::Release);
             // Wake the accept loop.
@@ -147,7 +132,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 let Some(counted) = admit(&ctx, &stream) else { continue };
                 let c = ctx.clone();
                 if let Err(e) = spawn("conn", move || {
-                    crate::conn::serve(c, stream);
+                    crate::daemon::conn::serve(c, stream);
                     drop(counted);
                 }) {
                     tracing::error!("{e}");
@@ -178,7 +163,7 @@ fn admit(ctx: &Arc<Ctx>, stream: &UnixStream) -> Option<crate::limits::Counted> 
     match ctx.conns.admit(cred.uid, &ctx.limits) {
         Ok(c) => Some(c),
         Err(why) => {
-            ctx.refusals.refused(Refusal::Connection, &crate::conn::describe(&cred), &why);
+            ctx.refusals.refused(Refusal::Connection, &crate::peer::describe(&cred), &why);
             // A new socket's buffer takes one small frame; never wait on it.
             let _ = stream.set_nonblocking(true);
             let _ = linefs_proto::write_error(stream, 0, libc::EUSERS, &why);
@@ -194,7 +179,7 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     let _ = std::fs::remove_file(&ctx.socket);
     let sessions = ctx.sessions.all();
     for s in &sessions {
-        crate::publisher::settle(s);
+        crate::pipeline::sequencer::settle(s, ctx.timeouts.settle);
         tracing::info!(
             session = s.id,
             slot = s.slot,
@@ -204,7 +189,7 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     }
     let _frozen = ctx.node.freeze();
     if let Some(path) = status_file {
-        if let Err(e) = crate::status::write(ctx, path) {
+        if let Err(e) = crate::daemon::status::write(ctx, path) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
         }
     }

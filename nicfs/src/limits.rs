@@ -29,30 +29,31 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `--max-connections` by default.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 /// `--max-connections-per-uid` by default.
-pub const DEFAULT_MAX_CONNECTIONS_PER_UID: u32 = 64;
+pub(crate) const DEFAULT_MAX_CONNECTIONS_PER_UID: u32 = 64;
 /// `--fenced-backoff-ms` by default.
-pub const DEFAULT_FENCED_BACKOFF_MS: u64 = 10_000;
+pub(crate) const DEFAULT_FENCED_BACKOFF_MS: u64 = 10_000;
 /// The longest a backoff grows to.
-pub const MAX_FENCED_BACKOFF: Duration = Duration::from_secs(600);
+pub(crate) const MAX_FENCED_BACKOFF: Duration = Duration::from_secs(600);
 
 /// The limits in force (0 in a flag means "the default for this node", resolved by
-/// [`crate::args::Args::limits`]).
+/// [`crate::config::LimitRequest::resolve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Limits {
-    pub max_connections: u32,
-    pub max_connections_per_uid: u32,
-    pub max_slots_per_uid: u32,
-    pub root_reserved_slots: u32,
-    pub max_inodes_per_uid: u64,
-    pub max_blocks_per_uid: u64,
-    pub fenced_backoff_ms: u64,
+pub(crate) struct Limits {
+    pub(crate) max_connections: u32,
+    pub(crate) max_connections_per_uid: u32,
+    pub(crate) max_slots_per_uid: u32,
+    pub(crate) root_reserved_slots: u32,
+    pub(crate) max_inodes_per_uid: u64,
+    pub(crate) max_blocks_per_uid: u64,
+    pub(crate) fenced_backoff_ms: u64,
 }
 
+#[cfg(test)]
 impl Limits {
     /// No limit at all (tests of other parts).
-    pub fn none() -> Limits {
+    pub(crate) fn none() -> Limits {
         Limits {
             max_connections: u32::MAX,
             max_connections_per_uid: u32::MAX,
@@ -67,7 +68,7 @@ impl Limits {
 
 /// What was refused, by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A connection past `--max-connections` or `--max-connections-per-uid`.
     Connection,
     /// An attach past `--max-slots-per-uid`, or into the root reserve.
@@ -96,19 +97,19 @@ const KINDS: [Refusal; 7] = [
 
 /// Refusals since start, by kind (status).
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct RefusalCounts {
-    pub connections: u64,
-    pub slots: u64,
-    pub kworker: u64,
-    pub fenced: u64,
-    pub inodes: u64,
-    pub blocks: u64,
-    pub log_resized: u64,
+pub(crate) struct RefusalCounts {
+    pub(crate) connections: u64,
+    pub(crate) slots: u64,
+    pub(crate) kworker: u64,
+    pub(crate) fenced: u64,
+    pub(crate) inodes: u64,
+    pub(crate) blocks: u64,
+    pub(crate) log_resized: u64,
 }
 
 /// Counts refusals and rate-limits their log lines.
 #[derive(Default)]
-pub struct Refusals {
+pub(crate) struct Refusals {
     counts: [AtomicU64; KINDS.len()],
     /// Per kind: when a line was last logged, and how many were not logged since.
     logged: Mutex<HashMap<Refusal, (Instant, u64)>>,
@@ -117,7 +118,7 @@ pub struct Refusals {
 impl Refusals {
     /// Counts a refusal of `kind` and logs it (`who`, `why`) unless a line of that kind was
     /// logged less than a second ago.
-    pub fn refused(&self, kind: Refusal, who: &str, why: &str) {
+    pub(crate) fn refused(&self, kind: Refusal, who: &str, why: &str) {
         let i = KINDS.iter().position(|k| *k == kind).expect("every kind is listed");
         self.counts[i].fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
@@ -133,7 +134,7 @@ impl Refusals {
         }
     }
 
-    pub fn counts(&self) -> RefusalCounts {
+    pub(crate) fn counts(&self) -> RefusalCounts {
         let c = |k: Refusal| self.counts[KINDS.iter().position(|x| *x == k).unwrap()].load(Ordering::Relaxed);
         RefusalCounts {
             connections: c(Refusal::Connection),
@@ -149,12 +150,12 @@ impl Refusals {
 
 /// The open connections of unprivileged users: all of them, and per uid.
 #[derive(Default)]
-pub struct Connections {
+pub(crate) struct Connections {
     inner: Mutex<(u32, HashMap<u32, u32>)>,
 }
 
 /// One counted connection; uncounted when dropped.
-pub struct Counted {
+pub(crate) struct Counted {
     conns: Arc<Connections>,
     uid: u32,
 }
@@ -178,7 +179,7 @@ impl Drop for Counted {
 impl Connections {
     /// Counts a new connection of `uid`, or says why it is past a limit. Root's are not
     /// limited.
-    pub fn admit(self: &Arc<Self>, uid: u32, limits: &Limits) -> Result<Counted, String> {
+    pub(crate) fn admit(self: &Arc<Self>, uid: u32, limits: &Limits) -> Result<Counted, String> {
         if uid != 0 {
             let mut inner = self.inner.lock();
             let of_uid = inner.1.get(&uid).copied().unwrap_or(0);
@@ -201,7 +202,7 @@ impl Connections {
     }
 
     /// Connections of unprivileged users open now.
-    pub fn open(&self) -> u32 {
+    pub(crate) fn open(&self) -> u32 {
         self.inner.lock().0
     }
 }
@@ -209,20 +210,20 @@ impl Connections {
 /// The uids whose sessions were fenced recently (a revoke left unanswered past the lease
 /// timeout), and until when their sessions get no lease.
 #[derive(Default)]
-pub struct Fenced {
+pub(crate) struct Fenced {
     /// uid → (the backoff's end, its length).
     map: Mutex<HashMap<u32, (Instant, Duration)>>,
     base_ms: AtomicU64,
 }
 
 impl Fenced {
-    pub fn set_base(&self, ms: u64) {
+    pub(crate) fn set_base(&self, ms: u64) {
         self.base_ms.store(ms, Ordering::Relaxed);
     }
 
     /// A session of `uid` was fenced: its backoff starts now, twice as long as the last one
     /// if that had not ended yet. Root is not backed off.
-    pub fn fenced(&self, uid: u32) {
+    pub(crate) fn fenced(&self, uid: u32) {
         let base = Duration::from_millis(self.base_ms.load(Ordering::Relaxed));
         if uid == 0 || base.is_zero() {
             return;
@@ -242,7 +243,7 @@ impl Fenced {
     }
 
     /// How long `uid`'s sessions still get no lease, if they do not.
-    pub fn backoff(&self, uid: u32) -> Option<Duration> {
+    pub(crate) fn backoff(&self, uid: u32) -> Option<Duration> {
         let now = Instant::now();
         let map = self.map.lock();
         map.get(&uid).and_then(|&(until, _)| until.checked_duration_since(now)).filter(|d| !d.is_zero())

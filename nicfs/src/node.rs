@@ -1,6 +1,6 @@
 //! What nicfs owns of its node: the exclusive lock of the node (pm's `node::LOCK_FILE`), the mapped PM, the
 //! public area (one publisher at a time: a mutex), the log slots and which of them sessions
-//! hold ([`crate::slots`]: claims, and a fresh log file for every session), and the
+//! hold ([`crate::node::slots`]: claims, and a fresh log file for every session), and the
 //! publication counters.
 //!
 //! Opening the node takes the lock, replaces the log files a client left the wrong size
@@ -9,21 +9,30 @@
 //! log file, so that no process holding a descriptor from before can write a log that
 //! counts.
 //!
-//! Publication works on *chunks*: [`Node::fetch`] copies up to [`CHUNK_BYTES`] of a slot's
+//! Publication works on *chunks*: [`Node::fetch_into`] copies up to [`CHUNK_BYTES`] of a slot's
 //! committed log out of the client's log file into nicfs's memory (counted: that is the
 //! PCIe crossing); the chunk is scanned, checked and decoded on that copy and never read
 //! from the log again; [`Node::publish_batch`] publishes it as one batch under the area's
 //! mutex, so that sessions interleave and, as recovery assumes, at most one slot can be
 //! caught mid-batch by a crash. Metadata is applied by nicfs; file data becomes the batch's
 //! copy list, executed through the host link before the batch's checkpoint
-//! ([`crate::copylist`]).
+//! ([`crate::host::copylist`]).
 
-use crate::alloc::Alloc;
-use crate::copylist;
-use crate::counters::Counters;
-use crate::hostlink::{Copied, HostLink};
-use crate::leasefile::LeaseFile;
-use crate::rejudge::Rejudge;
+pub(crate) mod alloc;
+pub(crate) mod caller;
+pub(crate) mod grants;
+pub(crate) mod lease_record;
+pub(crate) mod opens;
+pub(crate) mod rejudge;
+pub(crate) mod sigbus;
+pub(crate) mod slots;
+
+use crate::host::copylist;
+use crate::host::link::{Copied, HostLink};
+use crate::node::alloc::Alloc;
+use crate::node::lease_record::LeaseFile;
+use crate::node::rejudge::Rejudge;
+use crate::observe::counters::Counters;
 use linefs_pm::coalesce::Plan;
 use linefs_pm::layout::{FormatError, Geometry};
 use linefs_pm::node::{log_file_name, NodePm, PUBLIC_FILE};
@@ -34,8 +43,8 @@ use linefs_pm::record::InodeImage;
 use linefs_pm::recovery::{recover_judged, RecoveryError};
 use parking_lot::{Mutex, MutexGuard};
 
-pub use crate::slots::Claim;
-use crate::slots::Slots;
+pub(crate) use crate::node::slots::Claim;
+use crate::node::slots::Slots;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,11 +53,11 @@ use std::sync::Arc;
 /// What a client is asked to publish at (ChunkReady every this many committed bytes), and
 /// the most log one fetched chunk — one publication batch, one hold of the area's mutex —
 /// covers (a single longer entry makes a longer chunk).
-pub const CHUNK_BYTES: u64 = 4 << 20;
+pub(crate) const CHUNK_BYTES: u64 = 4 << 20;
 
 /// Why nicfs cannot serve a node.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error("cannot open {path}: {source}")]
     Open { path: PathBuf, source: std::io::Error },
     #[error("node {0} is in use (another nicfs, or a host-only mount, holds it)")]
@@ -62,22 +71,22 @@ pub enum StartError {
 }
 
 /// The node nicfs serves.
-pub struct Node {
-    pub dir: PathBuf,
-    pub geometry: Geometry,
+pub(crate) struct Node {
+    pub(crate) dir: PathBuf,
+    pub(crate) geometry: Geometry,
     area: Mutex<PublicArea>,
     slots: Slots,
     /// Most log one fetch copies ([`CHUNK_BYTES`] unless `--chunk-bytes` says otherwise).
     chunk_bytes: AtomicU64,
-    pub counters: Counters,
+    pub(crate) counters: Counters,
     /// Inode numbers and block reservations of the node's sessions.
-    pub alloc: Alloc,
+    pub(crate) alloc: Alloc,
     /// Inodes the sessions hold open, and orphans kept for them.
-    pub opens: crate::opens::Opens,
-    /// What each session may write whatever the modes say now ([`crate::grants`]).
-    pub grants: crate::grants::Grants,
+    pub(crate) opens: crate::node::opens::Opens,
+    /// What each session may write whatever the modes say now ([`crate::node::grants`]).
+    pub(crate) grants: crate::node::grants::Grants,
     /// The write leases, recorded in PM for the next start's recovery.
-    pub leases: Arc<LeaseFile>,
+    pub(crate) leases: Arc<LeaseFile>,
     /// Keeps the public file mapped (the area holds its own reference too; the slots hold
     /// the log files).
     _pm: NodePm,
@@ -88,7 +97,7 @@ pub struct Node {
 
 impl Node {
     /// Locks the node in `dir`, opens it and recovers it.
-    pub fn open(dir: &Path) -> Result<Node, StartError> {
+    pub(crate) fn open(dir: &Path) -> Result<Node, StartError> {
         let lock = match linefs_pm::node::lock_node(dir) {
             Ok(Some(l)) => l,
             Ok(None) => return Err(StartError::Busy(dir.to_path_buf())),
@@ -98,7 +107,7 @@ impl Node {
         let mut pm = NodePm::open(dir).map_err(|source| StartError::Format { dir: dir.to_path_buf(), source })?;
         linefs_pm::slotfile::remove_stray(dir, &pm.geometry);
         // The log suffixes are admitted by the write leases recorded before the restart, and
-        // what no check saw before the crash is judged by meaning (crate::rejudge); a node
+        // what no check saw before the crash is judged by meaning (crate::node::rejudge); a node
         // without a record (new, or run host-only until now) trusts its logs.
         let (leases, recorded) = LeaseFile::open(dir, pm.geometry.inode_count, pm.geometry.log_slots)
             .map_err(|why| StartError::Leases { dir: dir.to_path_buf(), why })?;
@@ -129,7 +138,7 @@ impl Node {
             counters: Counters::default(),
             alloc,
             opens: Default::default(),
-            grants: crate::grants::Grants::new(geometry.inode_count),
+            grants: crate::node::grants::Grants::new(geometry.inode_count),
             leases: Arc::new(leases),
             _pm: pm,
             _lock: lock,
@@ -189,37 +198,38 @@ fn header_lsn(path: &Path, geo: &Geometry, slot: u32) -> Option<u64> {
 
 impl Node {
     /// Claims a free slot, or None when every slot is held.
-    pub fn claim(&self) -> Option<Claim> {
+    #[cfg(test)]
+    pub(crate) fn claim(&self) -> Option<Claim> {
         self.slots.claim()
     }
 
     /// Claims a free slot if more than `keep_free` are free.
-    pub fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
+    pub(crate) fn claim_keeping(&self, keep_free: usize) -> Option<Claim> {
         self.slots.claim_keeping(keep_free)
     }
 
     /// Frees a claimed slot once its log is settled: its session's reservations end, the
     /// inode numbers it did not use go back, and its log file is replaced by a fresh one
-    /// before anyone may claim it again ([`crate::slots`]).
-    pub fn release(&self, claim: Claim) {
+    /// before anyone may claim it again ([`crate::node::slots`]).
+    pub(crate) fn release(&self, claim: Claim) {
         self.leases.session_settled(claim.slot);
         self.alloc.end_session(claim.slot);
         self.slots.release(claim);
     }
 
     /// Times a client's log file was found resized since start.
-    pub fn log_files_resized(&self) -> u64 {
+    pub(crate) fn log_files_resized(&self) -> u64 {
         self.slots.resized_found()
     }
 
     /// Log files replaced since start (one per session ended, and every slot at start).
-    pub fn log_files_replaced(&self) -> u64 {
+    pub(crate) fn log_files_replaced(&self) -> u64 {
         self.slots.replaced()
     }
 
     /// The descriptors a client of `slot` is handed: its log file read-write, and the
-    /// public file read-only when `public` (a trusted client, [`crate::trust`]).
-    pub fn client_files(&self, slot: u32, public: bool) -> std::io::Result<(File, Option<File>)> {
+    /// public file read-only when `public` (a trusted client, [`crate::daemon::trust`]).
+    pub(crate) fn client_files(&self, slot: u32, public: bool) -> std::io::Result<(File, Option<File>)> {
         let log = OpenOptions::new().read(true).write(true).open(self.log_path(slot))?;
         let public = if public { Some(File::open(self.dir.join(PUBLIC_FILE))?) } else { None };
         Ok((log, public))
@@ -227,17 +237,17 @@ impl Node {
 
     /// The slot's durable checkpoint, as nicfs recorded it (not as the client's writable
     /// file may say).
-    pub fn checkpoint(&self, slot: u32) -> u64 {
+    pub(crate) fn checkpoint(&self, slot: u32) -> u64 {
         self.slots.checkpoint(slot)
     }
 
     /// The public area's free data blocks now, pending frees included.
-    pub fn free_blocks(&self) -> u64 {
+    pub(crate) fn free_blocks(&self) -> u64 {
         let area = self.area.lock();
         area.free_blocks() + area.pending_free_blocks()
     }
 
-    pub fn ring_bytes(&self) -> u64 {
+    pub(crate) fn ring_bytes(&self) -> u64 {
         if self.geometry.log_slots == 0 {
             return 0;
         }
@@ -245,18 +255,19 @@ impl Node {
     }
 
     /// Sets the most log one fetch copies.
-    pub fn set_chunk_bytes(&self, bytes: u64) {
+    pub(crate) fn set_chunk_bytes(&self, bytes: u64) {
         self.chunk_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Copies the committed entries of `slot` from `from` that start before `until`, at most
     /// a chunk of them (at least one entry), out of its log file.
-    pub fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
+    #[cfg(test)]
+    pub(crate) fn fetch(&self, slot: u32, from: u64, until: u64) -> Result<LogCopy, SlotError> {
         self.fetch_into(slot, from, until, Vec::new())
     }
 
-    /// [`Node::fetch`] into `buf`, the buffer of an earlier copy handed back for reuse.
-    pub fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
+    /// `Node::fetch` into `buf`, the buffer of an earlier copy handed back for reuse.
+    pub(crate) fn fetch_into(&self, slot: u32, from: u64, until: u64, buf: Vec<u8>) -> Result<LogCopy, SlotError> {
         let max = self.chunk_bytes.load(Ordering::Relaxed);
         let resized = |why: String| {
             tracing::warn!(slot, "{why}; the session fails");
@@ -266,7 +277,7 @@ impl Node {
             return Err(resized(why));
         }
         let fetched = self.slots.log(slot).fetch_into(from, until, max, buf);
-        // A shrink during the copy faulted into zeros ([`crate::sigbus`]): what was read
+        // A shrink during the copy faulted into zeros ([`crate::node::sigbus`]): what was read
         // is not the log.
         if let Some(why) = self.slots.resized(slot) {
             return Err(resized(why));
@@ -279,7 +290,7 @@ impl Node {
     /// Publishes `batch` (decoded from a fetched copy) as one batch — as `plan` coalesced it,
     /// if given — its file data copied through `host`; returns what was published and what
     /// the copies took.
-    pub fn publish_batch(
+    pub(crate) fn publish_batch(
         &self,
         batch: &Batch,
         plan: Option<&Plan>,
@@ -310,13 +321,13 @@ impl Node {
     }
 
     /// Inode `ino` as published (None: not allocated).
-    pub fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
+    pub(crate) fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
         let img = self.area.lock().read_inode(ino)?.img;
         Ok((img.mode != 0).then_some(img))
     }
 
     /// Where `slot`'s log space may be reused up to (published and replicated).
-    pub fn reclaim_lsn(&self, slot: u32) -> Result<u64, FormatError> {
+    pub(crate) fn reclaim_lsn(&self, slot: u32) -> Result<u64, FormatError> {
         self.slots.log(slot).reclaim_lsn()
     }
 
@@ -324,7 +335,7 @@ impl Node {
     /// orphans, under the area's mutex, then its number is free again (and nobody's write
     /// grant of it survives). An inode that is
     /// free already, or linked, is left alone.
-    pub fn free_orphan(&self, ino: u64) {
+    pub(crate) fn free_orphan(&self, ino: u64) {
         let freed = {
             let mut area = self.area.lock();
             match area.read_inode(ino) {
@@ -353,7 +364,7 @@ impl Node {
     /// them — by moving its durable checkpoint past the end of its committed log. Used once
     /// the writer of refused entries is gone, so that the slot's next client starts clean
     /// and a restart's recovery does not stop at them. Returns the dropped range.
-    pub fn discard_unpublished(&self, slot: u32) -> Result<(u64, u64), FormatError> {
+    pub(crate) fn discard_unpublished(&self, slot: u32) -> Result<(u64, u64), FormatError> {
         let log = self.slots.log(slot);
         // The area's mutex orders this with every publication.
         let _area = self.area.lock();
@@ -369,7 +380,7 @@ impl Node {
     /// The end of `slot`'s committed log now: where a scan from its checkpoint stops. Under
     /// the area's mutex, so that the checkpoint does not move (nor the client reuse the log
     /// space before it) during the scan.
-    pub fn committed_end(&self, slot: u32) -> Result<u64, FormatError> {
+    pub(crate) fn committed_end(&self, slot: u32) -> Result<u64, FormatError> {
         let log = self.slots.log(slot);
         let _area = self.area.lock();
         Ok(log.scan(self.slots.checkpoint(slot))?.end)
@@ -377,13 +388,13 @@ impl Node {
 
     /// A reader of the public area that does not wait for publications (a torn inode is
     /// read again): for checks that must not hold the area's mutex.
-    pub fn public_reader(&self) -> PublicReader {
+    pub(crate) fn public_reader(&self) -> PublicReader {
         PublicReader::shared(self._pm.public.clone(), self.geometry)
     }
 
     /// Holds the public area: no publication runs while the guard lives (shutdown holds it
     /// to the end of the process).
-    pub fn freeze(&self) -> MutexGuard<'_, PublicArea> {
+    pub(crate) fn freeze(&self) -> MutexGuard<'_, PublicArea> {
         self.area.lock()
     }
 }

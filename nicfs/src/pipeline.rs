@@ -1,7 +1,7 @@
 //! The publishing pipeline (LineFS §3.3.1): **fetch → validate → coalesce → publish**,
 //! each stage a
-//! queue and an elastic pool of threads ([`crate::stage`]) shared by every session, and
-//! the **acknowledgment** done by each session's sequencer ([`crate::publisher`]), which
+//! queue and an elastic pool of threads ([`crate::pipeline::stage`]) shared by every session, and
+//! the **acknowledgment** done by each session's sequencer ([`crate::pipeline::sequencer`]), which
 //! also decides what to fetch.
 //!
 //! * **fetch** ([`FetchReq`]): copies a session's committed log, from where its last chunk
@@ -22,7 +22,7 @@
 //!   it is published), admits its entries by the session's leases
 //!   ([`Leases::admit`]: an entry changing an inode the session holds no write lease on is
 //!   refused, and everything after it), then publishes — each entry also checked against
-//!   the caller's permissions ([`crate::perms`]) under the area's mutex — the chunk as one batch
+//!   the caller's permissions ([`crate::lease::perms`]) under the area's mutex — the chunk as one batch
 //!   ([`Node::publish_batch`](crate::node::Node::publish_batch)): validation against the
 //!   public state, metadata applied by nicfs, file data as one ordered copy list executed
 //!   through the host link, the pointers to the new blocks, the fence and the durable
@@ -33,22 +33,26 @@
 //!   `Published`, answers fsyncs, or fails the session.
 //!
 //! A chunk whose session has failed (an entry refused) is dropped at the publish stage; of a
-//! fenced session (its lease expired, [`crate::publisher`]) an entry ending past the fence
+//! fenced session (its lease expired, [`crate::pipeline::sequencer`]) an entry ending past the fence
 //! is refused like an entry admission refuses, with everything after it. A
 //! chunk that no longer starts at its slot's checkpoint — an earlier chunk of the session
 //! ended short, at an entry that failed its checks on the copy — is dropped as stale (pm
 //! refuses it before changing anything), and the sequencer fetches again from the
 //! checkpoint when the client next asks.
 
-use crate::hostlink::{Copied, HostLink};
-use crate::latency::Latency;
-use crate::leases::Leases;
+pub(crate) mod chunk;
+pub(crate) mod sequencer;
+pub(crate) mod stage;
+
+use crate::config::Threads;
+use crate::host::link::HostLink;
+use crate::lease::manager::Leases;
+use crate::lease::perms::SessionPerms;
 use crate::node::Node;
-use crate::perms::SessionPerms;
-use crate::session::Session;
-use crate::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
-use linefs_pm::coalesce::{self, Plan};
-use linefs_pm::oplog::LogCopy;
+use crate::observe::latency::Latency;
+use crate::pipeline::chunk::{Checked, Event, FetchReq, Fetched};
+use crate::pipeline::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
+use linefs_pm::coalesce;
 use linefs_pm::public::Permissions;
 use linefs_pm::publish::{Batch, Published, SlotError};
 use linefs_pm::record::{InodeImage, Record};
@@ -56,67 +60,9 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 
-/// How many threads each stage may have (the publish stage is serialised by the public
-/// area's mutex anyway), and how many extra threads the stages may add together.
-pub const FETCH_THREADS: (usize, usize) = (1, 4);
-pub const VALIDATE_THREADS: (usize, usize) = (1, 4);
-pub const COALESCE_THREADS: (usize, usize) = (1, 4);
-pub const PUBLISH_THREADS: (usize, usize) = (1, 1);
-pub const EXTRA_THREADS: usize = 8;
 /// Fetch buffers kept for reuse once their chunk is decoded: a chunk's copy is megabytes,
 /// and a fresh allocation of that size is mapped, zeroed and faulted in page by page.
 const SPARE_BUFFERS: usize = 8;
-
-/// What the pipeline tells a session's sequencer.
-#[derive(Debug)]
-pub enum Event {
-    /// The fetch request of `epoch` is done: the chunks up to `next_seq` were fetched and
-    /// cover the log up to `end` (short of the request's end if the log ends there).
-    Fetched { epoch: u64, end: u64, next_seq: u64, error: Option<SlotError> },
-    /// Chunk `seq`, which covered the log up to `end`, was published (or refused, or its
-    /// publication failed); `copied` is what its copy list took.
-    Published { seq: u64, end: u64, result: Result<Published, SlotError>, copied: Copied },
-    /// Chunk `seq` was not published: its session had failed, or it was stale.
-    Dropped { seq: u64 },
-}
-
-/// A session as the pipeline sees it: its slot and where its events go.
-pub struct Flow {
-    pub session: Arc<Session>,
-    pub events: crossbeam_channel::Sender<Event>,
-}
-
-impl Flow {
-    fn tell(&self, e: Event) {
-        // The sequencer leaves only once nothing is in flight, so this is always read.
-        let _ = self.events.send(e);
-    }
-}
-
-/// Fetch the log of `flow`'s slot from `from` up to `until`, numbering chunks from `seq`.
-pub struct FetchReq {
-    pub flow: Arc<Flow>,
-    pub epoch: u64,
-    pub from: u64,
-    pub until: u64,
-    pub seq: u64,
-}
-
-/// A chunk fetched, to be checked.
-struct Fetched {
-    flow: Arc<Flow>,
-    seq: u64,
-    copy: LogCopy,
-}
-
-/// A chunk checked and decoded (and coalesced, once `plan` is set), to be published.
-struct Checked {
-    flow: Arc<Flow>,
-    seq: u64,
-    end: u64,
-    batch: Batch,
-    plan: Option<Plan>,
-}
 
 /// Per session: which chunk is published next, and the ones that arrived early.
 #[derive(Default)]
@@ -127,7 +73,7 @@ struct Order {
 }
 
 /// The pipeline of a node.
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     node: Arc<Node>,
     host: Arc<HostLink>,
     /// Admission of entries by the leases their session holds (None: every structurally
@@ -145,13 +91,19 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts the stages' threads and the tuner that grows them; without `coalesce`, chunks
     /// go from validation straight to publication.
-    pub fn start(node: Arc<Node>, host: Arc<HostLink>, leases: Option<Arc<Leases>>, coalesce: bool) -> Arc<Pipeline> {
-        let budget = Budget::new(EXTRA_THREADS);
+    pub(crate) fn start(
+        node: Arc<Node>,
+        host: Arc<HostLink>,
+        leases: Option<Arc<Leases>>,
+        coalesce: bool,
+        threads: &Threads,
+    ) -> Arc<Pipeline> {
+        let budget = Budget::new(threads.extra);
         let p = Arc::new_cyclic(|me: &Weak<Pipeline>| {
-            let (fmin, fmax) = FETCH_THREADS;
-            let (vmin, vmax) = VALIDATE_THREADS;
-            let (cmin, cmax) = COALESCE_THREADS;
-            let (pmin, pmax) = PUBLISH_THREADS;
+            let (fmin, fmax) = threads.fetch;
+            let (vmin, vmax) = threads.validate;
+            let (cmin, cmax) = threads.coalesce;
+            let (pmin, pmax) = threads.publish;
             Pipeline {
                 node,
                 host,
@@ -183,16 +135,16 @@ impl Pipeline {
     }
 
     /// Queues a fetch request (its session has none in progress).
-    pub fn fetch(&self, req: FetchReq) {
+    pub(crate) fn fetch(&self, req: FetchReq) {
         self.fetch.submit(req);
     }
 
     /// Forgets a session that ended (nothing of it is in flight).
-    pub fn forget(&self, session: u64) {
+    pub(crate) fn forget(&self, session: u64) {
         self.order.lock().remove(&session);
     }
 
-    pub fn stages(&self) -> Vec<StageStatus> {
+    pub(crate) fn stages(&self) -> Vec<StageStatus> {
         let mut v = vec![self.fetch.status(), self.validate.status()];
         v.extend(self.coalesce.as_ref().map(Stage::status));
         v.push(self.publish.status());
@@ -200,7 +152,7 @@ impl Pipeline {
     }
 
     /// Each stage's name and its wait and service histograms, in pipeline order.
-    pub fn stage_latencies(&self) -> Vec<(&'static str, Latency, Latency)> {
+    pub(crate) fn stage_latencies(&self) -> Vec<(&'static str, Latency, Latency)> {
         fn of<T: Send + 'static>(s: &Stage<T>) -> (&'static str, Latency, Latency) {
             let (wait, service) = s.latencies();
             (s.name(), wait, service)
@@ -233,7 +185,7 @@ impl Pipeline {
                 }
             }
         }
-        req.flow.tell(Event::Fetched { epoch: req.epoch, end: at, next_seq: seq, error });
+        req.flow.tell(Event::Fetched { generation: req.generation, end: at, next_seq: seq, error });
     }
 
     fn do_validate(&self, f: Fetched) {
@@ -305,7 +257,7 @@ impl Pipeline {
         }
         if c.batch.is_empty() {
             let nothing = Published { from: c.batch.from, upto: c.batch.from, ..Published::default() };
-            flow.tell(Event::Published { seq: c.seq, end: c.end, result: Ok(nothing), copied: Copied::default() });
+            flow.tell(Event::Published { seq: c.seq, end: c.end, result: Ok(nothing) });
             return;
         }
         // A fenced session's entries past its fence are refused (its client may have
@@ -322,7 +274,7 @@ impl Pipeline {
             _ => batch,
         };
         // Frees of inodes another session holds open are not published: nicfs keeps those
-        // orphans ([`crate::opens`]). The coalescing plan was made with the frees.
+        // orphans ([`crate::node::opens`]). The coalescing plan was made with the frees.
         let kept = kept_orphans(&self.node.opens, flow.session.id, batch);
         let without;
         let mut plan = c.plan.as_ref();
@@ -340,11 +292,11 @@ impl Pipeline {
                 tracing::debug!(seq = c.seq, from, checkpoint, "stale chunk dropped");
                 flow.tell(Event::Dropped { seq: c.seq });
             }
-            (result, copied) => {
+            (result, _copied) => {
                 if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &result {
                     self.freed(flow.session.id, &c.batch, p.entries as usize, &kept);
                 }
-                flow.tell(Event::Published { seq: c.seq, end: c.end, result, copied })
+                flow.tell(Event::Published { seq: c.seq, end: c.end, result })
             }
         }
     }
@@ -356,7 +308,7 @@ impl Pipeline {
             for r in records {
                 if let Record::FreeInode { ino } = *r {
                     if let Some(l) = &self.leases {
-                        l.feed(crate::lease::Input::Forget { session, ino });
+                        l.feed(crate::lease::table::Input::Forget { session, ino });
                     }
                     if kept.contains(&ino) {
                         self.node.alloc.forget_grant(ino);
@@ -377,7 +329,7 @@ fn fence_cut(batch: &Batch, fence: u64) -> Option<Batch> {
 }
 
 /// The inodes `batch` frees that another session holds open (now kept by `opens`).
-fn kept_orphans(opens: &crate::opens::Opens, session: u64, batch: &Batch) -> Vec<u64> {
+fn kept_orphans(opens: &crate::node::opens::Opens, session: u64, batch: &Batch) -> Vec<u64> {
     let mut kept = Vec::new();
     for (_, records) in &batch.entries {
         for r in records {
@@ -433,6 +385,8 @@ fn on<T: 'static>(me: &Weak<Pipeline>, f: fn(&Pipeline, T)) -> impl Fn(T) + Send
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::chunk::Flow;
+    use crate::session::Session;
     use linefs_pm::layout::FormatParams;
     use linefs_pm::node::log_file_name;
     use linefs_pm::oplog::LogSlot;
@@ -462,10 +416,11 @@ mod tests {
         }
         node.set_chunk_bytes(64);
         let host = Arc::new(HostLink::new(dir.path().to_path_buf(), Duration::from_millis(100)));
-        let p = Pipeline::start(node.clone(), host, None, true);
+        let p = Pipeline::start(node.clone(), host, None, true, &Threads::default());
         let (control, _peer) = UnixStream::pair().unwrap();
         let cred = PeerCred { pid: 1, uid: 0, gid: 0 };
-        let leases = Arc::new(crate::leases::Leases::new(&Arc::new(crate::session::Sessions::default()), None, 0));
+        let leases =
+            Arc::new(crate::lease::manager::Leases::new(&Arc::new(crate::session::Sessions::default()), None, 0));
         let (session, _jobs, _outbox) = Session::new(7, 0, (cred, Vec::new()), Role::DirectApi, control, 0, leases);
         let session = Arc::new(session);
         let (tx, events) = crossbeam_channel::unbounded();

@@ -1,7 +1,7 @@
 //! Sessions: one per attached client, from its control Hello to the end of its control
 //! connection. A session owns a claimed log slot, the client's credentials as the kernel
 //! reported them (SO_PEERCRED, not what the client says), the writing halves of its two
-//! connections, and the queue of its publisher thread ([`crate::publisher`]), which keeps
+//! connections, and the queue of its publisher thread ([`crate::pipeline::sequencer`]), which keeps
 //! the client's publications in order.
 //!
 //! Writes to one connection come from several threads (the connection's reader answers
@@ -9,7 +9,7 @@
 //! writing half sits behind a mutex that is held for one whole frame.
 //!
 //! The **outbox** carries the frames that other threads decide to send to this client —
-//! lease grants and revokes ([`crate::leases`]) — to a thread of the session's own
+//! lease grants and revokes ([`crate::lease::manager`]) — to a thread of the session's own
 //! ([`run_outbox`]), so that a client that reads slowly holds up nobody but itself. A
 //! frame that cannot be written within the write timeout hangs the session up: a client
 //! that does not read its revokes loses its session (and so its leases), rather than
@@ -22,23 +22,30 @@
 //! are refused from then on, and its sequencer *fences* it — the end of its committed log
 //! as it stands becomes the session's [`fence`](Session::fence), the log is published up to
 //! there and never beyond, the client is told why and hung up, and then the session fails,
-//! which ends its leases ([`crate::publisher`]).
+//! which ends its leases ([`crate::pipeline::sequencer`]).
 
-use crate::leases::Leases;
-use crate::publisher::Job;
 use linefs_proto::{Codec, Control, Frame, PeerCred, Role, SendError};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+/// What is told when a session fails: the lease manager ([`crate::lease::manager`]), which
+/// sits above sessions (it delivers its decisions to them), so a session knows it only as
+/// this.
+pub trait Ended: Send + Sync {
+    /// The session `id` failed: nothing more of its log will be published.
+    fn session_ended(&self, id: u64);
+}
 
 /// One attached client.
 pub struct Session {
     pub id: u64,
     pub slot: u32,
     pub cred: PeerCred,
-    /// The client process's supplementary groups when it attached ([`crate::perms`]).
+    /// The client process's supplementary groups when it attached ([`crate::lease::perms`]).
     pub groups: Vec<u32>,
     pub role: Role,
     control: Mutex<UnixStream>,
@@ -61,8 +68,8 @@ pub struct Session {
     failure: Mutex<Option<String>>,
     /// Ids of the frames nicfs starts (notices), per session.
     next_id: AtomicU64,
-    /// The node's leases: a failure ends the session's at once.
-    pub leases: Arc<Leases>,
+    /// Told when the session fails, so that its leases end at once (the lease manager).
+    ended: Arc<dyn Ended>,
     /// Frames for the control connection, written by the outbox thread.
     outbox: crossbeam_channel::Sender<Frame<Control>>,
 }
@@ -77,7 +84,7 @@ impl Session {
         role: Role,
         control: UnixStream,
         published: u64,
-        leases: Arc<Leases>,
+        ended: Arc<dyn Ended>,
     ) -> (Session, crossbeam_channel::Receiver<Job>, crossbeam_channel::Receiver<Frame<Control>>) {
         let (jobs, jobs_rx) = crossbeam_channel::unbounded();
         let (outbox, outbox_rx) = crossbeam_channel::unbounded();
@@ -98,7 +105,7 @@ impl Session {
             attacher_seen_dead: Mutex::new(None),
             failure: Mutex::new(None),
             next_id: AtomicU64::new(1),
-            leases,
+            ended,
             outbox,
         };
         (session, jobs_rx, outbox_rx)
@@ -191,7 +198,7 @@ impl Session {
     pub fn fail(&self, why: String) {
         self.failure.lock().get_or_insert(why);
         self.failed.store(true, Ordering::Release);
-        self.leases.session_ended(self.id);
+        self.ended.session_ended(self.id);
     }
 
     pub fn failed(&self) -> bool {
@@ -204,7 +211,7 @@ impl Session {
     }
 
     /// The session did not answer a revoke in time (`why`): its calls are refused from now
-    /// on, and its sequencer fences it ([`crate::publisher`]). False if the sequencer has
+    /// on, and its sequencer fences it ([`crate::pipeline::sequencer`]). False if the sequencer has
     /// stopped (the log is settled already).
     pub fn expire(&self, why: String) -> bool {
         self.failure.lock().get_or_insert(why);
@@ -275,4 +282,33 @@ impl Sessions {
     pub fn all(&self) -> Vec<Arc<Session>> {
         self.map.lock().values().cloned().collect()
     }
+}
+
+/// What a session's sequencer does next.
+#[derive(Debug)]
+pub enum Job {
+    /// A `ChunkReady` for `lsn`, read at `at`.
+    Chunk {
+        lsn: u64,
+        at: Instant,
+    },
+    /// The client's Fsync request `id` for `lsn`, read at `at`.
+    Fsync {
+        id: u64,
+        lsn: u64,
+        at: Instant,
+    },
+    End,
+    /// The client's Detach request `id`: [`Job::End`], then Ok.
+    Detach {
+        id: u64,
+    },
+    /// Publish up to `lsn` for the lease table, then feed it what is published.
+    PublishTo {
+        lsn: u64,
+    },
+    /// Publish everything committed (dropping a refused suffix), then answer.
+    Settle(crossbeam_channel::Sender<()>),
+    /// The session's lease expired: fence it (see [`crate::pipeline::sequencer`]).
+    Fence,
 }

@@ -14,7 +14,7 @@ mod support;
 use kw::{expected, TestNode};
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_proto::*;
-use nicfs::hostlink::{Copied, HostLink, Mode};
+use nicfs::host::link::{Copied, HostLink, Mode};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
@@ -188,7 +188,7 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     assert!(std::fs::read(&public).unwrap() == img);
     let bad = [e2[0], CopyEntry { dst_offset: 0, ..e2[1] }];
     let err = host.copy(&bad, Duration::from_secs(5)).unwrap_err();
-    assert!(matches!(err, nicfs::hostlink::CopyError::Failed { entry: 1, errno: libc::ERANGE, .. }), "{err}");
+    assert!(matches!(err, nicfs::host::link::CopyError::Failed { entry: 1, errno: libc::ERANGE, .. }), "{err}");
 
     // A list in flight when the kworker is killed mid-way: nicfs redoes it, same bytes.
     let e3 = entries(&n, 301);

@@ -1,64 +1,59 @@
 //! Signals received synchronously, the one way every linefs process handles them: the
 //! signals are blocked before any thread starts (threads inherit the mask) and one thread
-//! takes them with `sigwait`/`sigtimedwait`, so what follows a signal is ordinary code, not a
+//! takes them from a `signalfd` (nix's), so what follows a signal is ordinary code, not a
 //! signal handler. The mount daemon, the CLI's temporary clusters, nicfs and kworker all use
-//! this one type. (rustix has signal masks only in a hidden runtime module that bypasses
-//! libc's reserved signals, hence libc here.)
+//! this one type.
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::io;
-use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
-/// A set of signals blocked in the calling thread (and the threads it starts afterwards).
+/// A set of signals blocked in the calling thread (and the threads it starts afterwards),
+/// read from a signalfd.
 pub struct SignalSet {
-    set: libc::sigset_t,
-}
-
-fn check(ret: libc::c_int) -> io::Result<()> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    fd: SignalFd,
 }
 
 impl SignalSet {
     /// Blocks `signals` in the calling thread; call it before starting threads.
     pub fn block(signals: &[i32]) -> io::Result<SignalSet> {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: set is writable memory of the right size for sigemptyset to initialise.
-        check(unsafe { libc::sigemptyset(set.as_mut_ptr()) })?;
-        // SAFETY: sigemptyset initialised set.
-        let mut set = unsafe { set.assume_init() };
+        let mut set = SigSet::empty();
         for &s in signals {
-            // SAFETY: set is an initialised sigset_t.
-            check(unsafe { libc::sigaddset(&mut set, s) })?;
+            set.add(Signal::try_from(s)?);
         }
-        // SAFETY: set is initialised; a null old-set pointer is allowed.
-        let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-        if ret != 0 {
-            return Err(io::Error::from_raw_os_error(ret));
-        }
-        Ok(SignalSet { set })
+        set.thread_block()?;
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?;
+        Ok(SignalSet { fd })
     }
 
     /// Waits up to `timeout` for one of the signals; `None` on timeout or interruption.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<i32> {
-        let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
-        // SAFETY: set and ts are initialised; a null siginfo pointer is allowed.
-        let ret = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &ts) };
-        (ret > 0).then_some(ret)
+        let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+        self.next(timeout).ok().flatten()
     }
 
     /// Waits for one of the signals; returns its number.
     pub fn wait(&self) -> io::Result<i32> {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: `self.set` is an initialised sigset_t; `sig` is a writable c_int.
-        let rc = unsafe { libc::sigwait(&self.set, &mut sig) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
+        loop {
+            if let Some(sig) = self.next(PollTimeout::NONE)? {
+                return Ok(sig);
+            }
         }
-        Ok(sig)
+    }
+
+    /// The next signal, waiting up to `timeout` for one (None: none came, or the wait was
+    /// interrupted).
+    fn next(&self, timeout: PollTimeout) -> io::Result<Option<i32>> {
+        let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => return Ok(None),
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(self.fd.read_signal()?.and_then(|info| i32::try_from(info.ssi_signo).ok()))
     }
 }
 
