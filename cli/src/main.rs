@@ -2,31 +2,26 @@
 //!
 //! Every verb takes `--dir DIR` (default `./linefs-cluster`). Exit status 0 means done;
 //! anything else comes with a one-line reason on stderr: `linefs: VERB: REASON`.
+//!
+//! This crate is the verbs and their flags; the work is done by [`linefs_ops`] (the cluster
+//! directory, its daemons and mounts) and, for `bench`, by [`linefs_bench`]. `crash-suite`,
+//! `soak`, `fsck` and `status` are thin enough to live here.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod bench;
-mod cluster;
-mod clusterdir;
 mod crashsuite;
-mod daemons;
 mod fsck;
-mod interrupt;
-mod mounts;
-mod nodes;
-mod procs;
 mod soak;
 mod status;
-mod tempcluster;
-mod util;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-use crate::cluster::UpArgs;
-use crate::clusterdir::ClusterDir;
-use crate::util::{fail, parse_size, CliResult};
+use linefs_bench as bench;
+use linefs_ops::cluster::{self, UpArgs};
+use linefs_ops::clusterdir::{self, ClusterDir};
+use linefs_ops::util::{fail, parse_size, CliResult};
+use linefs_ops::{interrupt, mounts, nodes};
 
 #[derive(Parser)]
 #[command(name = "linefs", version, about = "Run a linefs cluster: up, mount, status, bench, down")]
