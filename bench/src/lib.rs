@@ -34,6 +34,8 @@ mod offload;
 mod syncwrite;
 
 pub use filebench::Personality;
+/// The FUSE passthrough baseline (its daemon is also `linefs`'s hidden `passthrough-daemon`).
+pub use linefs_passthrough as passthrough;
 
 use std::path::{Path, PathBuf};
 

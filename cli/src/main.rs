@@ -250,6 +250,10 @@ enum Verb {
     /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
     #[command(hide = true)]
     FuseDaemon(fuse_mount::daemon::DaemonArgs),
+    /// Internal: run the benchmarks' passthrough daemon (used when linefs-passthrough is not
+    /// installed beside linefs).
+    #[command(hide = true)]
+    PassthroughDaemon(bench::passthrough::daemon::PassthroughArgs),
 }
 
 impl Verb {
@@ -270,6 +274,7 @@ impl Verb {
             Verb::Soak { .. } => "soak",
             Verb::Fsck { .. } => "fsck",
             Verb::FuseDaemon(_) => "fuse-daemon",
+            Verb::PassthroughDaemon(_) => "passthrough-daemon",
         }
     }
 }
@@ -367,6 +372,10 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::FuseDaemon(args) => {
             fuse_mount::daemon::init_logging();
             fuse_mount::daemon::run(args).map(|()| String::new()).map_err(fail)
+        }
+        Verb::PassthroughDaemon(args) => {
+            fuse_mount::daemon::init_logging();
+            bench::passthrough::daemon::run(args).map(|()| String::new()).map_err(fail)
         }
     }
 }

@@ -17,7 +17,7 @@
 //!
 //! Limits, acceptable for a baseline: new objects belong to the daemon's user (no setfsuid),
 //! `access` checks the daemon's credentials, timestamps of symlinks cannot be set, and the
-//! daemon's umask also applies (the `linefs-fuse` binary clears it).
+//! daemon's umask also applies (the `linefs-passthrough` program clears it).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -205,7 +205,7 @@ fn lseek(file: &File, offset: i64, whence: i32) -> io::Result<i64> {
 
 /// Raises the soft open-file limit to the hard limit (the passthrough keeps one descriptor
 /// per inode the kernel knows).
-pub(crate) fn raise_nofile_limit() -> io::Result<()> {
+pub fn raise_nofile_limit() -> io::Result<()> {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let lim = getrlimit(Resource::Nofile);
     Ok(setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum })?)
@@ -419,7 +419,7 @@ macro_rules! tri {
 
 impl Filesystem for Passthrough {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        if let Err(nearest) = config.set_max_write(crate::adapter::MAX_WRITE) {
+        if let Err(nearest) = config.set_max_write(fuse_mount::adapter::MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
         Ok(())
