@@ -52,6 +52,8 @@ impl EpochNotifier {
     }
 
     /// Expires every name the kernel caches for the mount.
+    // The FUSE device speaks the host's byte order (a kernel ABI, not a stored or wire format).
+    #[allow(clippy::host_endian_bytes)]
     pub fn bump(&self) -> io::Result<()> {
         // struct fuse_out_header { u32 len; i32 error; u64 unique; }: a notification has
         // unique 0 and its code in `error`; this one has no body.
