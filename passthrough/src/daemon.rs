@@ -16,7 +16,8 @@ use linefs_pm::signals::SignalSet;
 use thiserror::Error;
 use tracing::{error, info, warn};
 
-use crate::fs::{raise_nofile_limit, Passthrough};
+use crate::fs::Passthrough;
+use crate::host::raise_nofile_limit;
 
 /// How long to wait for the FUSE session to end after unmounting.
 const UNMOUNT_WAIT: Duration = Duration::from_secs(20);
