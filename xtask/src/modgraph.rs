@@ -208,7 +208,9 @@ fn edges_of(f: &File, g: &mut Graph) {
                 i += 3;
                 continue;
             }
-        } else if t.is_ident("use") && !preceded_by_dollar(toks, i) {
+        } else if t.is_ident("use") && !preceded_by_dollar(toks, i) && !toks.get(i + 1).is_some_and(|n| n.is_punct('<'))
+        {
+            // (`use<'a>` in `impl Trait + use<'a>` captures lifetimes; it imports nothing.)
             let mut paths = Vec::new();
             let end = use_tree(toks, i + 1, &[], &mut paths);
             for p in paths {
@@ -435,10 +437,13 @@ pub(crate) mod tests {
             ("src/lib.rs", "mod a; mod b; pub use a::Thing; fn f() { b::g(); }"),
             ("src/a.rs", "mod x; fn f() { crate::b::g(); self::x::h(); let v = Vec::<u8>::new(); }"),
             ("src/a/x.rs", "fn h() { super::super::b::g() }"),
-            ("src/b.rs", "macro_rules! m { () => { $crate::a::f() } } pub(in crate::a) fn g() {}"),
+            ("src/b.rs", "macro_rules! m { () => { $crate::a::f() } } pub(in crate::a) fn g() {}\nfn h<'a>() -> impl Sized + use<'a> { crate::a::f() }"),
         ]);
         let g = build(&fx, Path::new("src/lib.rs"));
-        assert_eq!(edges(&g), pairs(&[("crate", "a"), ("crate", "b"), ("a", "b"), ("a", "a::x"), ("a::x", "b")]));
+        assert_eq!(
+            edges(&g),
+            pairs(&[("crate", "a"), ("crate", "b"), ("a", "b"), ("a", "a::x"), ("a::x", "b"), ("b", "a")])
+        );
     }
 
     #[test]
