@@ -401,6 +401,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_mount_daemon_is_recognised_by_its_command_line() {
+        // A pid is only signalled if its command line carries one of these marks: each mount
+        // daemon, run as its program or as linefs's hidden verb, must have one.
+        for d in [MountDaemon::Linefs, MountDaemon::Passthrough] {
+            assert!(DAEMON_MARKS.contains(&d.program()), "{d:?}");
+            assert!(DAEMON_MARKS.contains(&d.verb()), "{d:?}");
+        }
+        assert_ne!(MountDaemon::Linefs.verb(), MountDaemon::Passthrough.verb());
+    }
+
+    #[test]
     fn own_process_is_alive() {
         assert!(alive(std::process::id() as i32));
         assert!(!alive(-1));
