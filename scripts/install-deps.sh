@@ -5,6 +5,7 @@ set -euo pipefail
 need=()
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 dpkg -s libfuse3-dev >/dev/null 2>&1 || need+=(libfuse3-dev)
+# libleveldb-dev: only `linefs bench leveldb` (bench/build.rs builds without it).
 dpkg -s libleveldb-dev >/dev/null 2>&1 || need+=(libleveldb-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # bindfs: the second FUSE passthrough baseline of `linefs bench` (skipped if missing).

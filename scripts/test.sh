@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# No import cycle between the modules of any crate (prints each cycle and the lines that
+# close it, and fails, if there is one).
+cargo run -q -p xtask -- cycles
 # Build the binaries the integration tests drive (linefs, linefs-fuse).
 cargo build --workspace --bins
 cargo test --workspace -- --test-threads=2

@@ -5,9 +5,8 @@
 use std::io::Write;
 
 use linefs_crash_suite::workload::{self, Workload};
+use linefs_ops::util::{fail, CliResult};
 use serde_json::json;
-
-use crate::util::{fail, CliResult};
 
 pub struct Args {
     pub quick: bool,

@@ -16,13 +16,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use linefs_ops::clusterdir::ClusterDir;
+use linefs_ops::daemons::{self, Role};
+use linefs_ops::util::{fail, CliResult};
 use linefs_pm::fsck::{self, Options, Problem, Report};
 use rustix::fs::FlockOperation;
 use serde_json::{json, Value};
-
-use crate::clusterdir::ClusterDir;
-use crate::daemons::{self, Role};
-use crate::util::{fail, CliResult};
 
 /// The options of `fsck`.
 pub struct Args {

@@ -2,31 +2,26 @@
 //!
 //! Every verb takes `--dir DIR` (default `./linefs-cluster`). Exit status 0 means done;
 //! anything else comes with a one-line reason on stderr: `linefs: VERB: REASON`.
+//!
+//! This crate is the verbs and their flags; the work is done by [`linefs_ops`] (the cluster
+//! directory, its daemons and mounts) and, for `bench`, by [`linefs_bench`]. `crash-suite`,
+//! `soak`, `fsck` and `status` are thin enough to live here.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod bench;
-mod cluster;
-mod clusterdir;
 mod crashsuite;
-mod daemons;
 mod fsck;
-mod interrupt;
-mod mounts;
-mod nodes;
-mod procs;
 mod soak;
 mod status;
-mod tempcluster;
-mod util;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-use crate::cluster::UpArgs;
-use crate::clusterdir::ClusterDir;
-use crate::util::{fail, parse_size, CliResult};
+use linefs_bench as bench;
+use linefs_ops::cluster::{self, UpArgs};
+use linefs_ops::clusterdir::{self, ClusterDir};
+use linefs_ops::util::{fail, parse_size, CliResult};
+use linefs_ops::{interrupt, mounts, nodes};
 
 #[derive(Parser)]
 #[command(name = "linefs", version, about = "Run a linefs cluster: up, mount, status, bench, down")]
@@ -255,6 +250,10 @@ enum Verb {
     /// Internal: run the FUSE daemon (used when linefs-fuse is not installed beside linefs).
     #[command(hide = true)]
     FuseDaemon(fuse_mount::daemon::DaemonArgs),
+    /// Internal: run the benchmarks' passthrough daemon (used when linefs-passthrough is not
+    /// installed beside linefs).
+    #[command(hide = true)]
+    PassthroughDaemon(bench::passthrough::daemon::PassthroughArgs),
 }
 
 impl Verb {
@@ -275,6 +274,7 @@ impl Verb {
             Verb::Soak { .. } => "soak",
             Verb::Fsck { .. } => "fsck",
             Verb::FuseDaemon(_) => "fuse-daemon",
+            Verb::PassthroughDaemon(_) => "passthrough-daemon",
         }
     }
 }
@@ -372,6 +372,10 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::FuseDaemon(args) => {
             linefs_logging::init("info");
             fuse_mount::daemon::run(args).map(|()| String::new()).map_err(fail)
+        }
+        Verb::PassthroughDaemon(args) => {
+            linefs_logging::init("info");
+            bench::passthrough::daemon::run(args).map(|()| String::new()).map_err(fail)
         }
     }
 }

@@ -33,15 +33,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use linefs_ops::cluster;
+use linefs_ops::clusterdir::{ClusterDir, Offload};
+use linefs_ops::mounts;
+use linefs_ops::nodes;
+use linefs_ops::tempcluster::TempCluster;
+use linefs_ops::util::{fail, CliResult, Context};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-use crate::cluster;
-use crate::clusterdir::{ClusterDir, Offload};
-use crate::mounts;
-use crate::nodes;
-use crate::tempcluster::TempCluster;
-use crate::util::{fail, CliResult, Context};
 
 pub struct Args {
     pub minutes: f64,
@@ -233,7 +232,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     let pid = std::process::id();
     let pm_dir = a.pm_dir.clone().unwrap_or_else(|| dir.root.join("pm"));
     std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
-    let pm_dir = crate::procs::absolute(&pm_dir)?;
+    let pm_dir = linefs_ops::procs::absolute(&pm_dir)?;
     let soak = ClusterDir::new(&dir.root.join(format!("soak-{pid}")))?;
     let pm_file = pm_dir.join(format!("soak-{pid}"));
     if pm_file.exists() {
@@ -298,7 +297,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         kills += 1;
         if kind == Kill::Kworker {
             // The mount goes on: nicfs notices the missing heartbeats and publishes alone.
-            crate::daemons::kill(&soak, crate::daemons::Role::Kworker, 0)?;
+            linefs_ops::daemons::kill(&soak, linefs_ops::daemons::Role::Kworker, 0)?;
             kworker_down = true;
             by_kind.kworker += 1;
             std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));

@@ -12,12 +12,11 @@
 //! live mount's status; an unmounted node says "not mounted". The only probe is a connection
 //! to a live nicfs's socket (does it serve), which sends nothing.
 
+use linefs_ops::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Offload};
+use linefs_ops::daemons::{self, Role};
+use linefs_ops::procs;
+use linefs_ops::util::{human_size, unix_now, CliResult};
 use serde_json::{json, Value};
-
-use crate::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountState, Offload};
-use crate::daemons::{self, Role};
-use crate::procs;
-use crate::util::{human_size, unix_now, CliResult};
 
 /// A status file older than this is reported as stale.
 const STALE_SECS: u64 = 5;

@@ -26,6 +26,10 @@ use std::time::Duration;
 
 use fuser::{FopenFlags, INodeNo, Notifier};
 
+/// The first FUSE ABI minor version with `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16), which
+/// [`crate::invalidate`] sends: whether the kernel has it decides how long names are cached.
+pub const EPOCH_MINOR: u32 = 44;
+
 /// How long attributes and names are cached when nothing can change them unseen.
 pub const LONG_TTL: Duration = Duration::from_secs(3600);
 
@@ -99,7 +103,7 @@ impl KernelCache {
 
     /// Whether the kernel takes `FUSE_NOTIFY_INC_EPOCH` (ABI 7.44, Linux 6.16).
     pub fn kernel_has_epoch(&self) -> bool {
-        self.kernel_minor.load(Ordering::Acquire) >= crate::invalidate::EPOCH_MINOR
+        self.kernel_minor.load(Ordering::Acquire) >= EPOCH_MINOR
     }
 
     /// Records how lost leases are now invalidated.

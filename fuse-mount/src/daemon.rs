@@ -1,5 +1,7 @@
-//! The `linefs-fuse` program: mount one linefs node (or a passthrough) and serve it in the
-//! foreground until SIGINT/SIGTERM or an external unmount.
+//! The `linefs-fuse` program: mount one linefs node and serve it in the foreground until
+//! SIGINT/SIGTERM or an external unmount. The readiness descriptor, the status file's atomic
+//! write and logging are public: the benchmarks' passthrough daemon (`linefs-passthrough`)
+//! follows the same protocol with them.
 //!
 //! Life cycle:
 //! 1. SIGINT and SIGTERM are blocked before any thread exists (libfs's publisher, the FUSE
@@ -27,7 +29,6 @@ use tracing::{error, info, warn};
 
 use crate::mount::{self, MountError, MountedSession};
 use crate::options::{MountConfig, OptionError};
-use crate::passthrough::Passthrough;
 use crate::LinefsFuse;
 
 /// How long to wait for the FUSE session to end after unmounting.
@@ -47,15 +48,12 @@ const READ_AHEAD_KB_DEFAULT: u32 = 4096;
 pub struct DaemonArgs {
     /// PM directory of the node to mount (formatted by `linefs up`). With `--nicfs` it only
     /// names the node.
-    #[arg(long, value_name = "NODEDIR", required_unless_present_any = ["passthrough", "nicfs"])]
+    #[arg(long, value_name = "NODEDIR", required_unless_present = "nicfs")]
     pub pm: Option<PathBuf>,
     /// Attach to the node's nicfs on this Unix socket (offload: nicfs owns the PM and
     /// publishes) instead of opening the PM directly (host-only).
-    #[arg(long, value_name = "SOCKET", conflicts_with = "passthrough")]
+    #[arg(long, value_name = "SOCKET")]
     pub nicfs: Option<PathBuf>,
-    /// Mount a FUSE passthrough of SRCDIR instead of linefs (benchmark baseline).
-    #[arg(long, value_name = "SRCDIR", conflicts_with = "pm")]
-    pub passthrough: Option<PathBuf>,
     /// Where to mount.
     pub mountpoint: PathBuf,
     /// Mount options, comma-separated (fsname=X, nosubtype, nodefault_permissions, ro, ...).
@@ -84,8 +82,6 @@ pub enum DaemonError {
     Threads(usize),
     #[error("{path}: cannot open linefs: {source}")]
     Open { path: PathBuf, source: FsError },
-    #[error("{path}: cannot serve a passthrough: {source}")]
-    Passthrough { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Mount(#[from] MountError),
     #[error("blocking signals: {0}")]
@@ -101,52 +97,45 @@ pub enum DaemonError {
     WritebackShared,
 }
 
-/// Takes ownership of the readiness descriptor after checking it is open and not stdio.
-fn ready_fd(fd: i32) -> Result<File, DaemonError> {
-    let bad = |source| DaemonError::ReadyFd { fd, source };
+/// Takes ownership of the readiness descriptor (`--ready-fd`) after checking it is open and
+/// not stdio.
+pub fn ready_fd(fd: i32) -> io::Result<File> {
     if fd <= 2 {
-        return Err(bad(io::Error::from_raw_os_error(libc::EBADF)));
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
     // SAFETY: F_GETFD only queries the descriptor's flags.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(bad(io::Error::last_os_error()));
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the descriptor is open (checked above) and was handed to us, by the command line,
     // for our exclusive use; nothing else in this process refers to it.
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-enum Backend {
-    Linefs(Arc<Fs>),
-    Passthrough,
-}
-
-impl Backend {
-    fn name(&self) -> &'static str {
-        match self {
-            Backend::Linefs(_) => "linefs",
-            Backend::Passthrough => "passthrough",
-        }
-    }
-}
-
-/// Writes the status file atomically (temporary file + rename).
-fn write_status(path: &Path, backend: &Backend, mountpoint: &Path, args: &DaemonArgs) {
-    let libfs = match backend {
-        Backend::Linefs(fs) => serde_json::to_value(fs.status()).unwrap_or(serde_json::Value::Null),
-        Backend::Passthrough => serde_json::Value::Null,
-    };
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+/// Writes the status file with libfs's status.
+fn write_status(path: &Path, fs: &Fs, mountpoint: &Path, args: &DaemonArgs) {
+    let libfs = serde_json::to_value(fs.status()).unwrap_or(serde_json::Value::Null);
     let doc = serde_json::json!({
         "pid": std::process::id(),
-        "backend": backend.name(),
+        "backend": "linefs",
         "mountpoint": mountpoint,
         "pm": args.pm,
         "nicfs": args.nicfs,
-        "source": args.passthrough,
-        "updated_unix_ms": now.as_millis() as u64,
+        "source": serde_json::Value::Null,
+        "updated_unix_ms": unix_ms(),
         "libfs": libfs,
     });
+    write_status_doc(path, &doc);
+}
+
+/// Milliseconds since the Unix epoch (the status file's `updated_unix_ms`).
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Writes a mount daemon's status file atomically (temporary file + rename), mode 0640; a
+/// failure is logged, not fatal.
+pub fn write_status_doc(path: &Path, doc: &serde_json::Value) {
     let tmp = path.with_extension("tmp");
     // Mode 0640: the status names the node and the mount (docs/SECURITY.md).
     let res = {
@@ -188,20 +177,12 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
             return Err(MountError::Io { path, what: "stat mount point", source }.into());
         }
     }
-    let ready = args.ready_fd.map(ready_fd).transpose()?;
+    let ready =
+        args.ready_fd.map(|fd| ready_fd(fd).map_err(|source| DaemonError::ReadyFd { fd, source })).transpose()?;
     // Before any thread exists, so that every thread inherits the mask.
     let signals = linefs_pm::signals::SignalSet::block(&[libc::SIGINT, libc::SIGTERM]).map_err(DaemonError::Signals)?;
 
-    let (backend, session) = if let Some(src) = &args.passthrough {
-        // New objects get exactly the mode the kernel asked for.
-        rustix::process::umask(rustix::fs::Mode::empty());
-        if let Err(e) = crate::passthrough::raise_nofile_limit() {
-            warn!(error = %e, "cannot raise the open-file limit");
-        }
-        let pt = Passthrough::new(src).map_err(|source| DaemonError::Passthrough { path: src.clone(), source })?;
-        let session = mount::mount(pt, &args.mountpoint, &cfg)?;
-        (Backend::Passthrough, session)
-    } else {
+    let (fs, session) = {
         let pm = args.pm.clone().or_else(|| args.nicfs.clone()).unwrap_or_default();
         let opts = FsOptions {
             pm_path: pm.clone(),
@@ -259,28 +240,27 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
                 None => warn!("no FUSE notifier: kernel caches are not invalidated when leases move; they stay short"),
             }
         }
-        (Backend::Linefs(fs), session)
+        (fs, session)
     };
     let mountpoint = session.mountpoint().to_path_buf();
-    if let Backend::Linefs(_) = backend {
-        let kb = cfg.read_ahead_kb.unwrap_or(READ_AHEAD_KB_DEFAULT);
-        match mount::set_read_ahead(&mountpoint, kb) {
-            Ok(()) => info!(read_ahead_kb = kb, "readahead window set"),
-            // Not root (a fusermount3 mount): the kernel's default stays.
-            Err(e) => warn!(read_ahead_kb = kb, error = %e, "cannot set the readahead window"),
-        }
+    let kb = cfg.read_ahead_kb.unwrap_or(READ_AHEAD_KB_DEFAULT);
+    match mount::set_read_ahead(&mountpoint, kb) {
+        Ok(()) => info!(read_ahead_kb = kb, "readahead window set"),
+        // Not root (a fusermount3 mount): the kernel's default stays.
+        Err(e) => warn!(read_ahead_kb = kb, error = %e, "cannot set the readahead window"),
     }
-    info!(backend = backend.name(), mountpoint = %mountpoint.display(), "serving");
+    info!(backend = "linefs", mountpoint = %mountpoint.display(), "serving");
     if let Some(status) = &args.status_file {
-        write_status(status, &backend, &mountpoint, &args);
+        write_status(status, &fs, &mountpoint, &args);
     }
-    signal_ready(ready)?;
+    signal_ready(ready);
 
-    serve(&signals, &session, &backend, &mountpoint, &args);
-    finish(session, backend, &args)
+    serve(&signals, &session, &fs, &mountpoint, &args);
+    finish(session, fs, &args)
 }
 
-fn signal_ready(ready: Option<File>) -> Result<(), DaemonError> {
+/// Says the mount serves: one byte on the readiness descriptor, else `ready` on stdout.
+pub fn signal_ready(ready: Option<File>) {
     match ready {
         Some(mut f) => {
             // A reader that went away (EPIPE) is not our failure: keep serving.
@@ -294,14 +274,13 @@ fn signal_ready(ready: Option<File>) -> Result<(), DaemonError> {
             let _ = out.flush();
         }
     }
-    Ok(())
 }
 
 /// Waits for a signal or the end of the session, refreshing the status file every second.
 fn serve(
     signals: &linefs_pm::signals::SignalSet,
     session: &MountedSession,
-    backend: &Backend,
+    fs: &Fs,
     mountpoint: &Path,
     args: &DaemonArgs,
 ) {
@@ -315,12 +294,12 @@ fn serve(
             return;
         }
         if let Some(status) = &args.status_file {
-            write_status(status, backend, mountpoint, args);
+            write_status(status, fs, mountpoint, args);
         }
     }
 }
 
-fn finish(session: MountedSession, backend: Backend, args: &DaemonArgs) -> Result<(), DaemonError> {
+fn finish(session: MountedSession, fs: Arc<Fs>, args: &DaemonArgs) -> Result<(), DaemonError> {
     if let Err(e) = session.unmount(UNMOUNT_WAIT) {
         // The log holds every acknowledged update: shutting down is still safe.
         error!(error = %e, "unmount did not complete cleanly");
@@ -328,9 +307,7 @@ fn finish(session: MountedSession, backend: Backend, args: &DaemonArgs) -> Resul
     if let Some(status) = &args.status_file {
         let _ = std::fs::remove_file(status);
     }
-    if let Backend::Linefs(fs) = backend {
-        fs.shutdown().map_err(DaemonError::Shutdown)?;
-        info!("linefs shut down; everything published");
-    }
+    fs.shutdown().map_err(DaemonError::Shutdown)?;
+    info!("linefs shut down; everything published");
     Ok(())
 }

@@ -33,12 +33,10 @@ use tracing::{debug, warn};
 
 use crate::cache::{Invalidation, KernelCache};
 
-/// `FUSE_NOTIFY_INC_EPOCH` from the kernel's `include/uapi/linux/fuse.h` (ABI 7.44); fuser
-/// 0.18 does not send it, so [`EpochNotifier`] writes it to the device itself.
+/// `FUSE_NOTIFY_INC_EPOCH` from the kernel's `include/uapi/linux/fuse.h` (ABI 7.44,
+/// [`crate::cache::EPOCH_MINOR`]); fuser 0.18 does not send it, so [`EpochNotifier`] writes
+/// it to the device itself.
 const FUSE_NOTIFY_INC_EPOCH: i32 = 8;
-
-/// The first FUSE ABI minor version with `FUSE_NOTIFY_INC_EPOCH`.
-pub const EPOCH_MINOR: u32 = 44;
 
 /// Sends `FUSE_NOTIFY_INC_EPOCH` on a descriptor of the session's `/dev/fuse`: every cached
 /// name of the mount is revalidated (a LOOKUP) at its next use.
@@ -54,6 +52,8 @@ impl EpochNotifier {
     }
 
     /// Expires every name the kernel caches for the mount.
+    // The FUSE device speaks the host's byte order (a kernel ABI, not a stored or wire format).
+    #[allow(clippy::host_endian_bytes)]
     pub fn bump(&self) -> io::Result<()> {
         // struct fuse_out_header { u32 len; i32 error; u64 unique; }: a notification has
         // unique 0 and its code in `error`; this one has no body.

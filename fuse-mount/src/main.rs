@@ -1,5 +1,6 @@
 //! `linefs-fuse`: mounts one linefs node (`--pm NODEDIR`, or through its nicfs with `--nicfs
-//! SOCKET`) or a FUSE passthrough of a directory (`--passthrough SRCDIR`) and serves it in the foreground. See [`fuse_mount::daemon`].
+//! SOCKET`) and serves it in the foreground. See [`fuse_mount::daemon`]. (The benchmarks'
+//! passthrough of a directory is `linefs-passthrough`, a crate of its own.)
 
 use std::process::ExitCode;
 
@@ -7,7 +8,7 @@ use clap::Parser;
 use fuse_mount::daemon::{self, DaemonArgs};
 
 #[derive(Parser)]
-#[command(name = "linefs-fuse", version, about = "Serve a linefs node (or a passthrough) over FUSE")]
+#[command(name = "linefs-fuse", version, about = "Serve a linefs node over FUSE")]
 struct Cli {
     #[command(flatten)]
     args: DaemonArgs,

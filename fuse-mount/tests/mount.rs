@@ -17,8 +17,9 @@ mod support;
 use support::fuse_available;
 
 use fuse_mount::mount::mount;
-use fuse_mount::{LinefsFuse, MountConfig, Passthrough};
+use fuse_mount::{LinefsFuse, MountConfig};
 use libfs::{Fs, FsOptions};
+use linefs_passthrough::Passthrough;
 
 fn config() -> MountConfig {
     MountConfig { threads: 2, ..MountConfig::default() }

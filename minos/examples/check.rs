@@ -2,56 +2,86 @@
 //!
 //! ```text
 //! cargo run --release -p linefs-minos --example check -- [--mode all|synch|strict|renf|event|scope]
-//!     [--workload all|pair|small|standard|contended|faulty] [--depth N] [--dups N] [--drops N]
-//!     [--crashes N] [--fifo] [--threads N]
+//!     [--workload all|pair|small|standard|contended|faulty|scoped] [--depth N] [--dups N]
+//!     [--drops N] [--crashes N] [--fifo] [--threads N]
 //! ```
 //!
 //! Without `--depth` every workload is explored to the end. Prints, per mode and workload,
 //! the states explored and any violation with its trace; exits 1 on a violation.
 
+use clap::Parser;
 use linefs_minos::check::{run, ModelCfg};
 use linefs_minos::Mode;
 
-fn main() {
-    let mut modes = Mode::ALL.to_vec();
-    let mut workloads = vec!["standard", "contended"];
-    let (mut depth, mut dups, mut threads, mut fifo) = (None, 1u8, 2usize, false);
-    let (mut drops, mut crashes) = (0u8, 0u8);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || -> String { args.next().unwrap_or_else(|| panic!("{a} needs a value")) };
-        match a.as_str() {
-            "--mode" => {
-                let v = val();
-                if v != "all" {
-                    modes = vec![v.parse().unwrap_or_else(|e: String| panic!("{e}"))];
-                }
-            }
-            "--workload" => {
-                let v = val();
-                if v != "all" {
-                    workloads = vec![ModelCfg::WORKLOADS
-                        .into_iter()
-                        .find(|w| *w == v)
-                        .unwrap_or_else(|| panic!("unknown workload {v}"))];
-                }
-            }
-            "--depth" => depth = Some(val().parse().expect("--depth N")),
-            "--dups" => dups = val().parse().expect("--dups N"),
-            "--drops" => drops = val().parse().expect("--drops N"),
-            "--crashes" => crashes = val().parse().expect("--crashes N"),
-            "--fifo" => fifo = true,
-            "--threads" => threads = val().parse().expect("--threads N"),
-            other => panic!("unknown argument {other}"),
-        }
+#[derive(Parser)]
+#[command(name = "check", about = "Model-check the MINOS protocol core (stateright)")]
+struct Args {
+    /// The mode to check, or all.
+    #[arg(long, default_value = "all", value_parser = parse_modes)]
+    mode: Modes,
+    /// The workload (repeatable), or all; default: standard and contended.
+    #[arg(long, value_parser = parse_workload)]
+    workload: Vec<&'static str>,
+    /// Explore at most this deep (default: every workload to the end).
+    #[arg(long, value_name = "N")]
+    depth: Option<usize>,
+    /// Deliveries that may keep their message for another delivery.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    dups: u8,
+    /// Messages that may be lost.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    drops: u8,
+    /// Node crashes.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    crashes: u8,
+    /// Deliver the messages of each link in order.
+    #[arg(long)]
+    fifo: bool,
+    /// Checker threads.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    threads: usize,
+}
+
+/// The modes `--mode` names.
+#[derive(Clone)]
+struct Modes(Vec<Mode>);
+
+fn parse_modes(s: &str) -> Result<Modes, String> {
+    if s == "all" {
+        Ok(Modes(Mode::ALL.to_vec()))
+    } else {
+        Ok(Modes(vec![s.parse()?]))
     }
+}
+
+/// One of [`ModelCfg::WORKLOADS`], or `all` (the empty name, expanded in `main`).
+fn parse_workload(s: &str) -> Result<&'static str, String> {
+    if s == "all" {
+        return Ok("");
+    }
+    ModelCfg::WORKLOADS
+        .into_iter()
+        .find(|w| *w == s)
+        .ok_or_else(|| format!("unknown workload {s} (all, {})", ModelCfg::WORKLOADS.join(", ")))
+}
+
+fn main() {
+    let args = Args::parse();
+    let workloads: Vec<&str> = if args.workload.is_empty() {
+        vec!["standard", "contended"]
+    } else if args.workload.contains(&"") {
+        ModelCfg::WORKLOADS.to_vec()
+    } else {
+        args.workload.clone()
+    };
     let mut failed = false;
     let mut total = 0;
-    for mode in modes {
+    for mode in args.mode.0 {
         for w in &workloads {
             let cfg = ModelCfg::named(w, mode).expect("known workload");
-            let outcome =
-                run(cfg.with_duplicates(dups).with_drops(drops).with_crashes(crashes).with_fifo(fifo), depth, threads);
+            let cfg =
+                cfg.with_duplicates(args.dups).with_drops(args.drops).with_crashes(args.crashes).with_fifo(args.fifo);
+            let outcome = run(cfg, args.depth, args.threads);
             println!("{w:>9} {outcome}");
             if !outcome.unseen.is_empty() {
                 println!("          never seen: {:?}", outcome.unseen);

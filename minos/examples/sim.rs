@@ -7,46 +7,72 @@
 //!
 //! Prints per mode the operations and messages simulated and every failing seed.
 
+use clap::Parser;
 use linefs_minos::sim::{simulate, SimCfg};
 use linefs_minos::{Mode, Mutation};
 
-fn main() {
-    let mut modes = Mode::ALL.to_vec();
-    let (mut nodes, mut seeds, mut first, mut ops, mut keys) = (5u32, 20u64, 1u64, 3000usize, 4u32);
-    let mut mutation = Mutation::None;
-    let mut reliable = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || -> String { args.next().unwrap_or_else(|| panic!("{a} needs a value")) };
-        match a.as_str() {
-            "--mode" => {
-                let v = val();
-                if v != "all" {
-                    modes = vec![v.parse().unwrap_or_else(|e: String| panic!("{e}"))];
-                }
-            }
-            "--nodes" => nodes = val().parse().expect("--nodes N"),
-            "--seeds" => seeds = val().parse().expect("--seeds N"),
-            "--first-seed" => first = val().parse().expect("--first-seed S"),
-            "--ops" => ops = val().parse().expect("--ops N"),
-            "--keys" => keys = val().parse().expect("--keys N"),
-            "--reliable" => reliable = true,
-            "--mutation" => {
-                let v = val();
-                mutation = *Mutation::ALL
-                    .iter()
-                    .find(|m| format!("{m:?}") == v)
-                    .unwrap_or_else(|| panic!("mutations: {:?}", Mutation::ALL));
-            }
-            other => panic!("unknown argument {other}"),
-        }
+#[derive(Parser)]
+#[command(name = "sim", about = "Simulate the MINOS protocol core over many seeds")]
+struct Args {
+    /// The mode to simulate, or all.
+    #[arg(long, default_value = "all", value_parser = parse_modes)]
+    mode: Modes,
+    /// Nodes in the simulated cluster.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    nodes: u32,
+    /// Seeds to run.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    first_seed: u64,
+    /// Operations per seed.
+    #[arg(long, value_name = "N", default_value_t = 3000)]
+    ops: usize,
+    /// Keys the operations touch.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    keys: u32,
+    /// A deliberate protocol bug the simulation must catch (by name, e.g. ValBeforeAllAcks).
+    #[arg(long, value_name = "NAME", value_parser = parse_mutation)]
+    mutation: Option<Mutation>,
+    /// No message loss, duplication or crash.
+    #[arg(long)]
+    reliable: bool,
+}
+
+/// The modes `--mode` names.
+#[derive(Clone)]
+struct Modes(Vec<Mode>);
+
+fn parse_modes(s: &str) -> Result<Modes, String> {
+    if s == "all" {
+        Ok(Modes(Mode::ALL.to_vec()))
+    } else {
+        Ok(Modes(vec![s.parse()?]))
     }
+}
+
+fn parse_mutation(s: &str) -> Result<Mutation, String> {
+    Mutation::ALL
+        .iter()
+        .find(|m| format!("{m:?}") == s)
+        .copied()
+        .ok_or_else(|| format!("mutations: {:?}", Mutation::ALL))
+}
+
+fn main() {
+    let a = Args::parse();
+    let (nodes, seeds, first, ops) = (a.nodes, a.seeds, a.first_seed, a.ops);
     let mut failed = 0;
-    for mode in modes {
+    for mode in a.mode.0 {
         let (mut w, mut r, mut msgs) = (0, 0, 0);
         for seed in first..first + seeds {
-            let mut cfg = SimCfg { keys, mutation, ..SimCfg::new(mode, nodes, ops, seed) };
-            if reliable {
+            let mut cfg = SimCfg {
+                keys: a.keys,
+                mutation: a.mutation.unwrap_or(Mutation::None),
+                ..SimCfg::new(mode, nodes, ops, seed)
+            };
+            if a.reliable {
                 cfg = cfg.reliable();
             }
             match simulate(&cfg) {

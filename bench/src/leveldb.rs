@@ -35,15 +35,15 @@ mod ffi;
 use std::path::Path;
 use std::time::Instant;
 
+use linefs_ops::cluster;
+use linefs_ops::clusterdir::ClusterDir;
+use linefs_ops::util::{fail, CliResult};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use self::ffi::{Db, WriteOptions};
 use super::{pending_json, pending_table, BenchArgs, Header, Target, Testbed};
-use crate::cluster;
-use crate::clusterdir::ClusterDir;
-use crate::util::{fail, CliResult};
 
 const KEY_SIZE: usize = 16;
 const VALUE_SIZE: usize = 1024;
@@ -155,7 +155,7 @@ impl Values {
     }
 }
 
-fn ldb(target: Target, w: Workload) -> impl Fn(ffi::Error) -> crate::util::CliError {
+fn ldb(target: Target, w: Workload) -> impl Fn(ffi::Error) -> linefs_ops::util::CliError {
     move |e| fail(format!("{} on {}: {e}", w.name(), target.label()))
 }
 

@@ -1,5 +1,8 @@
 //! `linefs bench NAME`: a named workload on linefs and its baselines, measured in the same
-//! run (DESIGN section 8).
+//! run (DESIGN section 8). A library of its own, called by the `linefs` command (which owns
+//! the verb and its flags, [`BenchArgs`]); the clusters it sets up are made with
+//! [`linefs_ops`], as `linefs up` and `linefs mount` make theirs. The LevelDB binding
+//! (`leveldb`, the system library's C API) is built only when `build.rs` finds the library.
 //!
 //! The bench sets up its own temporary cluster in DIR/bench-<pid> with a fresh PM file in the
 //! PM directory (default DIR/pm; `--pm-dir /dev/shm/...` for memory speed), mounts linefs and
@@ -20,6 +23,7 @@
 //! interleaved rounds and report medians.
 //!
 //! Everything is torn down afterwards, on error too ([`TempCluster`]).
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod bindfs;
 mod datapath;
@@ -27,20 +31,20 @@ mod filebench;
 #[cfg(linefs_leveldb)]
 mod leveldb;
 mod offload;
-mod offload_report;
 mod syncwrite;
 
 pub use filebench::Personality;
+/// The FUSE passthrough baseline (its daemon is also `linefs`'s hidden `passthrough-daemon`).
+pub use linefs_passthrough as passthrough;
 
 use std::path::{Path, PathBuf};
 
+use linefs_ops::cluster;
+use linefs_ops::clusterdir::{Backend, ClusterDir};
+use linefs_ops::mounts::{self, MountRequest};
+use linefs_ops::tempcluster::TempCluster;
+use linefs_ops::util::{command_line, fail, unix_now, utc_date, CliResult, Context};
 use serde_json::{json, Value};
-
-use crate::cluster;
-use crate::clusterdir::{Backend, ClusterDir};
-use crate::mounts::{self, MountRequest};
-use crate::tempcluster::TempCluster;
-use crate::util::{command_line, fail, unix_now, utc_date, CliResult, Context};
 
 /// Size of each write, both workloads.
 pub(crate) const WRITE_SIZE: usize = 16 * 1024;
@@ -179,7 +183,7 @@ impl Testbed {
             None => dir.root.join("pm"),
         };
         std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
-        let pm_dir = crate::procs::absolute(&pm_dir)?;
+        let pm_dir = linefs_ops::procs::absolute(&pm_dir)?;
         let local = pm_dir.join(format!("bench-{pid}-local"));
         let pm_file = pm_dir.join(format!("bench-{pid}"));
         if pm_file.exists() {
@@ -271,7 +275,7 @@ fn offload_target(
         node: 0,
         backend: Backend::Linefs,
         source: node,
-        nicfs: Some(crate::daemons::socket(&cd, 0)),
+        nicfs: Some(linefs_ops::daemons::socket(&cd, 0)),
         mountpoint: mnt.clone(),
         options,
         consistency: "linefs".to_string(),

@@ -1,7 +1,8 @@
 //! Links the system LevelDB (Debian `libleveldb-dev`, C API in `leveldb/c.h`) for
 //! `linefs bench leveldb` when it is there; `scripts/install-deps.sh` installs it. Without it
-//! the command builds all the same (cfg `linefs_leveldb` unset) and that one benchmark says
-//! why it cannot run. `LINEFS_NO_LEVELDB=1` builds without it on purpose; `LEVELDB_LIB_DIR`
+//! this crate, and so the `linefs` command, builds all the same (cfg `linefs_leveldb` unset)
+//! and that one benchmark says why it cannot run. The operator CLI has no build script of its
+//! own: this probe is the only place the library is looked for. `LINEFS_NO_LEVELDB=1` builds without it on purpose; `LEVELDB_LIB_DIR`
 //! names a directory holding the library when it is not in a standard place.
 
 use std::path::{Path, PathBuf};

@@ -16,12 +16,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
+use linefs_ops::cluster;
+use linefs_ops::clusterdir::ClusterDir;
+use linefs_ops::util::{fail, human_size, CliResult, Context};
 use serde_json::{json, Value};
 
 use super::{median, pending_json, pending_table, BenchArgs, BenchName, Header, Target, Testbed, WRITE_SIZE};
-use crate::cluster;
-use crate::clusterdir::ClusterDir;
-use crate::util::{fail, human_size, CliResult, Context};
 
 /// One round's figures on one target.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! host. 1, 2 and 4 clients (`--clients`) each write `--bytes` in 16 KiB sequential writes,
 //! with offload and host-only, alone and beside a CPU-bound co-runner; throughput and the CPU
 //! seconds per GiB written of the clients, of kworker and of nicfs, side by side with the
-//! ratios the goals name ([`super::offload_report`] prints them).
+//! ratios the goals name ([`report`] prints them).
 //!
 //! A client is one `linefs-loadgen write` process (libfs used directly, no FUSE; found beside
 //! `linefs`): it mounts, creates a directory of its own, says it is ready, waits for the go,
@@ -39,27 +39,29 @@
 //! Cases are interleaved within each of `--runs` runs (clients, then alone/co-runner, then
 //! offload/host-only); the report gives the median of each figure.
 
+mod report;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use linefs_ops::cluster::{self, UpArgs};
+use linefs_ops::clusterdir::{ClusterDir, Offload};
+use linefs_ops::daemons::{self, Role};
+use linefs_ops::interrupt;
+use linefs_ops::procs;
+use linefs_ops::tempcluster::TempCluster;
+use linefs_ops::util::{fail, human_size, CliResult, Context};
 use linefs_pm::layout::FormatParams;
 use linefs_pm::mkfs;
 use rustix::process::Pid;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use serde_json::Value;
 
-use super::offload_report::Report;
-use super::BenchArgs;
-use crate::cluster::{self, UpArgs};
-use crate::clusterdir::{ClusterDir, Offload};
-use crate::daemons::{self, Role};
-use crate::interrupt;
-use crate::procs;
-use crate::tempcluster::TempCluster;
-use crate::util::{fail, human_size, CliResult, Context};
+use self::report::Report;
+use crate::BenchArgs;
 
 /// Size of each write.
 pub(super) const IO: u64 = 16 << 10;

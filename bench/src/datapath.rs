@@ -40,14 +40,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
+use linefs_ops::cluster;
+use linefs_ops::clusterdir::ClusterDir;
+use linefs_ops::util::{fail, human_size, CliResult, Context};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::{bindfs, median, pending_json, BenchArgs, Header, Target, Testbed};
-use crate::cluster;
-use crate::clusterdir::ClusterDir;
-use crate::util::{fail, human_size, CliResult, Context};
 
 const SEED: u64 = 0xda7a_9a7e;
 const BLOCK: usize = 16 * 1024;

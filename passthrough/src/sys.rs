@@ -1,7 +1,6 @@
-//! The one system interface this crate needs that neither `std` nor rustix offers safely;
-//! everything else (`mount(2)`, `umount2(2)`, the `*at` family, extended attributes, umask,
-//! rlimits) is a rustix call at the place that uses it, and signal masks are
-//! `linefs_pm::signals::SignalSet`, which every linefs process shares.
+//! The one system interface the passthrough needs that neither `std` nor rustix offers
+//! safely; everything else (the `*at` family, extended attributes, umask, rlimits) is a
+//! rustix call at the place that uses it.
 //!
 //! - `truncate(2)` of a path: rustix has only `ftruncate`. The passthrough truncates through
 //!   `/proc/self/fd/N` of an `O_PATH` descriptor, which `ftruncate` refuses (`EBADF`), and

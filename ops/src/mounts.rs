@@ -62,12 +62,20 @@ fn check_mountpoint(mountpoint: &Path) -> CliResult<PathBuf> {
     Ok(abs)
 }
 
-/// The daemon's arguments for a record.
+/// The daemon that serves a record's backend.
+fn daemon_of(rec: &MountRec) -> procs::MountDaemon {
+    match rec.backend {
+        Backend::Linefs => procs::MountDaemon::Linefs,
+        Backend::Passthrough => procs::MountDaemon::Passthrough,
+    }
+}
+
+/// The daemon's arguments for a record: `linefs-fuse --pm NODEDIR [--nicfs SOCKET]
+/// MOUNTPOINT ...` or `linefs-passthrough SRCDIR MOUNTPOINT ...`.
 fn daemon_args(rec: &MountRec) -> Vec<String> {
     let mut a = Vec::new();
-    match rec.backend {
-        Backend::Linefs => a.push("--pm".to_string()),
-        Backend::Passthrough => a.push("--passthrough".to_string()),
+    if rec.backend == Backend::Linefs {
+        a.push("--pm".to_string());
     }
     a.push(rec.source.display().to_string());
     if let Some(socket) = &rec.nicfs {
@@ -96,7 +104,7 @@ fn start(rec: &mut MountRec) -> CliResult<()> {
             )));
         }
     }
-    let exe = procs::daemon_exe()?;
+    let exe = procs::daemon_exe(daemon_of(rec))?;
     let spawned = procs::spawn_daemon(&exe, &daemon_args(rec), &rec.log, READY_WAIT)?;
     rec.pid = spawned.pid;
     rec.state = MountState::Mounted;

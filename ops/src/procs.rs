@@ -34,24 +34,61 @@ pub struct DaemonExe {
 }
 
 /// Marks in a command line that identify our mount daemons.
-const DAEMON_MARKS: [&str; 2] = ["linefs-fuse", "fuse-daemon"];
+const DAEMON_MARKS: [&str; 4] = ["linefs-fuse", "fuse-daemon", "linefs-passthrough", "passthrough-daemon"];
 
 /// The executables of a node's own daemons, recognised by their program name.
 pub const NODE_DAEMONS: [&str; 2] = ["nicfs", "kworker"];
 
-/// Finds `linefs-fuse`: `$LINEFS_FUSE` (a path, or `self`), else beside the current
-/// executable, else this executable's hidden `fuse-daemon` verb (the same code, linked into
-/// `linefs`).
-pub fn daemon_exe() -> CliResult<DaemonExe> {
+/// The two mount daemons: linefs's (`linefs-fuse`, fuse-mount) and the benchmarks' FUSE
+/// passthrough (`linefs-passthrough`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountDaemon {
+    Linefs,
+    Passthrough,
+}
+
+impl MountDaemon {
+    /// The program's name, looked for beside `linefs`.
+    pub fn program(self) -> &'static str {
+        match self {
+            MountDaemon::Linefs => "linefs-fuse",
+            MountDaemon::Passthrough => "linefs-passthrough",
+        }
+    }
+
+    /// The hidden verb of `linefs` that runs the same code.
+    pub fn verb(self) -> &'static str {
+        match self {
+            MountDaemon::Linefs => "fuse-daemon",
+            MountDaemon::Passthrough => "passthrough-daemon",
+        }
+    }
+
+    /// The variable that names the program (a path, or `self`).
+    fn env(self) -> &'static str {
+        match self {
+            MountDaemon::Linefs => "LINEFS_FUSE",
+            MountDaemon::Passthrough => "LINEFS_PASSTHROUGH",
+        }
+    }
+}
+
+/// Finds the mount daemon `which`: its variable (`$LINEFS_FUSE`, `$LINEFS_PASSTHROUGH`: a
+/// path, or `self`; `LINEFS_FUSE=self` also means `self` for the passthrough), else the
+/// program beside the current executable, else this executable's hidden verb (the same code,
+/// linked into `linefs`).
+pub fn daemon_exe(which: MountDaemon) -> CliResult<DaemonExe> {
     let me = std::env::current_exe().ctx(|| "cannot find the linefs executable")?;
-    let myself = DaemonExe { program: me.clone(), prefix: vec!["fuse-daemon".to_string()] };
-    match std::env::var_os("LINEFS_FUSE") {
+    let myself = DaemonExe { program: me.clone(), prefix: vec![which.verb().to_string()] };
+    let fuse_self = std::env::var_os("LINEFS_FUSE").is_some_and(|p| p == "self");
+    match std::env::var_os(which.env()) {
         Some(p) if p == "self" => return Ok(myself),
         Some(p) => return Ok(DaemonExe { program: PathBuf::from(p), prefix: Vec::new() }),
+        None if fuse_self => return Ok(myself),
         None => {}
     }
     if let Some(dir) = me.parent() {
-        let beside = dir.join("linefs-fuse");
+        let beside = dir.join(which.program());
         if beside.is_file() {
             return Ok(DaemonExe { program: beside, prefix: Vec::new() });
         }
@@ -362,6 +399,17 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_mount_daemon_is_recognised_by_its_command_line() {
+        // A pid is only signalled if its command line carries one of these marks: each mount
+        // daemon, run as its program or as linefs's hidden verb, must have one.
+        for d in [MountDaemon::Linefs, MountDaemon::Passthrough] {
+            assert!(DAEMON_MARKS.contains(&d.program()), "{d:?}");
+            assert!(DAEMON_MARKS.contains(&d.verb()), "{d:?}");
+        }
+        assert_ne!(MountDaemon::Linefs.verb(), MountDaemon::Passthrough.verb());
+    }
 
     #[test]
     fn own_process_is_alive() {

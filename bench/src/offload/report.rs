@@ -1,15 +1,15 @@
-//! The report of `linefs bench offload` ([`super::offload`] measures): per case the medians of
+//! The report of `linefs bench offload` ([`super`] measures): per case the medians of
 //! the runs — MB/s, the clients' mean write phase and drain, CPU seconds per GiB written of
 //! the clients, kworker, nicfs and the host (clients + kworker), the co-runner's share of the
 //! host CPUs — then offload over host-only for each client count, alone and with the
 //! co-runner, against the goals: client CPU per GiB with offload ≤ 0.6× host-only
 //! (every pair), and with the co-runner MB/s with offload ≥ 1.3× host-only. A table, or JSON.
 
+use linefs_ops::util::{command_line, human_size, unix_now, utc_date};
 use serde_json::{json, Value};
 
-use super::median;
-use super::offload::{cpu_list, Case, Mode, Plan, Sample, IO};
-use crate::util::{command_line, human_size, unix_now, utc_date};
+use super::{cpu_list, Case, Mode, Plan, Sample, IO};
+use crate::median;
 
 /// Client CPU per GiB with offload at most this times host-only's.
 const CPU_GOAL: f64 = 0.6;

@@ -3,7 +3,7 @@
 //!
 //! [`Bindfs::mount`] runs `bindfs -f` in a session of its own (so a terminal's Ctrl-C reaches
 //! only linefs, whose teardown unmounts it) and waits until the mount appears. The mount is
-//! registered with [`crate::interrupt`] so that it is unmounted on Ctrl-C/SIGTERM as well as on
+//! registered with [`linefs_ops::interrupt`] so that it is unmounted on Ctrl-C/SIGTERM as well as on
 //! drop. Its mount point lives next to the node-local directory, outside the temporary
 //! cluster's directory, so the cluster's teardown never walks into it.
 //!
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::procs;
+use linefs_ops::procs;
 
 /// The bindfs options used (see the module notes for why each).
 pub(crate) const OPTIONS: [&str; 6] = [
@@ -48,7 +48,7 @@ const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Bindfs {
     pub mountpoint: PathBuf,
     child: Child,
-    /// Its registration with [`crate::interrupt`].
+    /// Its registration with [`linefs_ops::interrupt`].
     id: u64,
 }
 
@@ -97,7 +97,7 @@ impl Bindfs {
         let child = cmd.spawn().map_err(|e| format!("cannot run bindfs: {e}"))?;
         let pid = child.id() as i32;
         let mp = mountpoint.to_path_buf();
-        let id = crate::interrupt::register(Box::new(move || unmount(&mp, pid)));
+        let id = linefs_ops::interrupt::register(Box::new(move || unmount(&mp, pid)));
         let mut b = Bindfs { mountpoint: mountpoint.to_path_buf(), child, id };
         let start = Instant::now();
         loop {
@@ -121,7 +121,7 @@ impl Bindfs {
 
 impl Drop for Bindfs {
     fn drop(&mut self) {
-        if let Some(teardown) = crate::interrupt::unregister(self.id) {
+        if let Some(teardown) = linefs_ops::interrupt::unregister(self.id) {
             teardown();
         }
         let _ = self.child.wait();

@@ -41,14 +41,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use linefs_ops::cluster;
+use linefs_ops::clusterdir::ClusterDir;
+use linefs_ops::util::{fail, human_size, CliResult, Context};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::{pending_json, pending_table, BenchArgs, Header, Target, Testbed};
-use crate::cluster;
-use crate::clusterdir::ClusterDir;
-use crate::util::{fail, human_size, CliResult, Context};
 
 const SEED: u64 = 0xf11e_be4c;
 const IO_SIZE: usize = 1 << 20;
