@@ -64,7 +64,7 @@ impl Front {
                     self.publication.free_blocks.fetch_add(ask, Ordering::AcqRel);
                     return Ok(true);
                 }
-                Control::Error(e) if e.errno == libc::ENOSPC => continue,
+                Control::Error(e) if e.errno() == libc::ENOSPC => continue,
                 Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
                 other => {
                     return Err(FsError::PublicationFailed(format!("unexpected answer to ReserveBlocks: {other:?}")))

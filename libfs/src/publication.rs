@@ -246,7 +246,7 @@ impl Publication {
                 Ok(ps.published)
             }
             Control::Error(e) => {
-                let why = format!("nicfs: {} (errno {})", e.message, e.errno);
+                let why = format!("nicfs: {} (errno {})", e.message, e.errno());
                 Err(FsError::PublicationFailed(why))
             }
             other => Err(FsError::PublicationFailed(format!("unexpected answer to Fsync: {other:?}"))),

@@ -96,7 +96,7 @@ fn io(what: &str, e: impl std::fmt::Display) -> FsError {
 }
 
 fn refused(what: &str, e: &linefs_proto::ErrorReply) -> FsError {
-    FsError::Io { what: format!("{what}: {}", e.message), source: std::io::Error::from_raw_os_error(e.errno) }
+    FsError::Io { what: format!("{what}: {}", e.message), source: std::io::Error::from_raw_os_error(e.errno()) }
 }
 
 /// The refusal of a client nicfs does not trust with the public file.
@@ -217,7 +217,7 @@ impl Remote {
         match self.call(Control::LeaseRequest(LeaseRequest { inode: n.ino, mode, log_tail, creds }))? {
             // Recorded by the control reader, in order with the revokes that follow it.
             Control::LeaseGranted(g) if g.inode == n.ino => Ok(()),
-            Control::Error(e) => Err(crate::leases::refused(n.ino, e.errno, &e.message)),
+            Control::Error(e) => Err(crate::leases::refused(n.ino, e.errno(), &e.message)),
             other => Err(FsError::PublicationFailed(format!("unexpected answer to LeaseRequest: {other:?}"))),
         }
     }
@@ -415,7 +415,7 @@ impl Remote {
                     wakeup.kick();
                 }
                 Bulk::Error(e) => {
-                    tracing::warn!(errno = e.errno, message = %e.message, "nicfs reports an error on the bulk connection")
+                    tracing::warn!(errno = e.errno(), message = %e.message, "nicfs reports an error on the bulk connection")
                 }
                 other => tracing::debug!(?other, "unexpected frame on the bulk connection"),
             }

@@ -3,6 +3,7 @@
 //! existing one ([`crate::bulk`]), or as the kworker's link ([`crate::hostlink`]). Also the policy for frames that do not decode.
 
 use crate::daemon::Ctx;
+use linefs_proto::RemoteError;
 use linefs_proto::{
     answer_bad_frame, peer_credentials, recv_frame, Channel, Control, Party, PeerCred, ReadError, Received,
 };
@@ -41,7 +42,7 @@ pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
     let id = first.frame.id;
     let Control::Hello(hello) = first.frame.msg else {
         tracing::warn!(%peer, kind = ?first.frame.msg, "first frame is not Hello; closing");
-        let _ = linefs_proto::write_error(&stream, id, libc::EPROTO, "the first frame must be Hello");
+        let _ = linefs_proto::write_error(&stream, id, RemoteError::Protocol, "the first frame must be Hello");
         return;
     };
     match hello.channel {
@@ -50,7 +51,7 @@ pub fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
         Channel::Kworker => {
             if let Err(why) = kworker_allowed(cred.uid, rustix::process::geteuid().as_raw(), ctx.kworker_uid) {
                 ctx.refusals.refused(crate::limits::Refusal::Kworker, &peer, &why);
-                let _ = linefs_proto::write_error(&stream, id, libc::EPERM, &why);
+                let _ = linefs_proto::write_error(&stream, id, RemoteError::NotPermitted, &why);
                 return;
             }
             ctx.host.serve(stream, cred, id, hello)

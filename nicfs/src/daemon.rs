@@ -12,6 +12,7 @@ use crate::node::Node;
 use crate::pipeline::Pipeline;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
+use linefs_proto::RemoteError;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -181,7 +182,7 @@ fn admit(ctx: &Arc<Ctx>, stream: &UnixStream) -> Option<crate::limits::Counted> 
             ctx.refusals.refused(Refusal::Connection, &crate::conn::describe(&cred), &why);
             // A new socket's buffer takes one small frame; never wait on it.
             let _ = stream.set_nonblocking(true);
-            let _ = linefs_proto::write_error(stream, 0, libc::EUSERS, &why);
+            let _ = linefs_proto::write_error(stream, 0, RemoteError::TooManyClients, &why);
             None
         }
     }

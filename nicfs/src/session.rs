@@ -26,6 +26,7 @@
 
 use crate::leases::Leases;
 use crate::publisher::Job;
+use linefs_proto::RemoteError;
 use linefs_proto::{Codec, Control, Frame, PeerCred, Role, SendError};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -122,8 +123,8 @@ impl Session {
     }
 
     /// Sends an Error reply on the control connection.
-    pub fn control_error(&self, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
-        linefs_proto::write_error(&self.control.lock(), id, errno, message)
+    pub fn control_error(&self, id: u64, code: RemoteError, message: &str) -> Result<(), SendError> {
+        linefs_proto::write_error(&self.control.lock(), id, code, message)
     }
 
     /// Sends a frame on the bulk connection; false if there is none.
@@ -135,9 +136,9 @@ impl Session {
     }
 
     /// Sends an Error reply on the bulk connection, if there is one.
-    pub fn bulk_error(&self, id: u64, errno: i32, message: &str) {
+    pub fn bulk_error(&self, id: u64, code: RemoteError, message: &str) {
         if let Some(s) = &*self.bulk.lock() {
-            if let Err(e) = linefs_proto::write_error(s, id, errno, message) {
+            if let Err(e) = linefs_proto::write_error(s, id, code, message) {
                 tracing::debug!(session = self.id, error = %e, "cannot send an Error on the bulk connection");
             }
         }

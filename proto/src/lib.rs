@@ -30,7 +30,7 @@
 //!   notice `Heartbeat` (nicfs switches to isolated mode when they stop); nicfs request
 //!   `CopyList` → `CopyDone` | `CopyFailed`.
 //!
-//! Any request may instead be answered by an Error (errno and message). Every request and
+//! Any request may instead be answered by an Error ([`RemoteError`] code and message). Every request and
 //! notice carries an id its sender chose (each side numbers its own, so nicfs's revokes
 //! and publication notices have their own ids); every reply carries the id of the request
 //! it answers. Whether a frame is a request, reply or notice, which links it may travel on
@@ -57,13 +57,18 @@
 //! is checked from the header before the payload is read. A server that cannot read a frame
 //! answers an Error naming the frame's id and what was wrong, logs a line, and goes on if
 //! the frame was consumed whole, else closes ([`transport::answer_bad_frame`]).
-//! [`DecodeError::errno`] is the one place that picks the errno told to the peer.
+//! [`DecodeError::remote`] picks the refusal told to the peer, and [`RemoteError::errno`]
+//! is the one place that decides every refusal's errno: nicfs answers with a variant of the
+//! closed [`RemoteError`] (permission, space, fenced, shut down, …), the wire carries its
+//! little-endian code (version 6), and a decoder refuses a code it does not know.
 //!
 //! # Versioning
 //!
 //! Every frame carries the version it is encoded in, and a side accepts only its own
 //! ([`PROTOCOL_VERSION`]). The first 12 header bytes (magic, version, kind, payload length)
-//! and the Error payload are frozen forever. A side that receives another version answers
+//! and the Error payload's errno, text length and message are frozen forever (its code,
+//! version 6, sits in bytes that were reserved zero; code 0 is the version refusal, so that
+//! refusal's bytes are the same in every version). A side that receives another version answers
 //! with an Error frame in *its own* version (errno EPROTONOSUPPORT, a message naming both
 //! versions) and closes the connection. The other side, of whatever version, can read that
 //! frame (frozen parts) and reports [`DecodeError::VersionRefused`] with the version the
@@ -108,7 +113,7 @@ pub mod messages;
 pub mod transport;
 
 pub use codec::{decode, decode_payload, encode, encode_into, Codec, EncodeError};
-pub use error::{errno, DecodeError};
+pub use error::{errno, DecodeError, RemoteError};
 pub use frame::{Header, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION};
 pub use kind::{Class, Kind, Link, Party};
 pub use messages::*;

@@ -20,7 +20,7 @@
 //! All sends use `MSG_NOSIGNAL`: a peer that has gone away gives `EPIPE`, not SIGPIPE.
 
 use crate::codec::{self, Codec, EncodeError};
-use crate::error::DecodeError;
+use crate::error::{DecodeError, RemoteError};
 use crate::frame::{Header, HEADER_LEN, MAX_FDS};
 use crate::kind::{Kind, Party};
 use crate::messages::{Control, ErrorReply, Frame, MAX_TEXT};
@@ -232,8 +232,8 @@ fn wait_readable(stream: &UnixStream, deadline: Option<(Instant, Duration)>) -> 
 }
 
 /// Writes an Error reply to request `id` (the Error kind is the same on every link).
-pub fn write_error(stream: &UnixStream, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
-    let msg = Control::Error(ErrorReply { errno, message: clip(message, MAX_TEXT).to_owned() });
+pub fn write_error(stream: &UnixStream, id: u64, code: RemoteError, message: &str) -> Result<(), SendError> {
+    let msg = Control::Error(ErrorReply { code, message: clip(message, MAX_TEXT).to_owned() });
     write_frame(stream, &Frame { id, msg })
 }
 
@@ -252,7 +252,7 @@ pub fn answer_bad_frame(stream: &UnixStream, peer: &str, err: &ReadError) -> boo
     let version_mismatch = matches!(error, DecodeError::UnsupportedVersion { .. } | DecodeError::VersionRefused { .. });
     let go_on = *in_step && !version_mismatch;
     tracing::warn!(peer, id, errno = error.errno(), go_on, "refusing a frame: {error}");
-    if let Err(e) = write_error(stream, *id, error.errno(), &error.to_string()) {
+    if let Err(e) = write_error(stream, *id, error.remote(), &error.to_string()) {
         tracing::debug!(peer, "could not send the Error reply: {e}");
         return false;
     }

@@ -168,7 +168,7 @@ impl Front {
             }
             match remote.call(Control::AllocInodes(AllocInodes { count: INODE_GRANT }))? {
                 Control::InodeRange(r) => self.grant_inodes(r.first, r.count),
-                Control::Error(e) if e.errno == libc::ENOSPC => return Err(FsError::NoSpace("no free inode")),
+                Control::Error(e) if e.errno() == libc::ENOSPC => return Err(FsError::NoSpace("no free inode")),
                 Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
                 other => {
                     return Err(FsError::PublicationFailed(format!("unexpected answer to AllocInodes: {other:?}")))
