@@ -20,7 +20,7 @@ use crate::state::Front;
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_pm::oplog::AppendError;
 use linefs_pm::record::{decode_records, EntryBuilder, Record};
-use linefs_proto::{Blocks, Control};
+use linefs_proto::RemoteError;
 use std::sync::atomic::Ordering;
 
 /// Blocks kept free for publication's own metadata (indirect, directory, xattr blocks).
@@ -58,17 +58,18 @@ impl Front {
     /// has room). Returns false if nicfs has not that many.
     fn reserve_more(&mut self, need: u64) -> FsResult<bool> {
         let Some(remote) = self.publication.remote().cloned() else { return Ok(false) };
-        for ask in [need.max(GRANT_BLOCKS), need] {
-            match remote.call(Control::ReserveBlocks(Blocks { count: ask }))? {
-                Control::Ok => {
+        let grant = need.max(GRANT_BLOCKS);
+        for ask in [grant, need] {
+            match remote.reserve_blocks(ask) {
+                Ok(()) => {
                     self.publication.free_blocks.fetch_add(ask, Ordering::AcqRel);
                     return Ok(true);
                 }
-                Control::Error(e) if e.errno() == libc::ENOSPC => continue,
-                Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
-                other => {
-                    return Err(FsError::PublicationFailed(format!("unexpected answer to ReserveBlocks: {other:?}")))
-                }
+                Err(FsError::Refused { code: RemoteError::NoSpace, .. }) => continue,
+                // The whole grant is over this uid's share of the node: ask for exactly
+                // what is missing; if even that is, the application is told EDQUOT.
+                Err(FsError::Refused { code: RemoteError::QuotaExceeded, .. }) if ask > need => continue,
+                Err(e) => return Err(e),
             }
         }
         Ok(false)
@@ -192,7 +193,7 @@ impl Front {
                 let credit = self.publication.free_blocks.load(Ordering::Acquire);
                 let back = released.min(credit);
                 self.publication.free_blocks.fetch_sub(back, Ordering::AcqRel);
-                remote.send(Control::ReleaseBlocks(Blocks { count: back }));
+                remote.release_blocks(back);
             }
         }
         // Log space is reused only once it is replicated as well (the slot's reclaim LSN);

@@ -34,7 +34,7 @@
 //!   the write lease — which takes every other client's lease first — could free the
 //!   number (and end nicfs's grant) meanwhile. A downgrade to a read lease keeps it.
 
-use crate::error::{FsError, FsResult};
+use crate::error::FsResult;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 
@@ -346,11 +346,6 @@ impl Drop for Pinned<'_> {
             l.unpin(&self.need);
         }
     }
-}
-
-/// A lease request nicfs refused.
-pub(crate) fn refused(ino: u64, errno: i32, message: &str) -> FsError {
-    FsError::Io { what: format!("lease on inode {ino}: {message}"), source: std::io::Error::from_raw_os_error(errno) }
 }
 
 impl crate::state::Fs {

@@ -19,7 +19,6 @@ use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::{execute_moves, Collector, Move, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch, publish_slot, Batch, Bounds, Published, SlotError};
 use linefs_pm::PmRegion;
-use linefs_proto::{Control, Fsync};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -236,21 +235,13 @@ impl Publication {
         if let Some(why) = self.failure() {
             return Err(FsError::PublicationFailed(why));
         }
-        match remote.call(Control::Fsync(Fsync { lsn: until }))? {
-            Control::FsyncDone(d) => {
-                let mut ps = self.public.write();
-                ps.published = ps.published.max(d.durable_lsn);
-                // Durable: published and replicated, so reclaimable too.
-                ps.reclaim = ps.reclaim.max(d.durable_lsn);
-                ps.batches += 1;
-                Ok(ps.published)
-            }
-            Control::Error(e) => {
-                let why = format!("nicfs: {} (errno {})", e.message, e.errno());
-                Err(FsError::PublicationFailed(why))
-            }
-            other => Err(FsError::PublicationFailed(format!("unexpected answer to Fsync: {other:?}"))),
-        }
+        let durable = remote.fsync(until)?;
+        let mut ps = self.public.write();
+        ps.published = ps.published.max(durable);
+        // Durable: published and replicated, so reclaimable too.
+        ps.reclaim = ps.reclaim.max(durable);
+        ps.batches += 1;
+        Ok(ps.published)
     }
 
     /// Offload: takes what nicfs reported since the last call into the public state.

@@ -11,7 +11,7 @@ use crate::time::now;
 use crate::view::Node;
 use linefs_pm::public::dtype_of_mode;
 use linefs_pm::record::{valid_name, EntryBuilder, InodeImage, Timespec};
-use linefs_proto::{AllocInodes, Control};
+use linefs_proto::RemoteError;
 use std::sync::atomic::Ordering;
 
 /// Most links one inode may have.
@@ -166,13 +166,12 @@ impl Front {
                 }
                 remote.leases.unpin(&[Need::write(ino)]);
             }
-            match remote.call(Control::AllocInodes(AllocInodes { count: INODE_GRANT }))? {
-                Control::InodeRange(r) => self.grant_inodes(r.first, r.count),
-                Control::Error(e) if e.errno() == libc::ENOSPC => return Err(FsError::NoSpace("no free inode")),
-                Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
-                other => {
-                    return Err(FsError::PublicationFailed(format!("unexpected answer to AllocInodes: {other:?}")))
+            match remote.alloc_inodes(INODE_GRANT) {
+                Ok(r) => self.grant_inodes(r.first, r.count),
+                Err(FsError::Refused { code: RemoteError::NoSpace, .. }) => {
+                    return Err(FsError::NoSpace("no free inode"))
                 }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -215,7 +214,7 @@ impl Front {
         n.opens += 1;
         if n.opens == 1 {
             if let Some(remote) = self.publication.remote() {
-                remote.send(linefs_proto::Control::Opened(linefs_proto::InodeRef { inode: ino }));
+                remote.opened(ino);
             }
         }
     }
@@ -229,7 +228,7 @@ impl Front {
         n.opens -= 1;
         if n.opens == 0 {
             if let Some(remote) = self.publication.remote() {
-                remote.send(linefs_proto::Control::Closed(linefs_proto::InodeRef { inode: ino }));
+                remote.closed(ino);
             }
         }
     }
