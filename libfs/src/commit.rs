@@ -47,7 +47,7 @@ pub(crate) fn data_capacity(free: u64) -> u64 {
 impl Front {
     pub(crate) fn space_available(&self) -> u64 {
         let free = self.publication.free_blocks.load(Ordering::Acquire);
-        match self.publication.remote() {
+        match self.publication.link() {
             // nicfs keeps the node's margin for publication's metadata.
             Some(_) => free.saturating_sub(self.reserved),
             None => free.saturating_sub(self.reserved + META_RESERVE),
@@ -57,7 +57,7 @@ impl Front {
     /// Offload: reserves at least `need` more blocks from nicfs (a whole grant if the node
     /// has room). Returns false if nicfs has not that many.
     fn reserve_more(&mut self, need: u64) -> FsResult<bool> {
-        let Some(remote) = self.publication.remote().cloned() else { return Ok(false) };
+        let Some(remote) = self.publication.link().cloned() else { return Ok(false) };
         let grant = need.max(GRANT_BLOCKS);
         for ask in [grant, need] {
             match remote.reserve_blocks(ask) {
@@ -120,8 +120,8 @@ impl Front {
         };
         self.tail = loc.end;
         self.appended += 1;
-        if let Some(remote) = self.publication.remote() {
-            remote.committed.store(loc.end, Ordering::Release);
+        if let Some(remote) = self.publication.link() {
+            remote.set_committed(loc.end);
         }
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
@@ -129,10 +129,10 @@ impl Front {
         // the inode open, and then nicfs keeps it (nicfs's `opens`); nicfs hands the number
         // out again once it is free — and forgets this client's lease on it, so this
         // client forgets it too.
-        if let Some(remote) = self.publication.remote() {
+        if let Some(remote) = self.publication.link() {
             for r in &records {
                 if let Record::FreeInode { ino } = r {
-                    remote.leases.freed(*ino);
+                    remote.leases().freed(*ino);
                 }
             }
         }
@@ -187,7 +187,7 @@ impl Front {
             }
         }
         self.reserved = self.reserved.saturating_sub(released);
-        if let Some(remote) = self.publication.remote() {
+        if let Some(remote) = self.publication.link() {
             // What the published entries reserved is spent or no longer needed.
             if released > 0 {
                 let credit = self.publication.free_blocks.load(Ordering::Acquire);

@@ -12,14 +12,14 @@
 //!   nicfs too: `free_blocks` is then the credit of blocks nicfs reserved for it.
 
 use crate::error::{FsError, FsResult};
-use crate::remote::Remote;
+use crate::link::NodeLink;
 use linefs_pm::coalesce;
 use linefs_pm::layout::Geometry;
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::{execute_moves, Collector, Move, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch, publish_slot, Batch, Bounds, Published, SlotError};
 use linefs_pm::PmRegion;
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,8 +35,8 @@ pub(crate) struct Pending {
 pub(crate) enum Mode {
     /// Host-only: this client, with pm's publisher.
     Local,
-    /// Offload: the node's nicfs.
-    Remote(Arc<Remote>),
+    /// Offload: the node's nicfs, through its link ([`NodeLink`]).
+    Remote(Arc<dyn NodeLink>),
 }
 
 /// The public area as this client sees it.
@@ -122,9 +122,9 @@ impl Publication {
         log: LogSlot,
         reader: PublicReader,
         published: u64,
-        remote: Arc<Remote>,
+        link: Arc<dyn NodeLink>,
     ) -> Self {
-        Publication::new(public_region, geo, log, None, Some(reader), published, 0, Mode::Remote(remote))
+        Publication::new(public_region, geo, log, None, Some(reader), published, 0, Mode::Remote(link))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -222,13 +222,13 @@ impl Publication {
             q.get(i).or(q.back()).map(|p| p.end)
         };
         match until {
-            Some(until) => self.publish_remote(remote, until),
+            Some(until) => self.publish_remote(remote.as_ref(), until),
             None => Ok(self.public.read().published),
         }
     }
 
     /// Offload: asks nicfs to publish everything up to `until` and waits until it has.
-    fn publish_remote(&self, remote: &Remote, until: u64) -> FsResult<u64> {
+    fn publish_remote(&self, remote: &dyn NodeLink, until: u64) -> FsResult<u64> {
         if self.public.read().published >= until {
             return Ok(self.public.read().published);
         }
@@ -247,11 +247,7 @@ impl Publication {
     /// Offload: takes what nicfs reported since the last call into the public state.
     pub(crate) fn follow_remote(&self) {
         let Mode::Remote(remote) = &self.mode else { return };
-        let mut prog = remote.progress.lock();
-        let touched = std::mem::take(&mut prog.touched);
-        let all = std::mem::take(&mut prog.touched_all);
-        let (published, reclaim) = (prog.published, prog.reclaim);
-        drop(prog);
+        let crate::link::Progress { published, reclaim, touched, touched_all: all, .. } = remote.take_progress();
         let mut ps = self.public.write();
         ps.published = ps.published.max(published);
         ps.reclaim = ps.reclaim.max(reclaim);
@@ -277,39 +273,12 @@ impl Publication {
         }
     }
 
-    /// The nicfs link in the offload mode.
-    pub(crate) fn remote(&self) -> Option<&Arc<Remote>> {
+    /// The node's link in the offload mode.
+    pub(crate) fn link(&self) -> Option<&Arc<dyn NodeLink>> {
         match &self.mode {
             Mode::Local => None,
             Mode::Remote(r) => Some(r),
         }
-    }
-}
-
-/// Wakes the publisher thread: a chunk is waiting (`kick`) or the client stops.
-pub(crate) struct Wakeup {
-    pub(crate) flags: Mutex<WakeFlags>,
-    pub(crate) cond: Condvar,
-}
-
-pub(crate) struct WakeFlags {
-    pub(crate) kick: bool,
-    pub(crate) stop: bool,
-}
-
-impl Wakeup {
-    pub(crate) fn new() -> Wakeup {
-        Wakeup { flags: Mutex::new(WakeFlags { kick: false, stop: false }), cond: Condvar::new() }
-    }
-
-    pub(crate) fn kick(&self) {
-        self.flags.lock().kick = true;
-        self.cond.notify_one();
-    }
-
-    pub(crate) fn stop(&self) {
-        self.flags.lock().stop = true;
-        self.cond.notify_all();
     }
 }
 

@@ -19,7 +19,8 @@
 
 use crate::error::{FsError, FsResult};
 use crate::leases::{Grant, Leases, Need};
-use crate::publication::Wakeup;
+use crate::link::{NodeLink, Observer, Progress};
+use crate::wakeup::Wakeup;
 use linefs_proto::{
     read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Creds, Frame, Hello, InodeRange,
     InodeRef, InodeSet, LeaseHandback, LeaseMode, LeaseRequest, Party, ReadError, RemoteError, Revoke, Role, Space,
@@ -41,21 +42,6 @@ const BUSY_WAIT: Duration = Duration::from_secs(5);
 /// How long attaching may take.
 const ATTACH_WAIT: Duration = Duration::from_secs(30);
 
-/// What nicfs has said about publication, shared with the publisher thread.
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    /// The public area holds the log up to here.
-    pub(crate) published: u64,
-    /// The log before this may be reused.
-    pub(crate) reclaim: u64,
-    /// Inodes publication changed since the front end last caught up.
-    pub(crate) touched: Vec<u64>,
-    /// Publication changed more inodes than a notice lists.
-    pub(crate) touched_all: bool,
-    /// Why the client cannot publish any more (an entry refused, nicfs gone).
-    pub(crate) failed: Option<String>,
-}
-
 /// An attached session.
 pub(crate) struct Remote {
     control: Mutex<UnixStream>,
@@ -75,14 +61,6 @@ pub(crate) struct Remote {
     observer: Mutex<Option<Observer>>,
     /// nicfs's revokes, for the revoke thread.
     revokes: Mutex<Option<mpsc::Sender<(u64, Revoke)>>>,
-}
-
-/// What is told of an inode whose lease this client lost: before the hand-back (must not
-/// block) and after it. Both take the inode number.
-#[derive(Clone)]
-pub(crate) struct Observer {
-    pub(crate) before: Arc<dyn Fn(u64) + Send + Sync>,
-    pub(crate) after: Arc<dyn Fn(u64) + Send + Sync>,
 }
 
 /// What attaching hands back besides the link: the log file and the public file.
@@ -480,5 +458,80 @@ impl Remote {
             }
         };
         self.fail(why, &wakeup);
+    }
+}
+
+/// The offload link: every call is a request to nicfs over the control connection (the
+/// inherent methods above build the messages; nothing else in libfs does).
+impl NodeLink for Remote {
+    fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    fn request_lease(&self, need: Need) -> FsResult<()> {
+        Remote::request_lease(self, need)
+    }
+
+    fn alloc_inodes(&self, count: u32) -> FsResult<InodeRange> {
+        Remote::alloc_inodes(self, count)
+    }
+
+    fn reserve_blocks(&self, count: u64) -> FsResult<()> {
+        Remote::reserve_blocks(self, count)
+    }
+
+    fn release_blocks(&self, count: u64) {
+        Remote::release_blocks(self, count)
+    }
+
+    fn fsync(&self, lsn: u64) -> FsResult<u64> {
+        Remote::fsync(self, lsn)
+    }
+
+    fn statfs(&self) -> FsResult<Space> {
+        Remote::statfs(self)
+    }
+
+    fn opened(&self, ino: u64) {
+        Remote::opened(self, ino)
+    }
+
+    fn closed(&self, ino: u64) {
+        Remote::closed(self, ino)
+    }
+
+    fn set_committed(&self, lsn: u64) {
+        self.committed.store(lsn, Ordering::Release);
+    }
+
+    fn chunk_ready(&self, lsn: u64) {
+        Remote::chunk_ready(self, lsn)
+    }
+
+    fn take_progress(&self) -> Progress {
+        let mut p = self.progress.lock();
+        Progress {
+            published: p.published,
+            reclaim: p.reclaim,
+            touched: std::mem::take(&mut p.touched),
+            touched_all: std::mem::take(&mut p.touched_all),
+            failed: p.failed.clone(),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        Remote::failed(self)
+    }
+
+    fn failure(&self) -> Option<String> {
+        Remote::failure(self)
+    }
+
+    fn set_observer(&self, o: Observer) {
+        Remote::set_observer(self, o)
+    }
+
+    fn detach(&self) {
+        Remote::detach(self)
     }
 }

@@ -1,8 +1,8 @@
 //! linefs-proto: the wire protocol between a node's clients, its nicfs and its kworker.
 //!
 //! It depends on nothing of the file system: the messages speak of inodes, LSNs, offsets
-//! and errnos as plain numbers, so that libfs, nicfs and kworker can all use it without
-//! pulling in each other.
+//! and refusals (a closed set of codes, [`RemoteError`]) as plain values, so that libfs,
+//! nicfs and kworker can all use it without pulling in each other.
 //!
 //! # Links and who sends what
 //!
@@ -16,12 +16,12 @@
 //!   read-only (that is the trust boundary: a client can write only its own log).
 //!   Client requests: `LeaseRequest` → `LeaseGranted` | Error; `LeaseRelease` → Ok;
 //!   `Fsync` → `FsyncDone`; `AllocInodes` → `InodeRange`;
-//!   `ReserveBlocks` → Ok | Error(ENOSPC); `ReleaseBlocks` → Ok; `StatFs` → `Space`
-//!   (version 2); `Detach` → Ok; `Ping` → `Pong`. Client notices (version 3): `Opened` /
-//!   `Closed` (the client's first open of an inode, its last close: nicfs keeps an orphan
-//!   while any client holds it open). nicfs requests: `Revoke` → `RevokeDone`; `Ping` → `Pong`. nicfs
-//!   notice: `Rejected` (an entry of the client's log was refused; the client's calls fail
-//!   until it attaches again).
+//!   `ReserveBlocks` → Ok | Error(NoSpace | QuotaExceeded); `ReleaseBlocks` → Ok;
+//!   `StatFs` → `Space` (version 2); `Detach` → Ok; `Ping` → `Pong`. Client notices
+//!   (version 3): `Opened` / `Closed` (the client's first open of an inode, its last close:
+//!   nicfs keeps an orphan while any client holds it open). nicfs requests: `Revoke` →
+//!   `RevokeDone`; `Ping` → `Pong`. nicfs notice: `Rejected` (an entry of the client's log
+//!   was refused, or it was fenced; the client's calls fail until it attaches again).
 //! * **Bulk** (client ↔ nicfs, throughput). `Hello{channel: bulk, session}` → Ok. Client
 //!   notice `ChunkReady` (committed up to an LSN); nicfs notice `Published` (published and
 //!   reclaimable LSNs, the inodes changed, so the client drops overlay segments, invalidates

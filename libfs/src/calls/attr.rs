@@ -189,7 +189,7 @@ impl Fs {
 
     pub fn statfs(&self) -> StatFs {
         let front = self.rlock();
-        let (free, ffree) = match front.publication.remote() {
+        let (free, ffree) = match front.publication.link() {
             None => (front.space_available(), front.view.inos.free()),
             // The node's space is nicfs's: what it could still reserve, plus this client's
             // unspent credit and its unused inode numbers.
