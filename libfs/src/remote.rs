@@ -395,7 +395,7 @@ impl Remote {
             };
             match frame.msg {
                 Control::Rejected(r) => {
-                    self.fail(format!("nicfs refused the entry at lsn {}: {}", r.lsn, r.reason), &wakeup);
+                    self.fail(format!("nicfs ended the session at lsn {} ({}): {}", r.lsn, r.code, r.reason), &wakeup);
                 }
                 Control::Ping => {
                     let _ = write_frame(&self.control.lock(), &Frame { id: frame.id, msg: Control::Pong });
