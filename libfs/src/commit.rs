@@ -168,7 +168,7 @@ impl Front {
             let mut ps = self.publication.public.write();
             // Offload: nicfs's notices may come after its FsyncDone; every inode whose
             // unpublished changes were just dropped is read again too.
-            let remote = ps.area.is_none();
+            let remote = ps.area().is_none();
             if remote {
                 ps.entries += entries;
             }

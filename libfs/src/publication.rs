@@ -39,12 +39,19 @@ pub(crate) enum Mode {
     Remote(Arc<dyn NodeLink>),
 }
 
+/// How this client maps the public area: as its publisher, or read-only.
+// One per client: the size difference costs nothing, a box would cost an indirection.
+#[allow(clippy::large_enum_variant)]
+enum PublicMap {
+    /// The publisher's public area (host-only mode).
+    Own(PublicArea),
+    /// A read-only view of the public file (offload mode).
+    Shared(PublicReader),
+}
+
 /// The public area as this client sees it.
 pub(crate) struct PublicState {
-    /// The publisher's public area (host-only mode).
-    pub(crate) area: Option<PublicArea>,
-    /// A read-only view of the public file (offload mode).
-    pub(crate) shared: Option<PublicReader>,
+    map: PublicMap,
     /// Everything before this LSN is published, durably.
     pub(crate) published: u64,
     /// Log space before this LSN may be reused: published and replicated (the slot's
@@ -86,18 +93,25 @@ pub(crate) struct Publication {
 impl PublicState {
     /// The reader of published state (either mode).
     pub(crate) fn reader(&self) -> &PublicReader {
-        match (&self.area, &self.shared) {
-            (Some(a), _) => a.reader(),
-            (None, Some(r)) => r,
-            (None, None) => unreachable!("a client has a public area or a reader"),
+        match &self.map {
+            PublicMap::Own(a) => a.reader(),
+            PublicMap::Shared(r) => r,
+        }
+    }
+
+    /// The public area, if this client publishes into it (host-only mode).
+    pub(crate) fn area(&self) -> Option<&PublicArea> {
+        match &self.map {
+            PublicMap::Own(a) => Some(a),
+            PublicMap::Shared(_) => None,
         }
     }
 
     /// Mapped data blocks of `ino` in the public area (0 if unreadable).
     pub(crate) fn file_blocks(&self, ino: u64) -> u64 {
-        match &self.area {
-            Some(a) => a.file_blocks(ino),
-            None => self.reader().file_blocks(ino).unwrap_or(0),
+        match &self.map {
+            PublicMap::Own(a) => a.file_blocks(ino),
+            PublicMap::Shared(r) => r.file_blocks(ino).unwrap_or(0),
         }
     }
 }
@@ -112,7 +126,7 @@ impl Publication {
         published: u64,
     ) -> Self {
         let free = area.free_blocks() + area.pending_free_blocks();
-        Publication::new(public_region, geo, log, Some(area), None, published, free, Mode::Local)
+        Publication::new(public_region, geo, log, PublicMap::Own(area), published, free, Mode::Local)
     }
 
     /// Offload: nicfs publishes; the client reads the public file through `reader`.
@@ -124,7 +138,7 @@ impl Publication {
         published: u64,
         link: Arc<dyn NodeLink>,
     ) -> Self {
-        Publication::new(public_region, geo, log, None, Some(reader), published, 0, Mode::Remote(link))
+        Publication::new(public_region, geo, log, PublicMap::Shared(reader), published, 0, Mode::Remote(link))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -132,8 +146,7 @@ impl Publication {
         public_region: Arc<PmRegion>,
         geo: Geometry,
         log: LogSlot,
-        area: Option<PublicArea>,
-        shared: Option<PublicReader>,
+        map: PublicMap,
         published: u64,
         free: u64,
         mode: Mode,
@@ -146,8 +159,7 @@ impl Publication {
             nicfs_steps: false,
             publish: Mutex::new(()),
             public: RwLock::new(PublicState {
-                area,
-                shared,
+                map,
                 published,
                 reclaim: published,
                 touched: Vec::new(),
@@ -180,7 +192,9 @@ impl Publication {
         if ps.published >= until {
             return Ok(ps.published);
         }
-        let area = ps.area.as_mut().expect("host-only mode has the area");
+        let PublicMap::Own(area) = &mut ps.map else {
+            return Err(FsError::PublicationFailed("this client does not publish (offload mode)".into()));
+        };
         let result = if self.nicfs_steps {
             publish_as_nicfs(area, &self.log, until, budget)
         } else {
@@ -197,7 +211,7 @@ impl Publication {
             ps.batches += u64::from(entries > 0);
             ps.touched.extend(touched);
         }
-        let free = ps.area.as_ref().map_or(0, |a| a.free_blocks() + a.pending_free_blocks());
+        let free = ps.area().map_or(0, |a| a.free_blocks() + a.pending_free_blocks());
         self.free_blocks.store(free, Ordering::Release);
         if let Err(e) = result {
             // The log stays intact; updates are refused from now on (see `commit`).

@@ -64,7 +64,7 @@ impl Fs {
             data_blocks: publication.geo.data_blocks,
             // Offload: the node's free blocks as nicfs counts them (plus this client's unspent
             // reservation), as statfs reports them.
-            free_blocks: match (&node, ps.area.as_ref()) {
+            free_blocks: match (&node, ps.area()) {
                 (Some(sf), _) => sf.bfree,
                 (None, Some(a)) => a.free_blocks(),
                 (None, None) => publication.free_blocks.load(Ordering::Acquire),
