@@ -103,7 +103,7 @@ fn connection(args: &Args, shared: &Shared, interval: Duration, delay: Option<Du
     match read_frame::<Kworker>(&stream, Party::Nicfs, Some(IO_TIMEOUT)) {
         Ok(Frame { msg: Kworker::Ok, .. }) => {}
         Ok(Frame { msg: Kworker::Error(e), .. }) => {
-            return Err(format!("nicfs refused the Hello (errno {}): {}", e.errno, e.message))
+            return Err(format!("nicfs refused the Hello (errno {}): {}", e.errno(), e.message))
         }
         Ok(other) => return Err(format!("unexpected answer to Hello: {other:?}")),
         Err(e) => return Err(format!("no answer to Hello: {e}")),
@@ -213,7 +213,7 @@ fn serve(files: &NodeFiles, reader: &UnixStream, link: &Link, delay: Option<Dura
                 }
             }
             Kworker::Error(e) => {
-                tracing::warn!(id = frame.id, errno = e.errno, "nicfs reports an error: {}", e.message)
+                tracing::warn!(id = frame.id, errno = e.errno(), "nicfs reports an error: {}", e.message)
             }
             Kworker::Ok => {}
             other => tracing::debug!(id = frame.id, ?other, "unexpected frame ignored"),

@@ -7,6 +7,7 @@
 mod attr;
 mod data;
 mod dirstream;
+mod leased;
 mod namespace;
 mod rename;
 mod xattr;

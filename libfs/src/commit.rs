@@ -20,7 +20,7 @@ use crate::state::Front;
 use linefs_pm::layout::BLOCK_SIZE;
 use linefs_pm::oplog::AppendError;
 use linefs_pm::record::{decode_records, EntryBuilder, Record};
-use linefs_proto::{Blocks, Control};
+use linefs_proto::RemoteError;
 use std::sync::atomic::Ordering;
 
 /// Blocks kept free for publication's own metadata (indirect, directory, xattr blocks).
@@ -47,7 +47,7 @@ pub(crate) fn data_capacity(free: u64) -> u64 {
 impl Front {
     pub(crate) fn space_available(&self) -> u64 {
         let free = self.publication.free_blocks.load(Ordering::Acquire);
-        match self.publication.remote() {
+        match self.publication.link() {
             // nicfs keeps the node's margin for publication's metadata.
             Some(_) => free.saturating_sub(self.reserved),
             None => free.saturating_sub(self.reserved + META_RESERVE),
@@ -57,18 +57,19 @@ impl Front {
     /// Offload: reserves at least `need` more blocks from nicfs (a whole grant if the node
     /// has room). Returns false if nicfs has not that many.
     fn reserve_more(&mut self, need: u64) -> FsResult<bool> {
-        let Some(remote) = self.publication.remote().cloned() else { return Ok(false) };
-        for ask in [need.max(GRANT_BLOCKS), need] {
-            match remote.call(Control::ReserveBlocks(Blocks { count: ask }))? {
-                Control::Ok => {
+        let Some(remote) = self.publication.link().cloned() else { return Ok(false) };
+        let grant = need.max(GRANT_BLOCKS);
+        for ask in [grant, need] {
+            match remote.reserve_blocks(ask) {
+                Ok(()) => {
                     self.publication.free_blocks.fetch_add(ask, Ordering::AcqRel);
                     return Ok(true);
                 }
-                Control::Error(e) if e.errno == libc::ENOSPC => continue,
-                Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
-                other => {
-                    return Err(FsError::PublicationFailed(format!("unexpected answer to ReserveBlocks: {other:?}")))
-                }
+                Err(FsError::Refused { code: RemoteError::NoSpace, .. }) => continue,
+                // The whole grant is over this uid's share of the node: ask for exactly
+                // what is missing; if even that is, the application is told EDQUOT.
+                Err(FsError::Refused { code: RemoteError::QuotaExceeded, .. }) if ask > need => continue,
+                Err(e) => return Err(e),
             }
         }
         Ok(false)
@@ -119,8 +120,8 @@ impl Front {
         };
         self.tail = loc.end;
         self.appended += 1;
-        if let Some(remote) = self.publication.remote() {
-            remote.committed.store(loc.end, Ordering::Release);
+        if let Some(remote) = self.publication.link() {
+            remote.set_committed(loc.end);
         }
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
@@ -128,10 +129,10 @@ impl Front {
         // the inode open, and then nicfs keeps it (nicfs's `opens`); nicfs hands the number
         // out again once it is free — and forgets this client's lease on it, so this
         // client forgets it too.
-        if let Some(remote) = self.publication.remote() {
+        if let Some(remote) = self.publication.link() {
             for r in &records {
                 if let Record::FreeInode { ino } = r {
-                    remote.leases.freed(*ino);
+                    remote.leases().freed(*ino);
                 }
             }
         }
@@ -167,7 +168,7 @@ impl Front {
             let mut ps = self.publication.public.write();
             // Offload: nicfs's notices may come after its FsyncDone; every inode whose
             // unpublished changes were just dropped is read again too.
-            let remote = ps.area.is_none();
+            let remote = ps.area().is_none();
             if remote {
                 ps.entries += entries;
             }
@@ -186,13 +187,13 @@ impl Front {
             }
         }
         self.reserved = self.reserved.saturating_sub(released);
-        if let Some(remote) = self.publication.remote() {
+        if let Some(remote) = self.publication.link() {
             // What the published entries reserved is spent or no longer needed.
             if released > 0 {
                 let credit = self.publication.free_blocks.load(Ordering::Acquire);
                 let back = released.min(credit);
                 self.publication.free_blocks.fetch_sub(back, Ordering::AcqRel);
-                remote.send(Control::ReleaseBlocks(Blocks { count: back }));
+                remote.release_blocks(back);
             }
         }
         // Log space is reused only once it is replicated as well (the slot's reclaim LSN);

@@ -6,6 +6,7 @@
 use linefs_pm::layout::FormatError;
 use linefs_pm::recovery::RecoveryError;
 use linefs_pm::PmError;
+use linefs_proto::RemoteError;
 
 pub type FsResult<T> = Result<T, FsError>;
 
@@ -56,6 +57,11 @@ pub enum FsError {
     PublicationFailed(String),
     #[error("recovery: {0}")]
     Recovery(#[from] RecoveryError),
+    /// The node refused a request (offload: nicfs's answer). The errno is the one the node
+    /// decided ([`RemoteError::errno`]): an application sees nicfs's EPERM, EACCES, ENOSPC,
+    /// EDQUOT, ESHUTDOWN, ETIMEDOUT… as themselves, not as EIO.
+    #[error("{what}: the node refused ({code}): {message}")]
+    Refused { what: String, code: RemoteError, message: String },
     #[error("another process has {0} mounted")]
     Busy(String),
     #[error("{what}: {source}")]
@@ -96,6 +102,8 @@ impl FsError {
             FsError::NoData => libc::ENXIO,
             FsError::ShutDown => libc::EIO,
             FsError::Busy(_) => libc::EBUSY,
+            // The node's own decision, made in one place on its side.
+            FsError::Refused { code, .. } => code.errno(),
             // Whatever went wrong underneath the calls — a corrupt PM file, a failed or
             // refused publication, an I/O error, a log that recovery will not replay — is an
             // I/O error to the caller: what is in the log stays intact, but we cannot go on.

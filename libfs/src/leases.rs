@@ -2,7 +2,7 @@
 //!
 //! nicfs grants each inode (file or directory) to one writer or to many readers. A client's
 //! view of an inode is trusted only while the client holds a lease on it; every call first
-//! makes sure it holds what it needs ([`crate::state::Fs::leased`]): a read lease on the
+//! makes sure it holds what it needs (`Fs::leased` (`calls/leased.rs`)): a read lease on the
 //! inodes it reads, a write lease on those it changes. An inode this client creates from a
 //! number nicfs granted it is written under an implicit write lease.
 //!
@@ -34,7 +34,6 @@
 //!   the write lease — which takes every other client's lease first — could free the
 //!   number (and end nicfs's grant) meanwhile. A downgrade to a read lease keeps it.
 
-use crate::error::{FsError, FsResult};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 
@@ -334,7 +333,7 @@ impl Leases {
     }
 }
 
-/// Pins taken by [`crate::state::Fs::leased`], released when the call ends.
+/// Pins taken by `Fs::leased` (`calls/leased.rs`), released when the call ends.
 pub(crate) struct Pinned<'a> {
     pub(crate) leases: Option<&'a Leases>,
     pub(crate) need: Vec<Need>,
@@ -344,71 +343,6 @@ impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         if let Some(l) = self.leases {
             l.unpin(&self.need);
-        }
-    }
-}
-
-/// A lease request nicfs refused.
-pub(crate) fn refused(ino: u64, errno: i32, message: &str) -> FsError {
-    FsError::Io { what: format!("lease on inode {ino}: {message}"), source: std::io::Error::from_raw_os_error(errno) }
-}
-
-impl crate::state::Fs {
-    /// Holds the leases a call needs for its duration (offload mode; nothing to do in the
-    /// host-only mode): acquires what is missing, has the view re-read what is newly held,
-    /// pins them all.
-    pub(crate) fn leased(&self, need: &[Need]) -> FsResult<Pinned<'_>> {
-        let Some(remote) = self.client.publication.remote() else {
-            return Ok(Pinned { leases: None, need: Vec::new() });
-        };
-        let leases = &remote.leases;
-        let mut need: Vec<Need> = need.iter().filter(|n| n.ino != 0).copied().collect();
-        need.sort_by_key(|n| (n.ino, !n.write));
-        need.dedup_by_key(|n| n.ino);
-        loop {
-            for n in leases.missing(&need) {
-                remote.request_lease(n)?;
-            }
-            let unloaded = leases.unloaded(&need);
-            if !unloaded.is_empty() {
-                let mut front = self.wlock();
-                for ino in unloaded {
-                    // Another call may have read it meanwhile.
-                    if leases.needs_load(ino) {
-                        let loaded = front.publication.public.read().reader().load_inode(ino)?;
-                        front.view.reload(ino, loaded);
-                        leases.mark_loaded(ino);
-                    }
-                }
-            }
-            if leases.try_pin(&need) {
-                return Ok(Pinned { leases: Some(leases), need });
-            }
-            // A revoke came in between: start over.
-        }
-    }
-
-    /// [`Fs::leased`] for `base` plus the inodes `more` finds in the view once `base` is
-    /// held (a name's target: its inode is known only from the directory). Starts over if
-    /// what `more` finds changed while its leases were being acquired.
-    pub(crate) fn leased_with(
-        &self,
-        base: &[Need],
-        more: impl Fn(&crate::state::Front) -> Vec<Need>,
-    ) -> FsResult<Pinned<'_>> {
-        if self.client.publication.remote().is_none() {
-            return Ok(Pinned { leases: None, need: Vec::new() });
-        }
-        let mut extra: Vec<Need> = Vec::new();
-        loop {
-            let all: Vec<Need> = base.iter().chain(extra.iter()).copied().collect();
-            let pinned = self.leased(&all)?;
-            let found = more(&self.rlock());
-            if found.iter().all(|f| pinned.need.iter().any(|p| p.ino == f.ino && (p.write || !f.write))) {
-                return Ok(pinned);
-            }
-            drop(pinned);
-            extra = found;
         }
     }
 }

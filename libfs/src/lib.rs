@@ -13,7 +13,10 @@
 //! Modules: `api` (the types of the calls), `options`, `state` (the client's state and the
 //! view lookups), `commit` (the update path and space reservation), `publisher` (host-only
 //! publication), `mount` (recovery at mount, shutdown), `calls` (the calls, by concern),
-//! `remote` (the link to nicfs), `view` (the DRAM view), `perm` (permission checks), `status`, `error` (every errno).
+//! `link` (the seam to the node: the `NodeLink` trait the calls go through, and a
+//! fault-injecting link for tests), `remote` (its offload implementation, the one place
+//! wire messages are built), `leases`, `wakeup` (the publisher's), `view` (the DRAM view),
+//! `perm` (permission checks), `status`, `error` (every errno).
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod api;
@@ -21,6 +24,7 @@ mod calls;
 mod commit;
 mod error;
 mod leases;
+mod link;
 mod mount;
 mod options;
 mod perm;
@@ -31,6 +35,7 @@ mod state;
 mod status;
 mod time;
 mod view;
+mod wakeup;
 
 pub use api::*;
 pub use error::{FsError, FsResult};

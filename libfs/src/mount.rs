@@ -15,11 +15,13 @@
 
 use crate::api::ROOT_INO;
 use crate::error::{FsError, FsResult};
+use crate::link::Link;
 use crate::options::FsOptions;
-use crate::publication::{Publication, Wakeup};
+use crate::publication::Publication;
 use crate::remote::Remote;
 use crate::state::{Client, Front, Fs};
 use crate::view::{Node, View};
+use crate::wakeup::Wakeup;
 use linefs_pm::layout::{Geometry, Superblock};
 use linefs_pm::node::NodePm;
 use linefs_pm::oplog::LogSlot;
@@ -82,26 +84,51 @@ impl Fs {
 
     /// Offload: attach to the nicfs at `socket`, which publishes for this client.
     fn attach(socket: &Path, opts: FsOptions) -> FsResult<Fs> {
+        Fs::attach_through(socket, opts, |link| link)
+    }
+
+    /// [`Fs::attach`], the calls going through the link `through` makes of nicfs's (tests
+    /// put a [`crate::link::fault::FaultLink`] there).
+    pub(crate) fn attach_through(socket: &Path, opts: FsOptions, through: impl FnOnce(Link) -> Link) -> FsResult<Fs> {
         let role = if opts.mount_daemon { Role::MountDaemon } else { Role::DirectApi };
         let (remote, files) = Remote::attach(socket, role)?;
         let a = remote.attached;
         let public = Arc::new(PmRegion::from_file(File::from(files.public), Path::new("nicfs's public file"), false)?);
-        let geo = Superblock::read(&public)?.geometry;
-        let log_region = Arc::new(PmRegion::from_file(File::from(files.log), Path::new("nicfs's log file"), true)?);
-        let log = LogSlot::new(log_region, &geo, a.slot);
-        if log.ring_bytes() != a.log.ring_bytes {
-            return Err(FsError::Invalid("nicfs's log geometry does not match its log file"));
-        }
-        let reader = PublicReader::shared(public.clone(), geo);
-        let (view, max_gen) = build_view(&reader.load()?, &geo)?;
-        let published = a.log.start_lsn;
-        let publication = Arc::new(Publication::offload(public, geo, log, reader, published, remote.clone()));
-        let opts = FsOptions { client: a.slot, chunk_size: a.log.chunk_bytes, ..opts };
+        let log = Arc::new(PmRegion::from_file(File::from(files.log), Path::new("nicfs's log file"), true)?);
         let pm_path = format!("{} (through nicfs at {})", opts.pm_path.display(), socket.display());
-        let fs = Fs::start(publication, view, max_gen, 0, pm_path, opts)?;
-        fs.wlock().grant_inodes(a.inodes.first, a.inodes.count);
+        let session = Session { public, log, slot: a.slot, ring_bytes: a.log.ring_bytes, start_lsn: a.log.start_lsn };
+        let opts = FsOptions { chunk_size: a.log.chunk_bytes, ..opts };
+        let fs = Fs::offload(session, through(remote.clone()), a.inodes, pm_path, opts)?;
         remote.start(fs.client.wakeup.clone())?;
-        tracing::info!(session = a.session, slot = a.slot, published, "linefs client attached to nicfs");
+        tracing::info!(
+            session = a.session,
+            slot = a.slot,
+            published = a.log.start_lsn,
+            "linefs client attached to nicfs"
+        );
+        Ok(fs)
+    }
+
+    /// A client of a node reached through `link` (offload): `session` is what the node
+    /// handed it (its log slot's file, the public file), `inodes` its first free numbers.
+    pub(crate) fn offload(
+        session: Session,
+        link: Link,
+        inodes: crate::link::InodeRange,
+        pm_path: String,
+        opts: FsOptions,
+    ) -> FsResult<Fs> {
+        let geo = Superblock::read(&session.public)?.geometry;
+        let log = LogSlot::new(session.log, &geo, session.slot);
+        if log.ring_bytes() != session.ring_bytes {
+            return Err(FsError::Invalid("the node's log geometry does not match its log file"));
+        }
+        let reader = PublicReader::shared(session.public.clone(), geo);
+        let (view, max_gen) = build_view(&reader.load()?, &geo)?;
+        let publication = Arc::new(Publication::offload(session.public, geo, log, reader, session.start_lsn, link));
+        let opts = FsOptions { client: session.slot, ..opts };
+        let fs = Fs::start(publication, view, max_gen, 0, pm_path, opts)?;
+        fs.wlock().grant_inodes(inodes.first, inodes.count);
         Ok(fs)
     }
 
@@ -182,12 +209,22 @@ impl Fs {
         let published = front.publish_all();
         front.shut = true;
         drop(front);
-        if let Some(remote) = self.client.publication.remote() {
+        if let Some(remote) = self.client.publication.link() {
             // Whether or not the last publication went through, nicfs settles the slot.
             remote.detach();
         }
         published
     }
+}
+
+/// What a node hands a client it attaches: its log slot's file (read-write) and the public
+/// file (read-only), the slot's ring size and the LSN to append at.
+pub(crate) struct Session {
+    pub(crate) public: Arc<PmRegion>,
+    pub(crate) log: Arc<PmRegion>,
+    pub(crate) slot: u32,
+    pub(crate) ring_bytes: u64,
+    pub(crate) start_lsn: u64,
 }
 
 /// The DRAM view of a loaded public area, and the highest inode generation in it.

@@ -12,15 +12,14 @@
 //!   nicfs too: `free_blocks` is then the credit of blocks nicfs reserved for it.
 
 use crate::error::{FsError, FsResult};
-use crate::remote::Remote;
+use crate::link::NodeLink;
 use linefs_pm::coalesce;
 use linefs_pm::layout::Geometry;
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::{execute_moves, Collector, Move, PublicArea, PublicReader};
 use linefs_pm::publish::{publish_batch, publish_slot, Batch, Bounds, Published, SlotError};
 use linefs_pm::PmRegion;
-use linefs_proto::{Control, Fsync};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,16 +35,23 @@ pub(crate) struct Pending {
 pub(crate) enum Mode {
     /// Host-only: this client, with pm's publisher.
     Local,
-    /// Offload: the node's nicfs.
-    Remote(Arc<Remote>),
+    /// Offload: the node's nicfs, through its link ([`NodeLink`]).
+    Remote(Arc<dyn NodeLink>),
+}
+
+/// How this client maps the public area: as its publisher, or read-only.
+// One per client: the size difference costs nothing, a box would cost an indirection.
+#[allow(clippy::large_enum_variant)]
+enum PublicMap {
+    /// The publisher's public area (host-only mode).
+    Own(PublicArea),
+    /// A read-only view of the public file (offload mode).
+    Shared(PublicReader),
 }
 
 /// The public area as this client sees it.
 pub(crate) struct PublicState {
-    /// The publisher's public area (host-only mode).
-    pub(crate) area: Option<PublicArea>,
-    /// A read-only view of the public file (offload mode).
-    pub(crate) shared: Option<PublicReader>,
+    map: PublicMap,
     /// Everything before this LSN is published, durably.
     pub(crate) published: u64,
     /// Log space before this LSN may be reused: published and replicated (the slot's
@@ -87,18 +93,25 @@ pub(crate) struct Publication {
 impl PublicState {
     /// The reader of published state (either mode).
     pub(crate) fn reader(&self) -> &PublicReader {
-        match (&self.area, &self.shared) {
-            (Some(a), _) => a.reader(),
-            (None, Some(r)) => r,
-            (None, None) => unreachable!("a client has a public area or a reader"),
+        match &self.map {
+            PublicMap::Own(a) => a.reader(),
+            PublicMap::Shared(r) => r,
+        }
+    }
+
+    /// The public area, if this client publishes into it (host-only mode).
+    pub(crate) fn area(&self) -> Option<&PublicArea> {
+        match &self.map {
+            PublicMap::Own(a) => Some(a),
+            PublicMap::Shared(_) => None,
         }
     }
 
     /// Mapped data blocks of `ino` in the public area (0 if unreadable).
     pub(crate) fn file_blocks(&self, ino: u64) -> u64 {
-        match &self.area {
-            Some(a) => a.file_blocks(ino),
-            None => self.reader().file_blocks(ino).unwrap_or(0),
+        match &self.map {
+            PublicMap::Own(a) => a.file_blocks(ino),
+            PublicMap::Shared(r) => r.file_blocks(ino).unwrap_or(0),
         }
     }
 }
@@ -113,7 +126,7 @@ impl Publication {
         published: u64,
     ) -> Self {
         let free = area.free_blocks() + area.pending_free_blocks();
-        Publication::new(public_region, geo, log, Some(area), None, published, free, Mode::Local)
+        Publication::new(public_region, geo, log, PublicMap::Own(area), published, free, Mode::Local)
     }
 
     /// Offload: nicfs publishes; the client reads the public file through `reader`.
@@ -123,9 +136,9 @@ impl Publication {
         log: LogSlot,
         reader: PublicReader,
         published: u64,
-        remote: Arc<Remote>,
+        link: Arc<dyn NodeLink>,
     ) -> Self {
-        Publication::new(public_region, geo, log, None, Some(reader), published, 0, Mode::Remote(remote))
+        Publication::new(public_region, geo, log, PublicMap::Shared(reader), published, 0, Mode::Remote(link))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -133,8 +146,7 @@ impl Publication {
         public_region: Arc<PmRegion>,
         geo: Geometry,
         log: LogSlot,
-        area: Option<PublicArea>,
-        shared: Option<PublicReader>,
+        map: PublicMap,
         published: u64,
         free: u64,
         mode: Mode,
@@ -147,8 +159,7 @@ impl Publication {
             nicfs_steps: false,
             publish: Mutex::new(()),
             public: RwLock::new(PublicState {
-                area,
-                shared,
+                map,
                 published,
                 reclaim: published,
                 touched: Vec::new(),
@@ -181,7 +192,9 @@ impl Publication {
         if ps.published >= until {
             return Ok(ps.published);
         }
-        let area = ps.area.as_mut().expect("host-only mode has the area");
+        let PublicMap::Own(area) = &mut ps.map else {
+            return Err(FsError::PublicationFailed("this client does not publish (offload mode)".into()));
+        };
         let result = if self.nicfs_steps {
             publish_as_nicfs(area, &self.log, until, budget)
         } else {
@@ -198,7 +211,7 @@ impl Publication {
             ps.batches += u64::from(entries > 0);
             ps.touched.extend(touched);
         }
-        let free = ps.area.as_ref().map_or(0, |a| a.free_blocks() + a.pending_free_blocks());
+        let free = ps.area().map_or(0, |a| a.free_blocks() + a.pending_free_blocks());
         self.free_blocks.store(free, Ordering::Release);
         if let Err(e) = result {
             // The log stays intact; updates are refused from now on (see `commit`).
@@ -223,44 +236,32 @@ impl Publication {
             q.get(i).or(q.back()).map(|p| p.end)
         };
         match until {
-            Some(until) => self.publish_remote(remote, until),
+            Some(until) => self.publish_remote(remote.as_ref(), until),
             None => Ok(self.public.read().published),
         }
     }
 
     /// Offload: asks nicfs to publish everything up to `until` and waits until it has.
-    fn publish_remote(&self, remote: &Remote, until: u64) -> FsResult<u64> {
+    fn publish_remote(&self, remote: &dyn NodeLink, until: u64) -> FsResult<u64> {
         if self.public.read().published >= until {
             return Ok(self.public.read().published);
         }
         if let Some(why) = self.failure() {
             return Err(FsError::PublicationFailed(why));
         }
-        match remote.call(Control::Fsync(Fsync { lsn: until }))? {
-            Control::FsyncDone(d) => {
-                let mut ps = self.public.write();
-                ps.published = ps.published.max(d.durable_lsn);
-                // Durable: published and replicated, so reclaimable too.
-                ps.reclaim = ps.reclaim.max(d.durable_lsn);
-                ps.batches += 1;
-                Ok(ps.published)
-            }
-            Control::Error(e) => {
-                let why = format!("nicfs: {} (errno {})", e.message, e.errno);
-                Err(FsError::PublicationFailed(why))
-            }
-            other => Err(FsError::PublicationFailed(format!("unexpected answer to Fsync: {other:?}"))),
-        }
+        let durable = remote.fsync(until)?;
+        let mut ps = self.public.write();
+        ps.published = ps.published.max(durable);
+        // Durable: published and replicated, so reclaimable too.
+        ps.reclaim = ps.reclaim.max(durable);
+        ps.batches += 1;
+        Ok(ps.published)
     }
 
     /// Offload: takes what nicfs reported since the last call into the public state.
     pub(crate) fn follow_remote(&self) {
         let Mode::Remote(remote) = &self.mode else { return };
-        let mut prog = remote.progress.lock();
-        let touched = std::mem::take(&mut prog.touched);
-        let all = std::mem::take(&mut prog.touched_all);
-        let (published, reclaim) = (prog.published, prog.reclaim);
-        drop(prog);
+        let crate::link::Progress { published, reclaim, touched, touched_all: all, .. } = remote.take_progress();
         let mut ps = self.public.write();
         ps.published = ps.published.max(published);
         ps.reclaim = ps.reclaim.max(reclaim);
@@ -286,39 +287,12 @@ impl Publication {
         }
     }
 
-    /// The nicfs link in the offload mode.
-    pub(crate) fn remote(&self) -> Option<&Arc<Remote>> {
+    /// The node's link in the offload mode.
+    pub(crate) fn link(&self) -> Option<&Arc<dyn NodeLink>> {
         match &self.mode {
             Mode::Local => None,
             Mode::Remote(r) => Some(r),
         }
-    }
-}
-
-/// Wakes the publisher thread: a chunk is waiting (`kick`) or the client stops.
-pub(crate) struct Wakeup {
-    pub(crate) flags: Mutex<WakeFlags>,
-    pub(crate) cond: Condvar,
-}
-
-pub(crate) struct WakeFlags {
-    pub(crate) kick: bool,
-    pub(crate) stop: bool,
-}
-
-impl Wakeup {
-    pub(crate) fn new() -> Wakeup {
-        Wakeup { flags: Mutex::new(WakeFlags { kick: false, stop: false }), cond: Condvar::new() }
-    }
-
-    pub(crate) fn kick(&self) {
-        self.flags.lock().kick = true;
-        self.cond.notify_one();
-    }
-
-    pub(crate) fn stop(&self) {
-        self.flags.lock().stop = true;
-        self.cond.notify_all();
     }
 }
 

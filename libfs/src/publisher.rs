@@ -18,7 +18,7 @@ pub(crate) const BATCH_BYTES: u64 = 1 << 20;
 
 /// The background publisher thread.
 pub(crate) fn run(client: Arc<Client>, interval: Duration) {
-    if client.publication.remote().is_some() {
+    if client.publication.link().is_some() {
         return run_remote(client, interval);
     }
     let wake = &client.wakeup;
@@ -67,7 +67,7 @@ pub(crate) fn run(client: Arc<Client>, interval: Duration) {
 /// nicfs published, then sends `ChunkReady` if a chunk's worth of log was committed since
 /// the last one — or anything at all, on the interval.
 fn run_remote(client: Arc<Client>, interval: Duration) {
-    let Some(remote) = client.publication.remote().cloned() else { return };
+    let Some(remote) = client.publication.link().cloned() else { return };
     let wake = &client.wakeup;
     let mut sent = client.front.read().tail;
     let mut flags = wake.flags.lock();

@@ -19,10 +19,11 @@
 
 use crate::error::{FsError, FsResult};
 use crate::leases::{Grant, Leases, Need};
-use crate::publication::Wakeup;
+use crate::link::{NodeLink, Observer, Progress};
+use crate::wakeup::Wakeup;
 use linefs_proto::{
-    read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Creds, Frame, Hello, InodeSet,
-    LeaseHandback, LeaseMode, LeaseRequest, Party, ReadError, Revoke, Role,
+    read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Creds, Frame, Hello, InodeRange,
+    InodeRef, InodeSet, LeaseHandback, LeaseMode, LeaseRequest, Party, ReadError, RemoteError, Revoke, Role, Space,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -40,21 +41,6 @@ const REPLY_WAIT: Duration = Duration::from_secs(120);
 const BUSY_WAIT: Duration = Duration::from_secs(5);
 /// How long attaching may take.
 const ATTACH_WAIT: Duration = Duration::from_secs(30);
-
-/// What nicfs has said about publication, shared with the publisher thread.
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    /// The public area holds the log up to here.
-    pub(crate) published: u64,
-    /// The log before this may be reused.
-    pub(crate) reclaim: u64,
-    /// Inodes publication changed since the front end last caught up.
-    pub(crate) touched: Vec<u64>,
-    /// Publication changed more inodes than a notice lists.
-    pub(crate) touched_all: bool,
-    /// Why the client cannot publish any more (an entry refused, nicfs gone).
-    pub(crate) failed: Option<String>,
-}
 
 /// An attached session.
 pub(crate) struct Remote {
@@ -77,14 +63,6 @@ pub(crate) struct Remote {
     revokes: Mutex<Option<mpsc::Sender<(u64, Revoke)>>>,
 }
 
-/// What is told of an inode whose lease this client lost: before the hand-back (must not
-/// block) and after it. Both take the inode number.
-#[derive(Clone)]
-pub(crate) struct Observer {
-    pub(crate) before: Arc<dyn Fn(u64) + Send + Sync>,
-    pub(crate) after: Arc<dyn Fn(u64) + Send + Sync>,
-}
-
 /// What attaching hands back besides the link: the log file and the public file.
 pub(crate) struct Files {
     pub(crate) log: OwnedFd,
@@ -96,7 +74,7 @@ fn io(what: &str, e: impl std::fmt::Display) -> FsError {
 }
 
 fn refused(what: &str, e: &linefs_proto::ErrorReply) -> FsError {
-    FsError::Io { what: format!("{what}: {}", e.message), source: std::io::Error::from_raw_os_error(e.errno) }
+    FsError::Refused { what: what.to_string(), code: e.code, message: e.message.clone() }
 }
 
 /// The refusal of a client nicfs does not trust with the public file.
@@ -118,9 +96,7 @@ impl Remote {
         let deadline = std::time::Instant::now() + BUSY_WAIT;
         loop {
             match Remote::try_attach(socket, role) {
-                Err(FsError::Io { source, .. })
-                    if source.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < deadline =>
-                {
+                Err(FsError::Refused { code: RemoteError::Busy, .. }) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 other => return other,
@@ -214,11 +190,72 @@ impl Remote {
             groups: Vec::new(),
         };
         let log_tail = self.committed.load(Ordering::Acquire);
-        match self.call(Control::LeaseRequest(LeaseRequest { inode: n.ino, mode, log_tail, creds }))? {
-            // Recorded by the control reader, in order with the revokes that follow it.
-            Control::LeaseGranted(g) if g.inode == n.ino => Ok(()),
-            Control::Error(e) => Err(crate::leases::refused(n.ino, e.errno, &e.message)),
-            other => Err(FsError::PublicationFailed(format!("unexpected answer to LeaseRequest: {other:?}"))),
+        let what = format!("lease on inode {}", n.ino);
+        // Recorded by the control reader, in order with the revokes that follow it.
+        self.request(&what, Control::LeaseRequest(LeaseRequest { inode: n.ino, mode, log_tail, creds }), |r| match r {
+            Control::LeaseGranted(g) if g.inode == n.ino => Some(()),
+            _ => None,
+        })
+    }
+
+    /// A range of free inode numbers for this client (`AllocInodes`).
+    pub(crate) fn alloc_inodes(&self, count: u32) -> FsResult<InodeRange> {
+        self.request("inode numbers", Control::AllocInodes(linefs_proto::AllocInodes { count }), |r| match r {
+            Control::InodeRange(r) => Some(r),
+            _ => None,
+        })
+    }
+
+    /// Reserves `count` data blocks of the node for this client's entries (`ReserveBlocks`).
+    pub(crate) fn reserve_blocks(&self, count: u64) -> FsResult<()> {
+        self.request("reserve blocks", Control::ReserveBlocks(linefs_proto::Blocks { count }), |r| match r {
+            Control::Ok => Some(()),
+            _ => None,
+        })
+    }
+
+    /// Hands `count` reserved blocks back (no answer awaited).
+    pub(crate) fn release_blocks(&self, count: u64) {
+        self.send(Control::ReleaseBlocks(linefs_proto::Blocks { count }));
+    }
+
+    /// Asks nicfs to publish the log up to `lsn` and waits: the LSN it is durable up to.
+    pub(crate) fn fsync(&self, lsn: u64) -> FsResult<u64> {
+        self.request("fsync", Control::Fsync(linefs_proto::Fsync { lsn }), |r| match r {
+            Control::FsyncDone(d) => Some(d.durable_lsn),
+            _ => None,
+        })
+    }
+
+    /// The node's free blocks and inode numbers (`StatFs`).
+    pub(crate) fn statfs(&self) -> FsResult<Space> {
+        self.request("statfs", Control::StatFs, |r| match r {
+            Control::Space(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// This client's first open of `ino` (nicfs keeps an orphan while anyone holds it open).
+    pub(crate) fn opened(&self, ino: u64) {
+        self.send(Control::Opened(InodeRef { inode: ino }));
+    }
+
+    /// This client's last close of `ino`.
+    pub(crate) fn closed(&self, ino: u64) {
+        self.send(Control::Closed(InodeRef { inode: ino }));
+    }
+
+    /// Sends a request and takes its answer: what `pick` takes from the expected reply, a
+    /// refusal as [`FsError::Refused`] with nicfs's code, anything else as a protocol
+    /// failure. The one place a reply is matched.
+    fn request<T>(&self, what: &str, msg: Control, pick: impl FnOnce(Control) -> Option<T>) -> FsResult<T> {
+        let kind = linefs_proto::LinkMessage::kind(&msg);
+        match self.call(msg)? {
+            Control::Error(e) => Err(refused(what, &e)),
+            reply => {
+                let shown = format!("{reply:?}");
+                pick(reply).ok_or_else(|| FsError::PublicationFailed(format!("unexpected answer to {kind}: {shown}")))
+            }
         }
     }
 
@@ -301,7 +338,7 @@ impl Remote {
     }
 
     /// Sends a request and waits for its reply (an Error reply is returned as such).
-    pub(crate) fn call(&self, msg: Control) -> FsResult<Control> {
+    fn call(&self, msg: Control) -> FsResult<Control> {
         let id = self.id();
         let (tx, rx) = mpsc::channel();
         self.waiters.lock().insert(id, tx);
@@ -320,7 +357,7 @@ impl Remote {
     }
 
     /// Sends a request whose reply nobody waits for.
-    pub(crate) fn send(&self, msg: Control) {
+    fn send(&self, msg: Control) {
         let id = self.id();
         if let Err(e) = write_frame(&self.control.lock(), &Frame { id, msg }) {
             tracing::debug!(error = %e, "cannot send to nicfs");
@@ -358,7 +395,7 @@ impl Remote {
             };
             match frame.msg {
                 Control::Rejected(r) => {
-                    self.fail(format!("nicfs refused the entry at lsn {}: {}", r.lsn, r.reason), &wakeup);
+                    self.fail(format!("nicfs ended the session at lsn {} ({}): {}", r.lsn, r.code, r.reason), &wakeup);
                 }
                 Control::Ping => {
                     let _ = write_frame(&self.control.lock(), &Frame { id: frame.id, msg: Control::Pong });
@@ -415,11 +452,86 @@ impl Remote {
                     wakeup.kick();
                 }
                 Bulk::Error(e) => {
-                    tracing::warn!(errno = e.errno, message = %e.message, "nicfs reports an error on the bulk connection")
+                    tracing::warn!(errno = e.errno(), message = %e.message, "nicfs reports an error on the bulk connection")
                 }
                 other => tracing::debug!(?other, "unexpected frame on the bulk connection"),
             }
         };
         self.fail(why, &wakeup);
+    }
+}
+
+/// The offload link: every call is a request to nicfs over the control connection (the
+/// inherent methods above build the messages; nothing else in libfs does).
+impl NodeLink for Remote {
+    fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    fn request_lease(&self, need: Need) -> FsResult<()> {
+        Remote::request_lease(self, need)
+    }
+
+    fn alloc_inodes(&self, count: u32) -> FsResult<InodeRange> {
+        Remote::alloc_inodes(self, count)
+    }
+
+    fn reserve_blocks(&self, count: u64) -> FsResult<()> {
+        Remote::reserve_blocks(self, count)
+    }
+
+    fn release_blocks(&self, count: u64) {
+        Remote::release_blocks(self, count)
+    }
+
+    fn fsync(&self, lsn: u64) -> FsResult<u64> {
+        Remote::fsync(self, lsn)
+    }
+
+    fn statfs(&self) -> FsResult<Space> {
+        Remote::statfs(self)
+    }
+
+    fn opened(&self, ino: u64) {
+        Remote::opened(self, ino)
+    }
+
+    fn closed(&self, ino: u64) {
+        Remote::closed(self, ino)
+    }
+
+    fn set_committed(&self, lsn: u64) {
+        self.committed.store(lsn, Ordering::Release);
+    }
+
+    fn chunk_ready(&self, lsn: u64) {
+        Remote::chunk_ready(self, lsn)
+    }
+
+    fn take_progress(&self) -> Progress {
+        let mut p = self.progress.lock();
+        Progress {
+            published: p.published,
+            reclaim: p.reclaim,
+            touched: std::mem::take(&mut p.touched),
+            touched_all: std::mem::take(&mut p.touched_all),
+            failed: p.failed.clone(),
+        }
+    }
+
+    fn failed(&self) -> bool {
+        Remote::failed(self)
+    }
+
+    fn failure(&self) -> Option<String> {
+        Remote::failure(self)
+    }
+
+    fn set_observer(&self, o: Observer) {
+        Remote::set_observer(self, o)
+    }
+
+    fn detach(&self) {
+        Remote::detach(self)
     }
 }

@@ -15,9 +15,10 @@
 use crate::api::*;
 use crate::error::{FsError, FsResult};
 use crate::perm;
-use crate::publication::{Publication, Wakeup};
+use crate::publication::Publication;
 use crate::time::from_ts;
 use crate::view::{Node, View};
+use crate::wakeup::Wakeup;
 use linefs_pm::layout::BLOCK_SIZE;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
@@ -176,10 +177,10 @@ impl Fs {
     /// adapter drops the kernel's caches of it. Nothing happens in the host-only mode, where
     /// nothing but this client changes the node.
     pub fn observe_leases(&self, observer: Arc<dyn LeaseObserver>) {
-        let Some(remote) = self.client.publication.remote() else { return };
+        let Some(remote) = self.client.publication.link() else { return };
         let (c1, c2) = (Arc::downgrade(&self.client), Arc::downgrade(&self.client));
         let (o1, o2) = (observer.clone(), observer);
-        remote.set_observer(crate::remote::Observer {
+        remote.set_observer(crate::link::Observer {
             before: Arc::new(move |ino| {
                 // Without waiting: a call holding the front end's lock may itself wait.
                 let dir = c1.upgrade().and_then(|c| {
@@ -205,7 +206,7 @@ impl Fs {
 
     /// Whether nicfs publishes for this client (offload) rather than the client itself.
     pub fn offloaded(&self) -> bool {
-        self.client.publication.remote().is_some()
+        self.client.publication.link().is_some()
     }
 
     pub(crate) fn rlock(&self) -> RwLockReadGuard<'_, Front> {

@@ -45,7 +45,7 @@ impl Fs {
     pub fn status(&self) -> FsStatus {
         // Offload: the node's space and inode numbers are nicfs's, asked before any lock is
         // taken (statfs takes the view's lock itself).
-        let node = self.client.publication.remote().map(|_| self.statfs());
+        let node = self.client.publication.link().map(|_| self.statfs());
         let front = self.rlock();
         let publication = &self.client.publication;
         let ps = publication.public.read();
@@ -64,7 +64,7 @@ impl Fs {
             data_blocks: publication.geo.data_blocks,
             // Offload: the node's free blocks as nicfs counts them (plus this client's unspent
             // reservation), as statfs reports them.
-            free_blocks: match (&node, ps.area.as_ref()) {
+            free_blocks: match (&node, ps.area()) {
                 (Some(sf), _) => sf.bfree,
                 (None, Some(a)) => a.free_blocks(),
                 (None, None) => publication.free_blocks.load(Ordering::Acquire),
@@ -78,13 +78,13 @@ impl Fs {
             // Not publication.failure(): in the host-only mode it takes `public` for reading
             // again, and a publisher queued for writing between the two reads deadlocks all
             // three (the status thread, the publisher, and every call waiting for `front`).
-            publish_error: match publication.remote() {
+            publish_error: match publication.link() {
                 Some(r) => r.failure(),
                 None => ps.failed.clone(),
             },
-            offload: publication.remote().is_some(),
-            read_leases: publication.remote().map_or(0, |r| r.leases.counts().0),
-            write_leases: publication.remote().map_or(0, |r| r.leases.counts().1),
+            offload: publication.link().is_some(),
+            read_leases: publication.link().map_or(0, |r| r.leases().counts().0),
+            write_leases: publication.link().map_or(0, |r| r.leases().counts().1),
         }
     }
 

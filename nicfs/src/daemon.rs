@@ -23,6 +23,7 @@ use crate::pipeline::sequencer::Parts;
 use crate::pipeline::Pipeline;
 use crate::session::Sessions;
 use linefs_pm::signals::SignalSet;
+use linefs_proto::RemoteError;
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -166,7 +167,7 @@ fn admit(ctx: &Arc<Ctx>, stream: &UnixStream) -> Option<crate::limits::Counted> 
             ctx.refusals.refused(Refusal::Connection, &crate::peer::describe(&cred), &why);
             // A new socket's buffer takes one small frame; never wait on it.
             let _ = stream.set_nonblocking(true);
-            let _ = linefs_proto::write_error(stream, 0, libc::EUSERS, &why);
+            let _ = linefs_proto::write_error(stream, 0, RemoteError::TooManyClients, &why);
             None
         }
     }

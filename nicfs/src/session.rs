@@ -24,6 +24,7 @@
 //! there and never beyond, the client is told why and hung up, and then the session fails,
 //! which ends its leases ([`crate::pipeline::sequencer`]).
 
+use linefs_proto::RemoteError;
 use linefs_proto::{Codec, Control, Frame, PeerCred, Role, SendError};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -129,8 +130,8 @@ impl Session {
     }
 
     /// Sends an Error reply on the control connection.
-    pub fn control_error(&self, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
-        linefs_proto::write_error(&self.control.lock(), id, errno, message)
+    pub fn control_error(&self, id: u64, code: RemoteError, message: &str) -> Result<(), SendError> {
+        linefs_proto::write_error(&self.control.lock(), id, code, message)
     }
 
     /// Sends a frame on the bulk connection; false if there is none.
@@ -142,9 +143,9 @@ impl Session {
     }
 
     /// Sends an Error reply on the bulk connection, if there is one.
-    pub fn bulk_error(&self, id: u64, errno: i32, message: &str) {
+    pub fn bulk_error(&self, id: u64, code: RemoteError, message: &str) {
         if let Some(s) = &*self.bulk.lock() {
-            if let Err(e) = linefs_proto::write_error(s, id, errno, message) {
+            if let Err(e) = linefs_proto::write_error(s, id, code, message) {
                 tracing::debug!(session = self.id, error = %e, "cannot send an Error on the bulk connection");
             }
         }

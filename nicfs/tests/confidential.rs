@@ -185,7 +185,7 @@ fn peeker() {
             recv_frame(&control, Party::Nicfs, Some(std::time::Duration::from_secs(10))).unwrap();
         assert!(r.fds.is_empty(), "{role:?}: descriptors came");
         let Control::Error(e) = r.frame.msg else { panic!("{role:?} attached: {:?}", r.frame.msg) };
-        println!("tried the {role:?} role: {} ({})", e.message, e.errno);
+        println!("tried the {role:?} role: {} ({})", e.message, e.errno());
     }
     let session: u64 = std::env::var("NICFS_TEST_ROOT_SESSION").unwrap().parse().unwrap();
     let bulk = std::os::unix::net::UnixStream::connect(&socket).unwrap();
@@ -193,7 +193,7 @@ fn peeker() {
     write_frame(&bulk, &Frame { id: 1, msg: Bulk::Hello(hello) }).unwrap();
     let r: Frame<Bulk> = read_frame(&bulk, Party::Nicfs, Some(std::time::Duration::from_secs(10))).unwrap();
     let Bulk::Error(e) = r.msg else { panic!("joined root's session: {:?}", r.msg) };
-    assert_eq!(e.errno, libc::EACCES, "{}", e.message);
+    assert_eq!(e.errno(), libc::EACCES, "{}", e.message);
     println!("tried root's session as its bulk connection: {}", e.message);
 
     // The node's files by path.

@@ -69,12 +69,12 @@ fn a_holder_that_never_answers_a_revoke_is_fenced_and_the_waiting_client_gets_th
         match read_frame::<Control>(&a.control, Party::Nicfs, Some(WAIT)) {
             Ok(f) => match f.msg {
                 Control::Rejected(r) => {
-                    assert_eq!((r.lsn, r.errno), (fence, libc::ETIMEDOUT), "{r:?}");
+                    assert_eq!((r.lsn, r.code), (fence, RemoteError::Fenced), "{r:?}");
                     assert!(r.reason.contains(&why), "{r:?}");
                     told = Some(r);
                 }
                 Control::Error(e) if f.id == 900 => {
-                    assert_eq!(e.errno, libc::EIO);
+                    assert_eq!(e.errno(), libc::EIO);
                     assert!(e.message.contains(&why), "{e:?}");
                 }
                 other => panic!("A got {other:?}"),

@@ -450,7 +450,7 @@ fn forger() {
         let r = LeaseRequest { inode: t.private, mode: LeaseMode::Write, log_tail: c.tail, creds: creds() };
         match c.request(Control::LeaseRequest(r)) {
             Control::Error(e) => {
-                assert_eq!(e.errno, libc::EACCES);
+                assert_eq!(e.errno(), libc::EACCES);
                 e.message
             }
             other => panic!("expected an Error, got {other:?}"),

@@ -91,11 +91,11 @@ fn hello(socket: &Path, role: Role) -> (UnixStream, Kworker) {
 fn one_kworker_per_node() {
     let d = Daemon::start(1);
     let (_s, r) = hello(&d.socket, Role::DirectApi);
-    assert!(matches!(r, Kworker::Error(ErrorReply { errno: libc::EINVAL, .. })), "{r:?}");
+    assert!(matches!(r, Kworker::Error(ErrorReply { code: RemoteError::Invalid, .. })), "{r:?}");
     let mut k = spawn_kworker(&d.node, &d.socket, None);
     wait_mode(&d, "normal");
     let (_s, r) = hello(&d.socket, Role::Kworker);
-    assert!(matches!(r, Kworker::Error(ErrorReply { errno: libc::EBUSY, .. })), "{r:?}");
+    assert!(matches!(r, Kworker::Error(ErrorReply { code: RemoteError::Busy, .. })), "{r:?}");
     // The first one is untouched.
     std::thread::sleep(Duration::from_millis(400));
     let s = d.status();

@@ -19,7 +19,7 @@ fn quiet(c: &Client, what: &str) {
 
 fn error_of(reply: Control) -> i32 {
     match reply {
-        Control::Error(e) => e.errno,
+        Control::Error(e) => e.errno(),
         other => panic!("expected an Error, got {other:?}"),
     }
 }
@@ -256,7 +256,7 @@ fn a_flood_of_requests_does_not_stall_another_client() {
                 let f: Frame<Control> = read_frame(&ctl, Party::Nicfs, Some(Duration::from_secs(30))).unwrap();
                 match f.msg {
                     Control::LeaseGranted(_) => grants += 1,
-                    Control::Error(e) if e.errno == libc::EAGAIN => again += 1,
+                    Control::Error(e) if e.errno() == libc::EAGAIN => again += 1,
                     Control::Revoke(r) => revokes.push((f.id, r)),
                     other => panic!("A got {other:?}"),
                 }

@@ -34,7 +34,7 @@ fn garbage_and_oversized_frames_get_an_error_and_nicfs_stays_up() {
     (&s).write_all(b"GET / HTTP/1.1\r\nHost: nicfs\r\n\r\n").unwrap();
     let e = errors_until_closed(&s);
     assert_eq!(e.len(), 1);
-    assert_eq!(e[0].errno, errno::EPROTO);
+    assert_eq!(e[0].errno(), errno::EPROTO);
 
     // A header that declares a frame of 4 GiB: refused from the header alone (EMSGSIZE).
     let s = UnixStream::connect(&d.socket).unwrap();
@@ -43,7 +43,7 @@ fn garbage_and_oversized_frames_get_an_error_and_nicfs_stays_up() {
     (&s).write_all(&head).unwrap();
     let e = errors_until_closed(&s);
     assert_eq!(e.len(), 1);
-    assert_eq!(e[0].errno, errno::EMSGSIZE);
+    assert_eq!(e[0].errno(), errno::EMSGSIZE);
 
     // A peer that connects and says nothing holds only a thread of its own (its Hello has
     // a deadline); the others are served meanwhile.
@@ -55,7 +55,7 @@ fn garbage_and_oversized_frames_get_an_error_and_nicfs_stays_up() {
     let wrong = encode(&Frame { id: 5, msg: Bulk::ChunkReady(ChunkReady { committed_lsn: 0 }) }).unwrap();
     (&c.control).write_all(&wrong).unwrap();
     match c.recv_control() {
-        Control::Error(e) => assert_eq!(e.errno, errno::EOPNOTSUPP),
+        Control::Error(e) => assert_eq!(e.errno(), errno::EOPNOTSUPP),
         other => panic!("expected Error, got {other:?}"),
     }
     assert_eq!(c.request(Control::Ping), Control::Pong);
@@ -75,7 +75,7 @@ fn garbage_and_oversized_frames_get_an_error_and_nicfs_stays_up() {
     // (The decoder refuses a message of the wrong direction with EOPNOTSUPP.)
     for (msg, errno) in [(Control::LeaseRequest(request), libc::EINVAL), (Control::Revoke(revoke), libc::EOPNOTSUPP)] {
         match c2.request(msg) {
-            Control::Error(e) => assert_eq!(e.errno, errno, "{e:?}"),
+            Control::Error(e) => assert_eq!(e.errno(), errno, "{e:?}"),
             other => panic!("expected Error, got {other:?}"),
         }
     }

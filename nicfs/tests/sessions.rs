@@ -58,7 +58,7 @@ fn attach_hands_a_writable_log_and_a_read_only_public_file() {
     assert_eq!(c2.attached.slot, 1);
     assert_ne!(c2.attached.session, c.attached.session);
     let e = Client::try_attach(&d.socket).err().expect("no third slot");
-    assert_eq!(e.errno, libc::EBUSY);
+    assert_eq!(e.errno(), libc::EBUSY);
 }
 
 #[test]
@@ -114,7 +114,7 @@ fn a_forged_entry_is_rejected_and_other_sessions_carry_on() {
     match bad.recv_control() {
         Control::Rejected(r) => {
             assert_eq!(r.lsn, forged_lsn);
-            assert_eq!(r.errno, libc::EINVAL);
+            assert_eq!(r.code, RemoteError::EntryRefused);
             assert!(r.reason.contains("77"), "reason names the inode: {}", r.reason);
         }
         other => panic!("expected Rejected, got {other:?}"),
@@ -128,7 +128,7 @@ fn a_forged_entry_is_rejected_and_other_sessions_carry_on() {
     // The failed session's further chunks get an Error.
     bad.chunk_ready();
     match bad.recv_bulk() {
-        Bulk::Error(e) => assert_eq!(e.errno, libc::EIO),
+        Bulk::Error(e) => assert_eq!(e.errno(), libc::EIO),
         other => panic!("expected Error, got {other:?}"),
     }
 
@@ -158,7 +158,7 @@ fn a_dead_client_s_committed_log_is_published_and_its_slot_freed() {
     c.append(&create_file(2, b"orphaned", b"committed but never announced"));
     let end = c.tail;
     // One slot: a second client must wait for this one's.
-    assert_eq!(Client::try_attach(&d.socket).err().unwrap().errno, libc::EBUSY);
+    assert_eq!(Client::try_attach(&d.socket).err().unwrap().errno(), libc::EBUSY);
     drop(c); // the sockets close, as when the process is killed
 
     let c2 = wait_for("the slot to be freed", || Client::try_attach(&d.socket).ok());
@@ -232,7 +232,7 @@ fn inode_ranges_and_block_reservations_are_node_wide() {
     let before = space(&mut a);
     assert!(before.free_blocks > 100);
     match a.request(Control::ReserveBlocks(Blocks { count: before.free_blocks + 1 })) {
-        Control::Error(e) => assert_eq!(e.errno, libc::ENOSPC),
+        Control::Error(e) => assert_eq!(e.errno(), libc::ENOSPC),
         other => panic!("expected ENOSPC, got {other:?}"),
     }
     assert_eq!(a.request(Control::ReserveBlocks(Blocks { count: 100 })), Control::Ok);

@@ -130,8 +130,8 @@ fn version_refusal(header: &Header, payload: &[u8]) -> Option<DecodeError> {
     if header.kind != Kind::Error as u16 {
         return None;
     }
-    let e = payloads::decode_error_reply(payload).ok()?;
-    Some(DecodeError::VersionRefused { version: header.version, errno: e.errno, message: e.message })
+    let (errno, message) = payloads::decode_frozen_error(payload).ok()?;
+    Some(DecodeError::VersionRefused { version: header.version, errno, message })
 }
 
 /// A cursor over a payload that checks every take: linefs-bytes's [`linefs_bytes::Reader`]

@@ -5,7 +5,7 @@
 //! ```text
 //! off len field
 //!   0   4 magic        b"LFSP" (linefs socket protocol)
-//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 5)
+//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 6)
 //!   6   2 kind         the message kind (crate::kind::Kind)
 //!   8   4 payload_len  bytes that follow the header; HEADER_LEN + payload_len <= MAX_FRAME
 //!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
@@ -55,7 +55,9 @@ pub const MAGIC: [u8; 4] = *b"LFSP";
 /// logs its opens for writing instead — so a version 3 client would send a request this
 /// version cannot answer. 5: Attached's `public` byte — an untrusted client gets no
 /// descriptor of the public file (a version 4 client would take its log file for it).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// 6: typed refusals — the Error payload's bytes 6..8 and Rejected's errno carry a
+/// [`crate::RemoteError`] code (a version 5 peer would read an unknown errno for it).
+pub const PROTOCOL_VERSION: u16 = 6;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 24;
 /// Hard maximum of a whole frame, header included (1 MiB). A header declaring more is

@@ -1,8 +1,8 @@
 //! linefs-proto: the wire protocol between a node's clients, its nicfs and its kworker.
 //!
 //! It depends on nothing of the file system: the messages speak of inodes, LSNs, offsets
-//! and errnos as plain numbers, so that libfs, nicfs and kworker can all use it without
-//! pulling in each other.
+//! and refusals (a closed set of codes, [`RemoteError`]) as plain values, so that libfs,
+//! nicfs and kworker can all use it without pulling in each other.
 //!
 //! # Links and who sends what
 //!
@@ -16,12 +16,12 @@
 //!   read-only (that is the trust boundary: a client can write only its own log).
 //!   Client requests: `LeaseRequest` → `LeaseGranted` | Error; `LeaseRelease` → Ok;
 //!   `Fsync` → `FsyncDone`; `AllocInodes` → `InodeRange`;
-//!   `ReserveBlocks` → Ok | Error(ENOSPC); `ReleaseBlocks` → Ok; `StatFs` → `Space`
-//!   (version 2); `Detach` → Ok; `Ping` → `Pong`. Client notices (version 3): `Opened` /
-//!   `Closed` (the client's first open of an inode, its last close: nicfs keeps an orphan
-//!   while any client holds it open). nicfs requests: `Revoke` → `RevokeDone`; `Ping` → `Pong`. nicfs
-//!   notice: `Rejected` (an entry of the client's log was refused; the client's calls fail
-//!   until it attaches again).
+//!   `ReserveBlocks` → Ok | Error(NoSpace | QuotaExceeded); `ReleaseBlocks` → Ok;
+//!   `StatFs` → `Space` (version 2); `Detach` → Ok; `Ping` → `Pong`. Client notices
+//!   (version 3): `Opened` / `Closed` (the client's first open of an inode, its last close:
+//!   nicfs keeps an orphan while any client holds it open). nicfs requests: `Revoke` →
+//!   `RevokeDone`; `Ping` → `Pong`. nicfs notice: `Rejected` (an entry of the client's log
+//!   was refused, or it was fenced; the client's calls fail until it attaches again).
 //! * **Bulk** (client ↔ nicfs, throughput). `Hello{channel: bulk, session}` → Ok. Client
 //!   notice `ChunkReady` (committed up to an LSN); nicfs notice `Published` (published and
 //!   reclaimable LSNs, the inodes changed, so the client drops overlay segments, invalidates
@@ -30,7 +30,7 @@
 //!   notice `Heartbeat` (nicfs switches to isolated mode when they stop); nicfs request
 //!   `CopyList` → `CopyDone` | `CopyFailed`.
 //!
-//! Any request may instead be answered by an Error (errno and message). Every request and
+//! Any request may instead be answered by an Error ([`RemoteError`] code and message). Every request and
 //! notice carries an id its sender chose (each side numbers its own, so nicfs's revokes
 //! and publication notices have their own ids); every reply carries the id of the request
 //! it answers. Whether a frame is a request, reply or notice, which links it may travel on
@@ -57,13 +57,18 @@
 //! is checked from the header before the payload is read. A server that cannot read a frame
 //! answers an Error naming the frame's id and what was wrong, logs a line, and goes on if
 //! the frame was consumed whole, else closes ([`transport::answer_bad_frame`]).
-//! [`DecodeError::errno`] is the one place that picks the errno told to the peer.
+//! [`DecodeError::remote`] picks the refusal told to the peer, and [`RemoteError::errno`]
+//! is the one place that decides every refusal's errno: nicfs answers with a variant of the
+//! closed [`RemoteError`] (permission, space, fenced, shut down, …), the wire carries its
+//! little-endian code (version 6), and a decoder refuses a code it does not know.
 //!
 //! # Versioning
 //!
 //! Every frame carries the version it is encoded in, and a side accepts only its own
 //! ([`PROTOCOL_VERSION`]). The first 12 header bytes (magic, version, kind, payload length)
-//! and the Error payload are frozen forever. A side that receives another version answers
+//! and the Error payload's errno, text length and message are frozen forever (its code,
+//! version 6, sits in bytes that were reserved zero; code 0 is the version refusal, so that
+//! refusal's bytes are the same in every version). A side that receives another version answers
 //! with an Error frame in *its own* version (errno EPROTONOSUPPORT, a message naming both
 //! versions) and closes the connection. The other side, of whatever version, can read that
 //! frame (frozen parts) and reports [`DecodeError::VersionRefused`] with the version the
@@ -119,7 +124,7 @@ pub mod messages;
 pub mod transport;
 
 pub use codec::{decode, decode_payload, encode, encode_into, Codec, EncodeError};
-pub use error::{errno, DecodeError};
+pub use error::{errno, DecodeError, RemoteError};
 pub use frame::{Header, CHECK_NONE, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION};
 pub use kind::{Class, Kind, Link, Party};
 pub use messages::*;

@@ -3,6 +3,7 @@
 //! direction. The byte layouts are in [`crate::codec::payloads`]; why the fields are what
 //! they are is in the crate docs (*Field choices*).
 
+use crate::error::RemoteError;
 use crate::kind::{Kind, Link};
 
 /// A message with the id its frame carries (see [`crate::frame`] for what the id means per
@@ -51,10 +52,21 @@ pub struct Hello {
 /// Failure: of the request named by the frame's id, or of a frame that did not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorReply {
-    /// A Linux errno, 1..=4095.
-    pub errno: i32,
+    /// Why (the wire carries its code and, in the frozen errno field, its errno).
+    pub code: RemoteError,
     /// For logs and messages, at most [`MAX_TEXT`] bytes.
     pub message: String,
+}
+
+impl ErrorReply {
+    pub fn new(code: RemoteError, message: impl Into<String>) -> ErrorReply {
+        ErrorReply { code, message: message.into() }
+    }
+
+    /// The errno the refusal stands for ([`RemoteError::errno`]).
+    pub fn errno(&self) -> i32 {
+        self.code.errno()
+    }
 }
 
 /// Most bytes of any text field.
@@ -182,13 +194,13 @@ pub struct Space {
 }
 
 /// nicfs refused an entry of the client's log, or fenced the client because it left a
-/// revoke unanswered past the lease timeout (`errno` ETIMEDOUT; nicfs then hangs up); the
+/// revoke unanswered past the lease timeout (`code` Fenced; nicfs then hangs up); the
 /// client's calls fail until it attaches again (its log from `lsn` on will not be
 /// published).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     pub lsn: u64,
-    pub errno: i32,
+    pub code: RemoteError,
     pub reason: String,
 }
 

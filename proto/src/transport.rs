@@ -43,7 +43,7 @@ mod unix;
 pub use unix::{peer_credentials, read_frame, recv_frame, send_bytes, send_frame, write_frame};
 
 use crate::codec::{self, Codec, EncodeError};
-use crate::error::DecodeError;
+use crate::error::{DecodeError, RemoteError};
 use crate::frame::Header;
 use crate::kind::{Kind, Party};
 use crate::messages::{Control, ErrorReply, Frame, MAX_TEXT};
@@ -165,8 +165,8 @@ pub trait FrameLinkExt: FrameLink {
     }
 
     /// Sends an Error reply to request `id` (the Error kind is the same on every link).
-    fn send_error(&self, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
-        self.send(&error_frame(id, errno, message))
+    fn send_error(&self, id: u64, code: RemoteError, message: &str) -> Result<(), SendError> {
+        self.send(&error_frame(id, code, message))
     }
 
     /// What a server does with a frame it could not read (see [`answer_bad_frame`]).
@@ -179,7 +179,7 @@ pub trait FrameLinkExt: FrameLink {
             matches!(error, DecodeError::UnsupportedVersion { .. } | DecodeError::VersionRefused { .. });
         let go_on = *in_step && !version_mismatch;
         tracing::warn!(peer, id, errno = error.errno(), go_on, "refusing a frame: {error}");
-        if let Err(e) = self.send_error(*id, error.errno(), &error.to_string()) {
+        if let Err(e) = self.send_error(*id, error.remote(), &error.to_string()) {
             tracing::debug!(peer, "could not send the Error reply: {e}");
             return false;
         }
@@ -227,14 +227,14 @@ fn decode_raw<M: Codec>(raw: &RawFrame, from: Party) -> Result<Frame<M>, ReadErr
 }
 
 /// The Error reply to request `id`, its message cut to [`MAX_TEXT`].
-fn error_frame(id: u64, errno: i32, message: &str) -> Frame<Control> {
-    let msg = Control::Error(ErrorReply { errno, message: clip(message, MAX_TEXT).to_owned() });
+fn error_frame(id: u64, code: RemoteError, message: &str) -> Frame<Control> {
+    let msg = Control::Error(ErrorReply { code, message: clip(message, MAX_TEXT).to_owned() });
     Frame { id, msg }
 }
 
 /// Writes an Error reply to request `id` (the Error kind is the same on every link).
-pub fn write_error(stream: &UnixStream, id: u64, errno: i32, message: &str) -> Result<(), SendError> {
-    stream.send_error(id, errno, message)
+pub fn write_error(stream: &UnixStream, id: u64, code: RemoteError, message: &str) -> Result<(), SendError> {
+    stream.send_error(id, code, message)
 }
 
 /// What a server does with a frame it could not read: log it, answer with an Error that

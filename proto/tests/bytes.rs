@@ -23,7 +23,7 @@ fn header_bytes() {
     pin(
         Frame { id: 0x0102_0304_0506_0708, msg: Control::Ping },
         Party::Client,
-        "4c465350 | 0500 | 1001 | 00000000 | 00 | 000000 | 0807060504030201",
+        "4c465350 | 0600 | 1001 | 00000000 | 00 | 000000 | 0807060504030201",
     );
     let h = Header { version: 1, kind: 0x0302, payload_len: 0x50, fd_count: 0, check: CHECK_NONE, id: 5 };
     assert_eq!(h.encode().to_vec(), hex("4c465350 0100 0203 50000000 00 000000 0500000000000000"));
@@ -41,7 +41,7 @@ fn hello_bytes() {
             msg: Bulk::Hello(Hello { channel: Channel::Bulk, role: Role::MountDaemon, session: 0x1122_3344_5566_7788 }),
         },
         Party::Client,
-        "4c465350 0500 0100 10000000 00 000000 0500000000000000
+        "4c465350 0600 0100 10000000 00 000000 0500000000000000
          01 | 00 | 000000000000 | 8877665544332211",
     );
 }
@@ -59,7 +59,7 @@ fn lease_request_bytes() {
             }),
         },
         Party::Client,
-        "4c465350 0500 0201 30000000 00 000000 0900000000000000
+        "4c465350 0600 0201 30000000 00 000000 0900000000000000
          0700000000000000 | 0010000000000000 | 01 | 00000000000000
          e8030000 | 64000000 | 02000000 | 00000000 | 04000000 1b000000",
     );
@@ -84,7 +84,7 @@ fn attached_bytes_declare_two_descriptors() {
             }),
         },
         Party::Nicfs,
-        "4c465350 0500 0101 40000000 02 000000 0100000000000000
+        "4c465350 0600 0101 40000000 02 000000 0100000000000000
          0200000000000000 | 03000000 | 01 | 000000 | 0010000000000000 | 0000000400000000
          4000000000000000 | 0000400000000000 | 0001000000000000 | 4000000000000000",
     );
@@ -109,7 +109,7 @@ fn attached_without_the_public_file_declares_one_descriptor() {
             }),
         },
         Party::Nicfs,
-        "4c465350 0500 0101 40000000 01 000000 0100000000000000
+        "4c465350 0600 0101 40000000 01 000000 0100000000000000
          0200000000000000 | 03000000 | 00 | 000000 | 0010000000000000 | 0000000400000000
          4000000000000000 | 0000400000000000 | 0001000000000000 | 4000000000000000",
     );
@@ -129,7 +129,7 @@ fn copy_list_bytes() {
             }),
         },
         Party::Nicfs,
-        "4c465350 0500 0203 50000000 00 000000 0500000000000000
+        "4c465350 0600 0203 50000000 00 000000 0500000000000000
          0500000000000000 | 02000000 | 00000000
          ffffffff | 00000000 | 0000000000000000 | 0000004000000000 | 0010000000000000
          03000000 | 00000000 | 4010000000000000 | 0000004000000000 | 6400000000000000",
@@ -139,11 +139,64 @@ fn copy_list_bytes() {
 #[test]
 fn error_bytes() {
     pin(
-        Frame { id: 0, msg: Control::Error(ErrorReply { errno: 13, message: "no".into() }) },
+        Frame { id: 0, msg: Control::Error(ErrorReply { code: RemoteError::AccessDenied, message: "no".into() }) },
         Party::Nicfs,
-        "4c465350 0500 0300 0a000000 00 000000 0000000000000000
-         0d000000 | 0200 | 0000 | 6e6f",
+        "4c465350 0600 0300 0a000000 00 000000 0000000000000000
+         0d000000 | 0200 | 0700 | 6e6f",
     );
+    // The version refusal: code 0, so bytes 6..8 are the zeros version 5 had there.
+    pin(
+        Frame { id: 0, msg: Control::Error(ErrorReply { code: RemoteError::VersionMismatch, message: "v".into() }) },
+        Party::Nicfs,
+        "4c465350 0600 0300 09000000 00 000000 0000000000000000
+         5d000000 | 0100 | 0000 | 76",
+    );
+}
+
+#[test]
+fn rejected_bytes() {
+    pin(
+        Frame {
+            id: 3,
+            msg: Control::Rejected(Rejected { lsn: 0x1000, code: RemoteError::Fenced, reason: "t".into() }),
+        },
+        Party::Nicfs,
+        "4c465350 0600 0e01 11000000 00 000000 0300000000000000
+         0010000000000000 | 0f00 | 0000 | 0100 | 0000 | 74",
+    );
+}
+
+/// The codes and the errnos they stand for are part of the wire: neither may change.
+#[test]
+fn remote_error_codes_and_errnos_are_fixed() {
+    let expected: &[(RemoteError, u16, i32)] = &[
+        (RemoteError::VersionMismatch, 0, 93),
+        (RemoteError::Protocol, 1, 71),
+        (RemoteError::Malformed, 2, 74),
+        (RemoteError::TooLarge, 3, 90),
+        (RemoteError::Unsupported, 4, 95),
+        (RemoteError::Invalid, 5, 22),
+        (RemoteError::NotPermitted, 6, 1),
+        (RemoteError::AccessDenied, 7, 13),
+        (RemoteError::NoSuchSession, 8, 2),
+        (RemoteError::Busy, 9, 16),
+        (RemoteError::TooManyClients, 10, 87),
+        (RemoteError::TryAgain, 11, 11),
+        (RemoteError::NoSpace, 12, 28),
+        (RemoteError::QuotaExceeded, 13, 122),
+        (RemoteError::ShuttingDown, 14, 108),
+        (RemoteError::Fenced, 15, 110),
+        (RemoteError::SessionFailed, 16, 5),
+        (RemoteError::EntryRefused, 17, 22),
+        (RemoteError::Io, 18, 5),
+    ];
+    assert_eq!(expected.len(), RemoteError::ALL.len());
+    for (i, &(e, code, errno)) in expected.iter().enumerate() {
+        assert_eq!((e, e.code(), e.errno()), (RemoteError::ALL[i], code, errno), "{e:?}");
+        assert_eq!(RemoteError::from_code(code), Some(e));
+    }
+    assert_eq!(RemoteError::from_code(expected.len() as u16), None);
+    assert_eq!(RemoteError::from_code(u16::MAX), None);
 }
 
 #[test]
@@ -190,17 +243,17 @@ fn space_bytes() {
     pin(
         Frame { id: 9, msg: Control::Space(Space { free_blocks: 0x0102_0304, free_inodes: 0x0a0b }) },
         Party::Nicfs,
-        "4c465350 | 0500 | 1301 | 10000000 | 00 | 000000 | 0900000000000000 |
+        "4c465350 | 0600 | 1301 | 10000000 | 00 | 000000 | 0900000000000000 |
          0403020100000000 | 0b0a000000000000",
     );
     pin(
         Frame { id: 4, msg: Control::Opened(InodeRef { inode: 0x0102 }) },
         Party::Client,
-        "4c465350 | 0500 | 1401 | 08000000 | 00 | 000000 | 0400000000000000 | 0201000000000000",
+        "4c465350 | 0600 | 1401 | 08000000 | 00 | 000000 | 0400000000000000 | 0201000000000000",
     );
     pin(
         Frame { id: 3, msg: Control::StatFs },
         Party::Client,
-        "4c465350 | 0500 | 1201 | 00000000 | 00 | 000000 | 0300000000000000",
+        "4c465350 | 0600 | 1201 | 00000000 | 00 | 000000 | 0300000000000000",
     );
 }

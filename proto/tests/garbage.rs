@@ -151,6 +151,29 @@ proptest! {
         decode_everything(&bytes);
     }
 
+    /// Every code an Error or a Rejected may carry: a known one decodes to its variant (with
+    /// its own errno only), any other is refused as out of range — never a panic.
+    #[test]
+    fn every_refusal_code_decodes_or_is_refused(code in any::<u16>(), errno in 0u32..200, on_rejected in any::<bool>()) {
+        let (kind, mut payload, at) = if on_rejected {
+            (Kind::Rejected, vec![0u8; 16], 8)
+        } else {
+            let mut p = vec![0u8; 8];
+            p[..4].copy_from_slice(&errno.to_le_bytes());
+            (Kind::Error, p, 6)
+        };
+        payload[at..at + 2].copy_from_slice(&code.to_le_bytes());
+        let mut bytes = Header::new(kind, payload.len(), 1).encode().to_vec();
+        bytes.extend_from_slice(&payload);
+        let got = decode::<Control>(&bytes, Party::Nicfs);
+        match RemoteError::from_code(code) {
+            None if on_rejected => prop_assert_eq!(got, Err(DecodeError::FieldOutOfRange { field: "rejection code", value: u64::from(code) })),
+            Some(e) if on_rejected => prop_assert_eq!(got.map(|f| f.msg), Ok(Control::Rejected(Rejected { lsn: 0, code: e, reason: String::new() }))),
+            Some(e) if e.errno() as u32 == errno => prop_assert_eq!(got.map(|f| f.msg), Ok(Control::Error(ErrorReply::new(e, "")))),
+            _ => prop_assert!(matches!(got, Err(DecodeError::FieldOutOfRange { .. })), "{:?}", got),
+        }
+    }
+
     #[test]
     fn mutated_frames_never_panic(
         mut bytes in any_valid_frame(),
@@ -277,7 +300,19 @@ fn payload_errors_are_precise() {
         decode::<Control>(&frame(Kind::Error, &p), Party::Nicfs),
         Err(DecodeError::FieldOutOfRange { field: "errno", value: 0 })
     );
+    // A code this version does not know, then an errno that is not its code's.
     p[0] = 5;
+    p[6] = 0xff;
+    assert_eq!(
+        decode::<Control>(&frame(Kind::Error, &p), Party::Nicfs),
+        Err(DecodeError::FieldOutOfRange { field: "error code", value: 0xff })
+    );
+    p[6] = RemoteError::Busy.code() as u8;
+    assert_eq!(
+        decode::<Control>(&frame(Kind::Error, &p), Party::Nicfs),
+        Err(DecodeError::FieldOutOfRange { field: "errno", value: 5 })
+    );
+    p[6] = RemoteError::Io.code() as u8;
     p[4] = 2;
     p.extend_from_slice(&[0xff, 0xfe]);
     assert_eq!(

@@ -77,7 +77,7 @@ fn exchange<L: LocalLink>(client: L, nicfs: L) {
     assert!(nicfs.answer_bad_frame("client", &err));
     assert_eq!(nicfs.recv::<Control>(Party::Client, WAIT).unwrap().id, 5);
     match client.recv::<Control>(Party::Nicfs, WAIT).unwrap() {
-        Frame { id: 4, msg: Control::Error(e) } => assert_eq!(e.errno, errno::EOPNOTSUPP),
+        Frame { id: 4, msg: Control::Error(e) } => assert_eq!(e.errno(), errno::EOPNOTSUPP),
         other => panic!("unexpected {other:?}"),
     }
 

@@ -43,7 +43,7 @@ proptest! {
 fn samples() -> (Vec<Control>, Vec<Bulk>, Vec<Kworker>) {
     let creds = Creds { uid: 1000, gid: 100, groups: vec![4, 24, 27] };
     let hello = Hello { channel: Channel::Control, role: Role::DirectApi, session: 0 };
-    let error = ErrorReply { errno: errno::EACCES, message: "permission denied on inode 7".into() };
+    let error = ErrorReply { code: RemoteError::AccessDenied, message: "permission denied on inode 7".into() };
     let control = vec![
         Control::Hello(hello),
         Control::Attached(Attached {
@@ -64,7 +64,11 @@ fn samples() -> (Vec<Control>, Vec<Bulk>, Vec<Kworker>) {
         Control::InodeRange(InodeRange { first: 1064, count: 64 }),
         Control::ReserveBlocks(Blocks { count: 16 }),
         Control::ReleaseBlocks(Blocks { count: 16 }),
-        Control::Rejected(Rejected { lsn: 4096, errno: errno::EPERM, reason: "no write lease on inode 7".into() }),
+        Control::Rejected(Rejected {
+            lsn: 4096,
+            code: RemoteError::EntryRefused,
+            reason: "no write lease on inode 7".into(),
+        }),
         Control::Detach,
         Control::Ping,
         Control::Pong,
@@ -148,7 +152,7 @@ fn a_kind_is_refused_on_the_wrong_link_and_from_the_wrong_party() {
 
 #[test]
 fn encoders_refuse_what_the_wire_cannot_carry() {
-    let long = Control::Error(ErrorReply { errno: 5, message: "x".repeat(MAX_TEXT + 1) });
+    let long = Control::Error(ErrorReply { code: RemoteError::Io, message: "x".repeat(MAX_TEXT + 1) });
     assert!(matches!(encode(&Frame { id: 1, msg: long }), Err(EncodeError::TooLong { .. })));
     let entries =
         vec![CopyEntry { source: CopySource::Zero, src_offset: 0, dst_offset: 0, len: 1 }; MAX_COPY_ENTRIES + 1];

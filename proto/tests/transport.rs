@@ -178,7 +178,7 @@ fn garbage_gets_an_error_reply_and_the_connection_ends() {
     assert_eq!(reply.id, 0);
     match reply.msg {
         Control::Error(e) => {
-            assert_eq!(e.errno, errno::EPROTO);
+            assert_eq!(e.code, RemoteError::Protocol);
             assert!(e.message.contains("magic"), "{}", e.message);
         }
         other => panic!("unexpected {other:?}"),
@@ -204,7 +204,7 @@ fn an_unknown_kind_is_skipped_and_the_connection_goes_on() {
     assert_eq!(next, Frame { id: 43, msg: Control::Ping });
     let reply: Frame<Control> = read_frame(&peer, Party::Nicfs, WAIT).unwrap();
     assert_eq!(reply.id, 42);
-    assert!(matches!(reply.msg, Control::Error(ErrorReply { errno: errno::EOPNOTSUPP, .. })));
+    assert!(matches!(reply.msg, Control::Error(ErrorReply { code: RemoteError::Unsupported, .. })));
 }
 
 #[test]
@@ -279,7 +279,7 @@ fn another_version_is_refused_in_our_version_and_a_refusal_is_understood() {
     let (ours, theirs) = UnixStream::pair().unwrap();
     let mut refusal = encode(&Frame {
         id: 1,
-        msg: Control::Error(ErrorReply { errno: errno::EPROTONOSUPPORT, message: "I speak version 7".into() }),
+        msg: Control::Error(ErrorReply { code: RemoteError::VersionMismatch, message: "I speak version 7".into() }),
     })
     .unwrap();
     refusal[4..6].copy_from_slice(&7u16.to_le_bytes());

@@ -189,16 +189,14 @@ impl Fs {
 
     pub fn statfs(&self) -> StatFs {
         let front = self.rlock();
-        let (free, ffree) = match front.publication.remote() {
+        let (free, ffree) = match front.publication.link() {
             None => (front.space_available(), front.view.inos.free()),
             // The node's space is nicfs's: what it could still reserve, plus this client's
             // unspent credit and its unused inode numbers.
-            Some(remote) => match remote.call(linefs_proto::Control::StatFs) {
-                Ok(linefs_proto::Control::Space(s)) => {
-                    (s.free_blocks + front.space_available(), s.free_inodes + front.ino_pool.len() as u64)
-                }
-                other => {
-                    tracing::warn!(reply = ?other, "statfs: nicfs did not say; reporting this client's share");
+            Some(remote) => match remote.statfs() {
+                Ok(s) => (s.free_blocks + front.space_available(), s.free_inodes + front.ino_pool.len() as u64),
+                Err(e) => {
+                    tracing::warn!(error = %e, "statfs: nicfs did not say; reporting this client's share");
                     (front.space_available(), front.ino_pool.len() as u64)
                 }
             },

@@ -11,7 +11,7 @@ use crate::time::now;
 use crate::view::Node;
 use linefs_pm::public::dtype_of_mode;
 use linefs_pm::record::{valid_name, EntryBuilder, InodeImage, Timespec};
-use linefs_proto::{AllocInodes, Control};
+use linefs_proto::RemoteError;
 use std::sync::atomic::Ordering;
 
 /// Most links one inode may have.
@@ -46,7 +46,7 @@ impl Fs {
     /// first). So the last client holding an inode open frees it, in its own log after
     /// whatever else it logged about it (nicfs keeps such orphans until then).
     pub(crate) fn orphan_lease(&self, ino: Ino) -> Option<crate::leases::Pinned<'_>> {
-        self.client.publication.remote()?;
+        self.client.publication.link()?;
         if !self.rlock().view.nodes.contains_key(&ino) {
             return None;
         }
@@ -151,28 +151,27 @@ impl Front {
     /// A free inode number: from the view (host-only), or from the ranges nicfs granted
     /// this client (offload: the node's numbers are nicfs's to hand out).
     pub(crate) fn alloc_ino(&mut self) -> FsResult<u64> {
-        let Some(remote) = self.publication.remote().cloned() else {
+        let Some(remote) = self.publication.link().cloned() else {
             return self.view.inos.alloc(None).ok_or(FsError::NoSpace("no free inode"));
         };
         loop {
             while let Some(ino) = self.ino_pool.pop() {
                 // Pinned until the create is logged (`created_here`) or fails
                 // (`give_back_ino`); a number a revoke took is dropped.
-                if !remote.leases.claim(ino) {
+                if !remote.leases().claim(ino) {
                     continue;
                 }
                 if self.view.inos.set(ino) {
                     return Ok(ino);
                 }
-                remote.leases.unpin(&[Need::write(ino)]);
+                remote.leases().unpin(&[Need::write(ino)]);
             }
-            match remote.call(Control::AllocInodes(AllocInodes { count: INODE_GRANT }))? {
-                Control::InodeRange(r) => self.grant_inodes(r.first, r.count),
-                Control::Error(e) if e.errno == libc::ENOSPC => return Err(FsError::NoSpace("no free inode")),
-                Control::Error(e) => return Err(FsError::PublicationFailed(format!("nicfs: {}", e.message))),
-                other => {
-                    return Err(FsError::PublicationFailed(format!("unexpected answer to AllocInodes: {other:?}")))
+            match remote.alloc_inodes(INODE_GRANT) {
+                Ok(r) => self.grant_inodes(r.first, r.count),
+                Err(FsError::Refused { code: RemoteError::NoSpace, .. }) => {
+                    return Err(FsError::NoSpace("no free inode"))
                 }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -181,9 +180,9 @@ impl Front {
     pub(crate) fn grant_inodes(&mut self, first: u64, count: u64) {
         let end = first.saturating_add(count).min(self.view.inos.len());
         self.ino_pool.extend((first..end).rev());
-        if let Some(remote) = self.publication.remote() {
+        if let Some(remote) = self.publication.link() {
             for ino in first..end {
-                remote.leases.pool(ino);
+                remote.leases().pool(ino);
             }
         }
     }
@@ -192,18 +191,18 @@ impl Front {
     /// from nicfs's grant, which is a write lease on it, or was freed here under one); the
     /// pin [`Front::alloc_ino`] took goes now that the creation is logged.
     pub(crate) fn created_here(&self, ino: u64) {
-        if let Some(remote) = self.publication.remote() {
-            remote.leases.created(ino);
-            remote.leases.unpin(&[Need::write(ino)]);
+        if let Some(remote) = self.publication.link() {
+            remote.leases().created(ino);
+            remote.leases().unpin(&[Need::write(ino)]);
         }
     }
 
     /// Returns a number taken by [`Front::alloc_ino`] whose entry failed.
     pub(crate) fn give_back_ino(&mut self, ino: u64) {
         self.view.inos.clear(ino);
-        if let Some(remote) = self.publication.remote() {
+        if let Some(remote) = self.publication.link() {
             self.ino_pool.push(ino);
-            remote.leases.unpin(&[Need::write(ino)]);
+            remote.leases().unpin(&[Need::write(ino)]);
         }
     }
 
@@ -214,8 +213,8 @@ impl Front {
         let Some(n) = self.view.node_mut(ino) else { return };
         n.opens += 1;
         if n.opens == 1 {
-            if let Some(remote) = self.publication.remote() {
-                remote.send(linefs_proto::Control::Opened(linefs_proto::InodeRef { inode: ino }));
+            if let Some(remote) = self.publication.link() {
+                remote.opened(ino);
             }
         }
     }
@@ -228,8 +227,8 @@ impl Front {
         }
         n.opens -= 1;
         if n.opens == 0 {
-            if let Some(remote) = self.publication.remote() {
-                remote.send(linefs_proto::Control::Closed(linefs_proto::InodeRef { inode: ino }));
+            if let Some(remote) = self.publication.link() {
+                remote.closed(ino);
             }
         }
     }

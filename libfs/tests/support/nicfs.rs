@@ -7,10 +7,11 @@ use linefs_pm::layout::FormatParams;
 
 /// A formatted node in a temporary directory and the `nicfs` serving it (killed on drop).
 pub struct Nicfs {
-    _dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     pub node: std::path::PathBuf,
     pub socket: std::path::PathBuf,
     child: std::process::Child,
+    args: Vec<String>,
 }
 
 impl Nicfs {
@@ -28,28 +29,35 @@ impl Nicfs {
     }
 
     pub fn start_with(params: &FormatParams) -> Nicfs {
+        Nicfs::start_with_args(params, &[])
+    }
+
+    /// [`Nicfs::start_with`], nicfs given `args` too (limits, a trusted group).
+    pub fn start_with_args(params: &FormatParams, args: &[&str]) -> Nicfs {
         let dir = tempfile::tempdir().expect("tempdir");
         let node = dir.path().join("node0");
         linefs_pm::mkfs::format_dir(&node, params).expect("format");
         let socket = dir.path().join("nicfs.sock");
-        let child = spawn(&node, &socket);
-        Nicfs { _dir: dir, node, socket, child }
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let child = spawn(&node, &socket, &args);
+        Nicfs { dir, node, socket, child, args }
     }
 
     /// Kills this nicfs (SIGKILL) and starts another on the same node, which recovers it.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.node, &self.socket);
+        self.child = spawn(&self.node, &self.socket, &self.args);
     }
 }
 
 /// Starts nicfs on `node` and waits until it accepts connections on `socket`.
-fn spawn(node: &std::path::Path, socket: &std::path::Path) -> std::process::Child {
+fn spawn(node: &std::path::Path, socket: &std::path::Path, args: &[String]) -> std::process::Child {
     let mut child = std::process::Command::new(Nicfs::binary())
         .arg("--node")
         .arg(node)
         .arg("--socket")
         .arg(socket)
+        .args(args)
         .env("RUST_LOG", std::env::var("NICFS_LOG").unwrap_or_else(|_| "warn".into()))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

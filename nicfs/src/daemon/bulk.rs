@@ -8,6 +8,7 @@
 use crate::daemon::ctx::Ctx;
 use crate::peer::{describe, BadFrames};
 use crate::session::Job;
+use linefs_proto::RemoteError;
 use linefs_proto::{read_frame, Bulk, Frame, Hello, Party, PeerCred};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -16,20 +17,22 @@ use std::sync::Arc;
 /// Serves the bulk connection of the session `hello` names.
 pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id: u64, hello: Hello) {
     let peer = describe(&cred);
-    let refuse = |errno: i32, why: &str| {
-        tracing::warn!(%peer, session = hello.session, errno, "bulk connection refused: {why}");
-        let _ = linefs_proto::write_error(&stream, hello_id, errno, why);
+    let refuse = |code: RemoteError, why: &str| {
+        tracing::warn!(%peer, session = hello.session, ?code, "bulk connection refused: {why}");
+        let _ = linefs_proto::write_error(&stream, hello_id, code, why);
     };
-    let Some(session) = ctx.sessions.get(hello.session) else { return refuse(libc::ENOENT, "no such session") };
+    let Some(session) = ctx.sessions.get(hello.session) else {
+        return refuse(RemoteError::NoSuchSession, "no such session");
+    };
     if session.cred.pid != cred.pid || session.cred.uid != cred.uid {
-        return refuse(libc::EACCES, "the session belongs to another process");
+        return refuse(RemoteError::AccessDenied, "the session belongs to another process");
     }
     let writer = match stream.try_clone() {
         Ok(w) => w,
-        Err(e) => return refuse(libc::EIO, &format!("cannot clone the socket: {e}")),
+        Err(e) => return refuse(RemoteError::Io, &format!("cannot clone the socket: {e}")),
     };
     if !session.set_bulk(writer) {
-        return refuse(libc::EBUSY, "the session has a bulk connection already");
+        return refuse(RemoteError::Busy, "the session has a bulk connection already");
     }
     if session.send_bulk(&Frame { id: hello_id, msg: Bulk::Ok }).is_err() {
         session.clear_bulk();
@@ -53,7 +56,7 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
             Bulk::ChunkReady(c) => {
                 ctx.node.counters.chunk_ready();
                 if let Some(why) = session.failure() {
-                    session.bulk_error(frame.id, libc::EIO, &format!("session failed: {why}"));
+                    session.bulk_error(frame.id, RemoteError::SessionFailed, &format!("session failed: {why}"));
                     continue;
                 }
                 session.committed.fetch_max(c.committed_lsn, Ordering::AcqRel);
@@ -65,7 +68,7 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
             Bulk::Ok | Bulk::Error(_) => tracing::debug!(%peer, id = frame.id, "unexpected reply ignored"),
             other => {
                 tracing::debug!(%peer, id = frame.id, msg = ?other, "unexpected bulk frame");
-                session.bulk_error(frame.id, libc::EPROTO, "not expected on the bulk channel");
+                session.bulk_error(frame.id, RemoteError::Protocol, "not expected on the bulk channel");
             }
         }
     }

@@ -4,6 +4,7 @@
 
 use crate::daemon::ctx::Ctx;
 use crate::peer::describe;
+use linefs_proto::RemoteError;
 use linefs_proto::{answer_bad_frame, peer_credentials, recv_frame, Channel, Control, Party, Received};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ pub(super) fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
     let id = first.frame.id;
     let Control::Hello(hello) = first.frame.msg else {
         tracing::warn!(%peer, kind = ?first.frame.msg, "first frame is not Hello; closing");
-        let _ = linefs_proto::write_error(&stream, id, libc::EPROTO, "the first frame must be Hello");
+        let _ = linefs_proto::write_error(&stream, id, RemoteError::Protocol, "the first frame must be Hello");
         return;
     };
     match hello.channel {
@@ -41,7 +42,7 @@ pub(super) fn serve(ctx: Arc<Ctx>, stream: UnixStream) {
         Channel::Kworker => {
             if let Err(why) = kworker_allowed(cred.uid, rustix::process::geteuid().as_raw(), ctx.kworker_uid) {
                 ctx.refusals.refused(crate::limits::Refusal::Kworker, &peer, &why);
-                let _ = linefs_proto::write_error(&stream, id, libc::EPERM, &why);
+                let _ = linefs_proto::write_error(&stream, id, RemoteError::NotPermitted, &why);
                 return;
             }
             ctx.host.serve(stream, cred, id, hello)

@@ -25,6 +25,7 @@ use crate::pipeline::sequencer;
 use crate::session::Job;
 use crate::session::{run_outbox, Session};
 use linefs_pm::layout::BLOCK_SIZE;
+use linefs_proto::RemoteError;
 use linefs_proto::{
     recv_frame, send_frame, Attached, Control, ErrorReply, Frame, Hello, InodeRange, LeaseRequest, LinkMessage,
     LogGeometry, Party, PeerCred, Received, Role, Space,
@@ -67,12 +68,12 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
                         left.as_millis()
                     );
                     ctx.refusals.refused(Refusal::Fenced, &peer, &why);
-                    let _ = session.control_error(id, libc::EAGAIN, &why);
-                } else if let Err((errno, why)) = check_request(ctx, &session, &r) {
-                    tracing::debug!(%peer, id, inode = r.inode, errno, "lease request refused: {why}");
-                    let _ = session.control_error(id, errno, why);
+                    let _ = session.control_error(id, RemoteError::TryAgain, &why);
+                } else if let Err((code, why)) = check_request(ctx, &session, &r) {
+                    tracing::debug!(%peer, id, inode = r.inode, ?code, "lease request refused: {why}");
+                    let _ = session.control_error(id, code, why);
                 } else if !ctx.leases.request(&session, id, r.inode, r.mode) {
-                    let _ = session.control_error(id, libc::EIO, &failed(&session));
+                    let _ = session.control_error(id, RemoteError::SessionFailed, &failed(&session));
                 }
             }
             Control::LeaseRelease(h) => {
@@ -86,7 +87,7 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
                     ctx.leases.feed(input);
                     Control::Ok
                 } else {
-                    Control::Error(ErrorReply { errno: libc::EINVAL, message: "no such inode number".into() })
+                    Control::Error(ErrorReply::new(RemoteError::Invalid, "no such inode number"))
                 };
                 let _ = session.send_control(&Frame { id, msg: reply });
             }
@@ -103,20 +104,20 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
                     Ok((first, count)) => Control::InodeRange(InodeRange { first, count }),
                     Err(e) => {
                         ctx.refusals.refused(Refusal::Inodes, &peer, &e.to_string());
-                        Control::Error(ErrorReply { errno: e.errno(), message: e.to_string() })
+                        Control::Error(ErrorReply::new(e.remote(), e.to_string()))
                     }
                 };
                 let _ = session.send_control(&Frame { id, msg: reply });
             }
             Control::ReserveBlocks(b) => {
                 let reply = if session.failure().is_some() {
-                    Control::Error(ErrorReply { errno: libc::EIO, message: failed(&session) })
+                    Control::Error(ErrorReply::new(RemoteError::SessionFailed, failed(&session)))
                 } else {
                     match ctx.node.alloc.reserve(session.slot, b.count, ctx.node.free_blocks()) {
                         Ok(()) => Control::Ok,
                         Err(e) => {
                             ctx.refusals.refused(Refusal::Blocks, &peer, &e.to_string());
-                            Control::Error(ErrorReply { errno: e.errno(), message: e.to_string() })
+                            Control::Error(ErrorReply::new(e.remote(), e.to_string()))
                         }
                     }
                 };
@@ -139,7 +140,7 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
                 return;
             }
             Control::Error(e) => {
-                tracing::info!(%peer, id, errno = e.errno, message = %e.message, "the client answered an Error; ignored");
+                tracing::info!(%peer, id, errno = e.errno(), message = %e.message, "the client answered an Error; ignored");
             }
             Control::Pong | Control::Ok => {
                 tracing::debug!(%peer, id, "unexpected reply ignored");
@@ -153,7 +154,7 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
             other => {
                 // Hello again, or what only nicfs sends (grants, revokes, replies).
                 tracing::debug!(%peer, id, kind = ?other.kind(), "not a request a client sends");
-                let _ = session.control_error(id, libc::EINVAL, "not a request a client sends");
+                let _ = session.control_error(id, RemoteError::Invalid, "not a request a client sends");
             }
         }
     }
@@ -204,17 +205,17 @@ fn valid_inode(ctx: &Ctx, ino: u64) -> bool {
 }
 
 /// Why a lease request is refused before it reaches the table, if it is.
-fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (i32, &'static str)> {
+fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (RemoteError, &'static str)> {
     if !valid_inode(ctx, r.inode) {
-        return Err((libc::EINVAL, "no such inode number"));
+        return Err((RemoteError::Invalid, "no such inode number"));
     }
     if session.role == Role::DirectApi && (r.creds.uid != session.cred.uid || r.creds.gid != session.cred.gid) {
-        return Err((libc::EPERM, "stated credentials are not the caller's"));
+        return Err((RemoteError::NotPermitted, "stated credentials are not the caller's"));
     }
     if r.mode == linefs_proto::LeaseMode::Write {
         let (public, grants) = (ctx.node.public_reader(), &ctx.node.grants);
         crate::lease::perms::may_lease_write(&public, grants, &ctx.leases, session, r.inode)
-            .map_err(|why| (libc::EACCES, why))?;
+            .map_err(|why| (RemoteError::AccessDenied, why))?;
     }
     Ok(())
 }
@@ -222,7 +223,7 @@ fn check_request(ctx: &Ctx, session: &Session, r: &LeaseRequest) -> Result<(), (
 /// Claims a slot for a client of `cred` within the limits ([`crate::limits`]): an
 /// unprivileged uid holds at most `--max-slots-per-uid` slots and never one of the
 /// `--root-reserved-slots` last free ones. Called under `ctx.attaching`.
-fn claim_within_limits(ctx: &Ctx, cred: &PeerCred) -> Result<crate::node::Claim, (i32, String)> {
+fn claim_within_limits(ctx: &Ctx, cred: &PeerCred) -> Result<crate::node::Claim, (RemoteError, String)> {
     let l = &ctx.limits;
     let keep_free = if cred.uid == 0 {
         0
@@ -230,7 +231,7 @@ fn claim_within_limits(ctx: &Ctx, cred: &PeerCred) -> Result<crate::node::Claim,
         let held = ctx.sessions.all().iter().filter(|s| s.cred.uid == cred.uid).count();
         if held >= l.max_slots_per_uid as usize {
             return Err((
-                libc::EUSERS,
+                RemoteError::TooManyClients,
                 format!("uid {} holds {held} log slots (--max-slots-per-uid {})", cred.uid, l.max_slots_per_uid),
             ));
         }
@@ -242,7 +243,7 @@ fn claim_within_limits(ctx: &Ctx, cred: &PeerCred) -> Result<crate::node::Claim,
         } else {
             "every log slot is in use".to_string()
         };
-        (libc::EBUSY, why)
+        (RemoteError::Busy, why)
     })
 }
 
@@ -250,21 +251,23 @@ fn claim_within_limits(ctx: &Ctx, cred: &PeerCred) -> Result<crate::node::Claim,
 /// client cannot be attached.
 fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: Hello) -> Option<Arc<Session>> {
     let peer = describe(cred);
-    let refuse = |errno: i32, why: &str| {
-        tracing::warn!(%peer, errno, "attach refused: {why}");
-        let _ = linefs_proto::write_error(stream, id, errno, why);
+    let refuse = |code: RemoteError, why: &str| {
+        tracing::warn!(%peer, ?code, "attach refused: {why}");
+        let _ = linefs_proto::write_error(stream, id, code, why);
         None
     };
     match hello.role {
-        Role::Kworker => return refuse(libc::EINVAL, "a kworker does not attach on the control channel"),
-        Role::MountDaemon if cred.uid != 0 => return refuse(libc::EPERM, "a mount daemon must run as root"),
+        Role::Kworker => return refuse(RemoteError::Invalid, "a kworker does not attach on the control channel"),
+        Role::MountDaemon if cred.uid != 0 => {
+            return refuse(RemoteError::NotPermitted, "a mount daemon must run as root")
+        }
         _ => {}
     }
     if hello.session != 0 {
-        return refuse(libc::EINVAL, "a control Hello names no session");
+        return refuse(RemoteError::Invalid, "a control Hello names no session");
     }
     if ctx.stopping() {
-        return refuse(libc::ESHUTDOWN, "nicfs is shutting down");
+        return refuse(RemoteError::ShuttingDown, "nicfs is shutting down");
     }
     let node = &ctx.node;
     // Only a trusted client is handed the public file (crate::daemon::trust): the groups are the
@@ -280,11 +283,11 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     let claimed = claim_within_limits(ctx, cred);
     let claim = match claimed {
         Ok(c) => c,
-        Err((errno, why)) => {
-            if errno != libc::EBUSY || cred.uid != 0 {
+        Err((code, why)) => {
+            if code != RemoteError::Busy || cred.uid != 0 {
                 ctx.refusals.refused(Refusal::Slot, &peer, &why);
             }
-            let _ = linefs_proto::write_error(stream, id, errno, &why);
+            let _ = linefs_proto::write_error(stream, id, code, &why);
             return None;
         }
     };
@@ -295,7 +298,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
         Ok(f) => f,
         Err(e) => {
             node.release(claim);
-            return refuse(libc::EIO, &format!("cannot open the slot's files: {e}"));
+            return refuse(RemoteError::Io, &format!("cannot open the slot's files: {e}"));
         }
     };
     let sid = ctx.sessions.new_id();

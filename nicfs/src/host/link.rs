@@ -32,6 +32,7 @@
 
 use crate::peer::{describe, BadFrames};
 use linefs_copier::NodeFiles;
+use linefs_proto::RemoteError;
 use linefs_proto::{
     recv_frame, write_frame, CopyEntry, CopyList, Frame, Hello, Kworker, Party, PeerCred, ReadError, Received, Role,
     MAX_COPY_ENTRIES,
@@ -216,27 +217,27 @@ impl HostLink {
     /// Serves a kworker connection whose Hello (frame `hello_id`) was read, to its end.
     pub fn serve(&self, stream: UnixStream, cred: PeerCred, hello_id: u64, hello: Hello) {
         let peer = describe(&cred);
-        let refuse = |errno: i32, why: &str| {
-            tracing::warn!(%peer, errno, "kworker refused: {why}");
-            let _ = linefs_proto::write_error(&stream, hello_id, errno, why);
+        let refuse = |code: RemoteError, why: &str| {
+            tracing::warn!(%peer, ?code, "kworker refused: {why}");
+            let _ = linefs_proto::write_error(&stream, hello_id, code, why);
         };
         if hello.role != Role::Kworker || hello.session != 0 {
-            return refuse(libc::EINVAL, "the kworker channel takes role kworker and session 0");
+            return refuse(RemoteError::Invalid, "the kworker channel takes role kworker and session 0");
         }
         let me = rustix::process::geteuid().as_raw();
         if cred.uid != me && me != 0 {
-            return refuse(libc::EPERM, "a kworker must run as nicfs's user (or nicfs as root)");
+            return refuse(RemoteError::NotPermitted, "a kworker must run as nicfs's user (or nicfs as root)");
         }
         let pidfd = rustix::process::Pid::from_raw(cred.pid)
             .ok_or(rustix::io::Errno::SRCH)
             .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()));
         let pidfd = match pidfd {
             Ok(fd) => fd,
-            Err(e) => return refuse(libc::EPERM, &format!("cannot watch the kworker process: {e}")),
+            Err(e) => return refuse(RemoteError::NotPermitted, &format!("cannot watch the kworker process: {e}")),
         };
         let writer = match stream.try_clone() {
             Ok(w) => Arc::new(Mutex::new(w)),
-            Err(e) => return refuse(libc::EIO, &format!("cannot clone the socket: {e}")),
+            Err(e) => return refuse(RemoteError::Io, &format!("cannot clone the socket: {e}")),
         };
         let conn = {
             // The writer is locked until Ok is sent, so no CopyList overtakes it.
@@ -246,7 +247,7 @@ impl HostLink {
                 let why = format!("a kworker (pid {}) is already connected", kw.pid);
                 drop(state);
                 drop(w);
-                return refuse(libc::EBUSY, &why);
+                return refuse(RemoteError::Busy, &why);
             }
             let conn = state.next_conn;
             state.next_conn += 1;
@@ -302,9 +303,9 @@ impl HostLink {
                 Kworker::Hello(_) => {
                     let w = kw.writer.clone();
                     drop(state);
-                    let _ = linefs_proto::write_error(&w.lock(), id, libc::EPROTO, "Hello was already said");
+                    let _ = linefs_proto::write_error(&w.lock(), id, RemoteError::Protocol, "Hello was already said");
                 }
-                Kworker::Error(e) => tracing::warn!(peer, id, errno = e.errno, "kworker reports: {}", e.message),
+                Kworker::Error(e) => tracing::warn!(peer, id, errno = e.errno(), "kworker reports: {}", e.message),
                 Kworker::Ok | Kworker::CopyList(_) => tracing::debug!(peer, id, "unexpected frame ignored"),
             }
         }

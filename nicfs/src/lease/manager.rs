@@ -39,6 +39,7 @@ use crate::session::Job;
 use crate::session::{Ended, Session, Sessions};
 use linefs_pm::publish::Batch;
 use linefs_pm::record::Record;
+use linefs_proto::RemoteError;
 use linefs_proto::{Control, ErrorReply, Frame, LeaseGranted, LeaseMode, Revoke};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -273,7 +274,7 @@ impl Leases {
         if session.failed() {
             tracing::debug!(session = id, output = ?o, "lease output for a failed session; its leases end");
             if let Output::Grant { req_id, .. } | Output::TooMany { req_id, .. } = o {
-                session.notify(error(req_id, libc::EIO, "session failed"));
+                session.notify(error(req_id, RemoteError::SessionFailed, "session failed"));
             }
             then.push_back(Input::SessionEnded { session: id });
             return;
@@ -295,7 +296,7 @@ impl Leases {
                 session.notify(frame);
             }
             Output::TooMany { req_id, .. } => {
-                session.notify(error(req_id, libc::EAGAIN, "too many lease requests waiting"));
+                session.notify(error(req_id, RemoteError::TryAgain, "too many lease requests waiting"));
             }
             Output::Publish { lsn, .. } => {
                 let published = session.published.load(Ordering::Acquire);
@@ -328,8 +329,8 @@ impl Leases {
     }
 }
 
-fn error(id: u64, errno: i32, message: &str) -> Frame<Control> {
-    Frame { id, msg: Control::Error(ErrorReply { errno, message: message.into() }) }
+fn error(id: u64, code: RemoteError, message: &str) -> Frame<Control> {
+    Frame { id, msg: Control::Error(ErrorReply::new(code, message)) }
 }
 
 impl Ended for Leases {

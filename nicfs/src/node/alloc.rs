@@ -32,6 +32,7 @@
 use linefs_pm::bitmap::Bitmap;
 use linefs_pm::layout::Geometry;
 use linefs_pm::public::PublicReader;
+use linefs_proto::RemoteError;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
@@ -53,11 +54,11 @@ pub enum AllocError {
 }
 
 impl AllocError {
-    /// The errno a client is answered with.
-    pub fn errno(&self) -> i32 {
+    /// What a client is answered with.
+    pub fn remote(&self) -> RemoteError {
         match self {
-            AllocError::NoInodes | AllocError::NoSpace { .. } => libc::ENOSPC,
-            AllocError::Limit { .. } => libc::EDQUOT,
+            AllocError::NoInodes | AllocError::NoSpace { .. } => RemoteError::NoSpace,
+            AllocError::Limit { .. } => RemoteError::QuotaExceeded,
         }
     }
 }
@@ -368,7 +369,7 @@ mod tests {
         assert_eq!(a.grant_inodes(2, 100).unwrap().1, 100, "root has no limit");
         a.reserve(0, 60, 10_000).unwrap();
         let e = a.reserve(1, 41, 10_000).unwrap_err();
-        assert_eq!(e.errno(), libc::EDQUOT);
+        assert_eq!(e.remote(), RemoteError::QuotaExceeded);
         let (_, reserved_before) = a.totals();
         assert_eq!(reserved_before, 60, "a refused reservation takes nothing");
         a.reserve(1, 40, 10_000).unwrap();

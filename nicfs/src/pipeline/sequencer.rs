@@ -47,6 +47,7 @@ use crate::pipeline::Pipeline;
 use crate::session::{Job, Session, Sessions};
 use linefs_pm::public::PublishError;
 use linefs_pm::publish::{Published, SlotError};
+use linefs_proto::RemoteError;
 use linefs_proto::{Bulk, Control, Frame, FsyncDone, InodeSet, Rejected, MAX_PUBLISHED_INODES};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -174,7 +175,8 @@ impl Sequencer<'_> {
             }
             Job::Fsync { id, lsn, at } => {
                 if let Some(why) = self.session.failure() {
-                    let _ = self.session.control_error(id, libc::EIO, &format!("session failed: {why}"));
+                    let _ =
+                        self.session.control_error(id, RemoteError::SessionFailed, &format!("session failed: {why}"));
                     return;
                 }
                 self.session.committed.fetch_max(lsn, Ordering::AcqRel);
@@ -228,7 +230,7 @@ impl Sequencer<'_> {
             if lsn <= fence {
                 return true;
             }
-            let _ = session.control_error(id, libc::EIO, &format!("session failed: {why}"));
+            let _ = session.control_error(id, RemoteError::SessionFailed, &format!("session failed: {why}"));
             false
         });
         tracing::error!(
@@ -241,7 +243,7 @@ impl Sequencer<'_> {
         );
         let frame = Frame {
             id: session.next_id(),
-            msg: Control::Rejected(Rejected { lsn: fence, errno: libc::ETIMEDOUT, reason: why }),
+            msg: Control::Rejected(Rejected { lsn: fence, code: RemoteError::Fenced, reason: why }),
         };
         if let Err(e) = session.send_control(&frame) {
             tracing::debug!(error = %e, "cannot send Rejected");
@@ -336,16 +338,16 @@ impl Sequencer<'_> {
     /// A chunk was refused, or its publication failed: tell the client, fail the session.
     fn refused(&mut self, e: SlotError) {
         let session = self.session;
-        let (lsn, errno, published) = match &e {
-            SlotError::Rejected { lsn, published, .. } => (*lsn, libc::EINVAL, Some(published.clone())),
-            SlotError::Failed { lsn, source: PublishError::NoSpace, .. } => (*lsn, libc::ENOSPC, None),
-            SlotError::Failed { lsn, .. } => (*lsn, libc::EIO, None),
+        let (lsn, code, published) = match &e {
+            SlotError::Rejected { lsn, published, .. } => (*lsn, RemoteError::EntryRefused, Some(published.clone())),
+            SlotError::Failed { lsn, source: PublishError::NoSpace, .. } => (*lsn, RemoteError::NoSpace, None),
+            SlotError::Failed { lsn, .. } => (*lsn, RemoteError::Io, None),
             SlotError::Log { .. } | SlotError::Stale { .. } => {
-                (session.published.load(Ordering::Acquire), libc::EIO, None)
+                (session.published.load(Ordering::Acquire), RemoteError::Io, None)
             }
         };
         let reason = e.to_string();
-        tracing::error!(lsn, errno, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
+        tracing::error!(lsn, ?code, %reason, pid = session.cred.pid, uid = session.cred.uid, "publication refused; session failed");
         self.parts.node.counters.rejection();
         if let Some(p) = published.as_ref().filter(|p| p.entries > 0) {
             self.published(p);
@@ -353,7 +355,7 @@ impl Sequencer<'_> {
         // What is not published now never will be: those notices are not timed.
         self.chunks_timed.clear();
         session.fail(reason.clone());
-        let frame = Frame { id: session.next_id(), msg: Control::Rejected(Rejected { lsn, errno, reason }) };
+        let frame = Frame { id: session.next_id(), msg: Control::Rejected(Rejected { lsn, code, reason }) };
         if let Err(e) = session.send_control(&frame) {
             tracing::debug!(error = %e, "cannot send Rejected");
         }
@@ -367,14 +369,14 @@ impl Sequencer<'_> {
         let fsync_latency = &self.parts.latency.fsync;
         self.waiters.retain(|&(id, lsn, at)| {
             let reply = if session.failed() {
-                session.control_error(id, libc::EIO, "an entry before the fsync point was refused")
+                session.control_error(id, RemoteError::SessionFailed, "an entry before the fsync point was refused")
             } else if published >= lsn {
                 // Recorded before it is sent: a client that has its FsyncDone finds it counted.
                 fsync_latency.since(at);
                 session.send_control(&Frame { id, msg: Control::FsyncDone(FsyncDone { durable_lsn: published }) })
             } else if idle {
                 let why = format!("the log is committed only up to {published}, not {lsn}");
-                session.control_error(id, libc::EINVAL, &why)
+                session.control_error(id, RemoteError::Invalid, &why)
             } else {
                 return true;
             };

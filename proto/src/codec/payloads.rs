@@ -8,11 +8,12 @@
 //! Ok, Detach, Ping, Pong, StatFs: empty payload.
 //!
 //! ```text
-//! Hello                                  Error (layout frozen across versions)
-//!  0 1 channel  0 control 1 bulk 2 kworker  0 4 errno     1..=4095
+//! Hello                                  Error (bytes 0..6 and 8.. frozen across versions)
+//!  0 1 channel  0 control 1 bulk 2 kworker  0 4 errno     the code's errno (RemoteError::errno)
 //!  1 1 role     0 mount 1 direct 2 kworker  4 2 text_len  <= 4096
-//!  2 6 reserved                             6 2 reserved
-//!  8 8 session  0 on control                8 … message   UTF-8, text_len bytes
+//!  2 6 reserved                             6 2 code      RemoteError (v6; reserved zero
+//!  8 8 session  0 on control                              before: 0 = version refusal)
+//!                                           8 … message   UTF-8, text_len bytes
 //!
 //! Attached (1 or 2 fds: log rw[, public ro]) Creds (embedded; 16 bytes + groups)
 //!  0 8 session                              0 4 uid
@@ -45,9 +46,10 @@
 //! ReserveBlocks, ReleaseBlocks, Opened, Closed (version 3: inode)
 //!  0 8 count                               Rejected
 //!                                           0 8 lsn
-//! Published                                 8 4 errno     1..=4095
-//!  0 8 published_lsn                       12 2 text_len  <= 4096
-//!  8 8 reclaim_lsn  <= published_lsn       14 2 reserved
+//! Published                                 8 2 code      RemoteError (v6; was errno)
+//!  0 8 published_lsn                       10 2 reserved
+//!  8 8 reclaim_lsn  <= published_lsn       12 2 text_len  <= 4096
+//!                                          14 2 reserved
 //! 16 1 scope    0 listed 1 all             16 … reason    UTF-8
 //! 17 3 reserved
 //! 20 4 count    0 when scope is all        Heartbeat
@@ -71,7 +73,7 @@
 //! ```
 
 use super::{EncodeError, Fixed, FixedOut, Reader, Reserved};
-use crate::error::{errno, DecodeError};
+use crate::error::{errno, DecodeError, RemoteError};
 use crate::kind::Kind;
 use crate::messages::*;
 
@@ -86,7 +88,8 @@ pub mod hello_off {
 pub mod error_off {
     pub const ERRNO: usize = 0;
     pub const TEXT_LEN: usize = 4;
-    pub const RESERVED: usize = 6;
+    /// Version 6: the [`crate::RemoteError`] code (reserved, zero, before).
+    pub const CODE: usize = 6;
     pub const END: usize = 8;
 }
 
@@ -170,7 +173,9 @@ pub mod inode_range_off {
 
 pub mod rejected_off {
     pub const LSN: usize = 0;
-    pub const ERRNO: usize = 8;
+    /// Version 6: the [`crate::RemoteError`] code (an errno, 4 bytes, before).
+    pub const CODE: usize = 8;
+    pub const RESERVED_CODE: usize = 10;
     pub const TEXT_LEN: usize = 12;
     pub const RESERVED: usize = 14;
     pub const END: usize = 16;
@@ -233,6 +238,10 @@ fn get_errno(field: &'static str, v: u32) -> Result<i32, DecodeError> {
         Ok(e) if (1..=errno::MAX).contains(&e) => Ok(e),
         _ => Err(DecodeError::FieldOutOfRange { field, value: v as u64 }),
     }
+}
+
+fn get_code(field: &'static str, v: u16) -> Result<RemoteError, DecodeError> {
+    RemoteError::from_code(v).ok_or(DecodeError::FieldOutOfRange { field, value: u64::from(v) })
 }
 
 fn get_bool(field: &'static str, v: u8) -> Result<bool, DecodeError> {
@@ -306,8 +315,9 @@ impl Payload for ErrorReply {
     fn put(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         use error_off as o;
         FixedOut::<{ o::END }>::new()
-            .u32::<{ o::ERRNO }>(self.errno as u32)
+            .u32::<{ o::ERRNO }>(self.code.errno() as u32)
             .u16::<{ o::TEXT_LEN }>(text_len("error message", &self.message)?)
+            .u16::<{ o::CODE }>(self.code.code())
             .put(out);
         out.extend_from_slice(self.message.as_bytes());
         Ok(())
@@ -316,19 +326,27 @@ impl Payload for ErrorReply {
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         use error_off as o;
         let f: Fixed<'_, { o::END }> = r.fixed("Error")?;
-        f.reserved::<{ o::RESERVED }, { o::END }>("Error")?;
         let errno = get_errno("errno", f.u32::<{ o::ERRNO }>())?;
+        let code = get_code("error code", f.u16::<{ o::CODE }>())?;
+        // The errno is the code's, never a second opinion (the encoding stays canonical).
+        if errno != code.errno() {
+            return Err(DecodeError::FieldOutOfRange { field: "errno", value: errno as u64 });
+        }
         let message = r.text("error message", f.u16::<{ o::TEXT_LEN }>() as u64, MAX_TEXT)?;
-        Ok(ErrorReply { errno, message })
+        Ok(ErrorReply { code, message })
     }
 }
 
-/// Decodes an Error payload whole (used for a refusal in another version).
-pub(crate) fn decode_error_reply(payload: &[u8]) -> Result<ErrorReply, DecodeError> {
+/// Decodes the frozen part of an Error payload of another version — errno and message; the
+/// code is this version's — whole (used for a peer's version refusal).
+pub(crate) fn decode_frozen_error(payload: &[u8]) -> Result<(i32, String), DecodeError> {
+    use error_off as o;
     let mut r = Reader::new(Kind::Error, payload);
-    let e = ErrorReply::get(&mut r)?;
+    let f: Fixed<'_, { o::END }> = r.fixed("Error")?;
+    let errno = get_errno("errno", f.u32::<{ o::ERRNO }>())?;
+    let message = r.text("error message", f.u16::<{ o::TEXT_LEN }>() as u64, MAX_TEXT)?;
     r.finish()?;
-    Ok(e)
+    Ok((errno, message))
 }
 
 impl Payload for Attached {
@@ -552,7 +570,7 @@ impl Payload for Rejected {
         use rejected_off as o;
         FixedOut::<{ o::END }>::new()
             .u64::<{ o::LSN }>(self.lsn)
-            .u32::<{ o::ERRNO }>(self.errno as u32)
+            .u16::<{ o::CODE }>(self.code.code())
             .u16::<{ o::TEXT_LEN }>(text_len("rejection reason", &self.reason)?)
             .put(out);
         out.extend_from_slice(self.reason.as_bytes());
@@ -562,10 +580,11 @@ impl Payload for Rejected {
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         use rejected_off as o;
         let f: Fixed<'_, { o::END }> = r.fixed("Rejected")?;
+        f.reserved::<{ o::RESERVED_CODE }, { o::TEXT_LEN }>("Rejected")?;
         f.reserved::<{ o::RESERVED }, { o::END }>("Rejected")?;
         Ok(Rejected {
             lsn: f.u64::<{ o::LSN }>(),
-            errno: get_errno("errno", f.u32::<{ o::ERRNO }>())?,
+            code: get_code("rejection code", f.u16::<{ o::CODE }>())?,
             reason: r.text("rejection reason", f.u16::<{ o::TEXT_LEN }>() as u64, MAX_TEXT)?,
         })
     }

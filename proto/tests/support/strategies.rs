@@ -46,8 +46,13 @@ pub fn hello() -> impl Strategy<Value = Hello> {
     (channel, role, any::<u64>()).prop_map(|(channel, role, session)| Hello { channel, role, session })
 }
 
+/// Any refusal the wire carries.
+pub fn remote_error() -> impl Strategy<Value = RemoteError> {
+    proptest::sample::select(RemoteError::ALL.to_vec())
+}
+
 pub fn error_reply() -> impl Strategy<Value = ErrorReply> {
-    (errno_value(), text()).prop_map(|(errno, message)| ErrorReply { errno, message })
+    (remote_error(), text()).prop_map(|(code, message)| ErrorReply { code, message })
 }
 
 /// A range whose end fits in a u64.
@@ -100,9 +105,9 @@ pub fn control() -> impl Strategy<Value = Control> {
         range().prop_map(|(first, count)| Control::InodeRange(InodeRange { first, count })),
         any::<u64>().prop_map(|count| Control::ReserveBlocks(Blocks { count })),
         any::<u64>().prop_map(|count| Control::ReleaseBlocks(Blocks { count })),
-        (any::<u64>(), errno_value(), text()).prop_map(|(lsn, errno, reason)| Control::Rejected(Rejected {
+        (any::<u64>(), remote_error(), text()).prop_map(|(lsn, code, reason)| Control::Rejected(Rejected {
             lsn,
-            errno,
+            code,
             reason
         })),
         Just(Control::Detach),

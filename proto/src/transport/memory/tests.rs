@@ -1,5 +1,5 @@
 use super::*;
-use crate::error::{errno, DecodeError};
+use crate::error::DecodeError;
 use crate::kind::{Kind, Party};
 use crate::messages::*;
 use crate::transport::{FrameLinkExt, LocalLinkExt};
@@ -106,7 +106,7 @@ fn bad_bytes_are_refused_in_step_and_answered() {
     assert!(matches!(err, ReadError::Decode { error: DecodeError::BadMagic { .. }, id: 0, in_step: true }), "{err:?}");
     assert!(nicfs.answer_bad_frame("test peer", &err), "a whole bad frame does not end the link");
     let reply: Frame<Control> = peer.recv(Party::Nicfs, WAIT).unwrap();
-    assert!(matches!(reply.msg, Control::Error(ErrorReply { errno: errno::EPROTO, .. })), "{reply:?}");
+    assert!(matches!(reply.msg, Control::Error(ErrorReply { code: crate::RemoteError::Protocol, .. })), "{reply:?}");
 
     let err = nicfs.recv::<Control>(Party::Client, WAIT).unwrap_err();
     assert!(matches!(err, ReadError::Decode { error: DecodeError::Oversized { .. }, in_step: true, .. }), "{err:?}");
