@@ -134,8 +134,8 @@ impl Engine {
         let mut e = Engine::new(cfg);
         for r in recovered {
             match r {
-                Recovered::Primary { slot, appended, published, replicated } => {
-                    e.logs.insert(slot, PrimaryLog::recovered(appended, published, replicated));
+                Recovered::Primary { slot, appended, published, replicated, reclaimed } => {
+                    e.logs.insert(slot, PrimaryLog::recovered(appended, published, replicated, reclaimed));
                 }
                 Recovered::Replica { stream, durable, published } => {
                     if stream.primary != cfg.id {

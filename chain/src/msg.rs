@@ -76,8 +76,9 @@ impl Message {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Recovered {
     /// A log of this node: its end (everything appended is durable locally), how far it is
-    /// published, and the replicated LSN of its slot header.
-    Primary { slot: u32, appended: Lsn, published: Lsn, replicated: Lsn },
+    /// published, the replicated LSN of its slot header, and where its space is reclaimed up
+    /// to (the log's start).
+    Primary { slot: u32, appended: Lsn, published: Lsn, replicated: Lsn, reclaimed: Lsn },
     /// This node's copy of another node's log: the valid prefix of the copy and how far it
     /// is published here.
     Replica { stream: StreamId, durable: Lsn, published: Lsn },
@@ -131,8 +132,9 @@ pub enum Output {
     /// copy to `lsn` by a state transfer (recovery from a live replica); report
     /// [`Input::Rebased`].
     Rebase { stream: StreamId, lsn: Lsn },
-    /// Primary: every member of the stream's chain has its log durable up to `lsn`; the
-    /// slot header's replicated LSN may be raised to it. Monotone.
+    /// Primary: every member of the log's current chain has it durable up to `lsn`: the
+    /// slot header's replicated LSN. Not monotone: a member that joins behind lowers it
+    /// until it catches up (space already reclaimed stays reclaimed).
     Replicated { slot: u32, lsn: Lsn },
     /// The log space of `stream` below `upto` may be reused: it is published here and (on a
     /// primary) replicated. Monotone.

@@ -7,6 +7,9 @@ use crate::ranges::Prefix;
 use crate::types::{Lsn, NodeId, StreamId};
 use std::collections::BTreeMap;
 
+/// How many chunks a timeout resends per log at most.
+pub const RETRANSMIT_CHUNKS: Lsn = 8;
+
 /// One of this node's logs, as replication sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PrimaryLog {
@@ -19,24 +22,24 @@ pub struct PrimaryLog {
     /// Per other chain member, the highest durable LSN it acknowledged; a member absent
     /// here has not answered its handshake yet.
     pub progress: BTreeMap<NodeId, Lsn>,
-    /// Every member of the chain had the log durable up to here (monotone; the slot
-    /// header's replicated LSN).
+    /// Every member of the current chain has the log durable up to here (the slot header's
+    /// replicated LSN; it drops when a member joins behind, until that member catches up).
     pub replicated: Lsn,
     /// Log space below is reclaimed: min(published, replicated), monotone.
     pub reclaimed: Lsn,
 }
 
 impl PrimaryLog {
-    pub(crate) fn recovered(appended: Lsn, published: Lsn, replicated: Lsn) -> PrimaryLog {
+    pub(crate) fn recovered(appended: Lsn, published: Lsn, replicated: Lsn, reclaimed: Lsn) -> PrimaryLog {
         PrimaryLog {
             appended,
             // What was sent beyond the replicated LSN before the crash is unknown: the
             // handshakes tell, and shipping restarts from there.
-            shipped: replicated.min(appended),
+            shipped: replicated.max(reclaimed).min(appended),
             published: Prefix::at(published),
             progress: BTreeMap::new(),
             replicated,
-            reclaimed: published.min(replicated),
+            reclaimed,
         }
     }
 
@@ -188,28 +191,33 @@ impl Engine {
             }
             if let Some(lo) = log.min_known(&members) {
                 if lo < log.shipped && self.cfg.mutation != Mutation::NoRetransmit {
-                    self.send_range(slot, lo, log.shipped, urgent, out);
+                    // A bounded window from the slowest member's durable end: a lost chunk
+                    // is one of the first it lacks; resending everything at every timeout
+                    // would flood a congested network.
+                    let to = log.shipped.min(lo.max(log.reclaimed) + RETRANSMIT_CHUNKS * self.cfg.chunk);
+                    self.send_range(slot, lo, to, urgent, out);
                 }
             }
         }
     }
 
-    /// Raise the log's replicated LSN and reclaim point as far as the rules allow.
+    /// Follow the log's replicated LSN (the current chain's minimum progress: it drops when
+    /// a member joins behind) and raise the reclaim point as far as the rules allow.
     pub(super) fn update_marks(&mut self, slot: u32, out: &mut Vec<Output>) {
         let Some(members) = self.members(slot) else { return };
         let mutation = self.cfg.mutation;
         let log = self.logs.get_mut(&slot).expect("a known slot");
-        if let Some(min) = log.min_progress(&members) {
-            let min = min.min(log.appended);
-            if min > log.replicated {
-                log.replicated = min;
-                out.push(Output::Replicated { slot, lsn: min });
+        let current = log.min_progress(&members).map(|m| m.min(log.appended));
+        if let Some(lsn) = current {
+            if lsn != log.replicated {
+                log.replicated = lsn;
+                out.push(Output::Replicated { slot, lsn });
             }
         }
-        let upto = if mutation == Mutation::ReclaimAtPublished {
-            log.published.end()
-        } else {
-            log.published.end().min(log.replicated)
+        let upto = match (mutation, current) {
+            (Mutation::ReclaimAtPublished, _) => log.published.end(),
+            (_, Some(replicated)) => log.published.end().min(replicated),
+            (_, None) => return,
         };
         if upto > log.reclaimed {
             log.reclaimed = upto;

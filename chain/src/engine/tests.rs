@@ -95,10 +95,18 @@ fn a_new_member_is_probed_and_caught_up_or_rebased() {
     let out = p.on_input(view(2, &[0, 2]));
     assert_eq!(out, vec![Output::Send { to: 2, msg: Message::Probe { stream: S, epoch: 2 } }]);
     p.on_input(Input::Fsync { op: 1, targets: vec![(S, 8)] });
+    // Its copy ends below the reclaimed point: rebase. The replicated LSN follows the
+    // current chain down; nothing more is reclaimed.
     let out = p.on_input(ack(2, 2, 3));
-    assert_eq!(out, vec![Output::Send { to: 2, msg: Message::Rebase { stream: S, epoch: 2, lsn: 8 } }]);
+    assert_eq!(
+        out,
+        vec![
+            Output::Send { to: 2, msg: Message::Rebase { stream: S, epoch: 2, lsn: 8 } },
+            Output::Replicated { slot: 1, lsn: 3 }
+        ]
+    );
     let out = p.on_input(ack(2, 2, 8));
-    assert_eq!(out, vec![Output::FsyncDone { op: 1 }]);
+    assert_eq!(out, vec![Output::Replicated { slot: 1, lsn: 8 }, Output::FsyncDone { op: 1 }]);
 }
 
 #[test]
