@@ -198,6 +198,7 @@ impl Engine {
     /// shipped, or an fsync waiting.
     pub fn tick_would_act(&self) -> bool {
         !self.fsyncs.is_empty()
+            || self.copies.values().any(|c| c.publishing < c.durable.end())
             || self.logs.iter().any(|(&slot, log)| {
                 self.members(slot).is_some_and(|m| {
                     m.iter().any(|n| log.progress.get(n).is_none_or(|&p| p < log.shipped || p < log.reclaimed))
@@ -238,7 +239,10 @@ impl Engine {
             Input::Receive { from, msg } => self.receive(from, msg, out),
             Input::Persisted { stream, start, end } => self.copy_persisted(stream, start, end, out),
             Input::Rebased { stream, lsn } => self.copy_rebased(stream, lsn, out),
-            Input::Tick => self.tick(out),
+            Input::Tick => {
+                self.tick(out);
+                self.publish_all(out);
+            }
         }
         self.settle(out);
     }
@@ -276,6 +280,8 @@ impl Engine {
             return;
         }
         self.view = Some(view);
+        // A restarted replica may hold durable bytes it has not published yet.
+        self.publish_all(out);
         let slots: Vec<u32> = self.logs.keys().copied().collect();
         for slot in slots {
             self.log_view_changed(slot, out);

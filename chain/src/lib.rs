@@ -19,8 +19,9 @@
 //! - [`msg`]: messages, inputs, outputs; [`ranges`]: contiguous prefixes from out-of-order
 //!   completions;
 //! - [`engine`]: the rules (its module doc lists them), primary and replica sides;
-//! - [`sim`] (feature `check`): the seeded simulation with lost, duplicated and reordered
-//!   messages, crashes, restarts and view changes, and its invariants.
+//! - [`world`] (feature `check`): a simulated cluster, its drivers and the invariants they
+//!   check; [`sim`]: the seeded simulation over it, with lost, duplicated and reordered
+//!   messages, crashes, restarts and view changes.
 //!
 //! docs/ARCHITECTURE.md ("Chain replication core") argues the rules.
 
@@ -31,6 +32,8 @@ pub mod types;
 
 #[cfg(feature = "check")]
 pub mod sim;
+#[cfg(feature = "check")]
+pub mod world;
 
 pub use engine::{Config, Engine, Mutation};
 pub use msg::{Class, Input, Message, Output, Recovered};

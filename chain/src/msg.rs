@@ -17,7 +17,7 @@ pub enum Class {
 }
 
 /// A message between the daemons of the cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Message {
     /// Log bytes `[start, start + data.len())` of `stream`, flowing down its chain from the
     /// primary. `urgent` chunks (an fsync's remainder, and retransmissions an fsync waits

@@ -43,7 +43,7 @@ impl fmt::Display for StreamId {
 }
 
 /// The cluster manager's view: an epoch and the live nodes, in chain order.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct View {
     pub epoch: Epoch,
     pub nodes: Vec<NodeId>,
@@ -64,7 +64,8 @@ impl View {
 }
 
 /// An immutable byte slice shared between a received chunk, its forward and its persist
-/// (no copy): an `Arc` of the buffer and a window of it. Compared and hashed by content.
+/// (no copy): an `Arc` of the buffer and a window of it. Compared, ordered and hashed by
+/// content.
 #[derive(Clone)]
 pub struct Data {
     buf: Arc<[u8]>,
@@ -107,6 +108,18 @@ impl PartialEq for Data {
 }
 
 impl Eq for Data {}
+
+impl PartialOrd for Data {
+    fn partial_cmp(&self, other: &Data) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Data {
+    fn cmp(&self, other: &Data) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
 
 impl Hash for Data {
     fn hash<H: Hasher>(&self, state: &mut H) {

@@ -88,6 +88,14 @@ impl Engine {
         self.publish_more(stream, out);
     }
 
+    /// Publish what every copy holds durable and has not asked yet (after a restart).
+    pub(super) fn publish_all(&mut self, out: &mut Vec<Output>) {
+        let streams: Vec<StreamId> = self.copies.keys().copied().collect();
+        for s in streams {
+            self.publish_more(s, out);
+        }
+    }
+
     /// Publish, in order, what is durable and not yet asked.
     fn publish_more(&mut self, stream: StreamId, out: &mut Vec<Output>) {
         let Some(copy) = self.copies.get_mut(&stream) else { return };
