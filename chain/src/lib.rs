@@ -21,7 +21,8 @@
 //! - [`engine`]: the rules (its module doc lists them), primary and replica sides;
 //! - [`world`] (feature `check`): a simulated cluster, its drivers and the invariants they
 //!   check; [`sim`]: the seeded simulation over it, with lost, duplicated and reordered
-//!   messages, crashes, restarts and view changes.
+//!   messages, crashes, restarts and view changes; [`check`]: the stateright model of a
+//!   small cluster over it.
 //!
 //! docs/ARCHITECTURE.md ("Chain replication core") argues the rules.
 
@@ -30,6 +31,8 @@ pub mod msg;
 pub mod ranges;
 pub mod types;
 
+#[cfg(feature = "check")]
+pub mod check;
 #[cfg(feature = "check")]
 pub mod sim;
 #[cfg(feature = "check")]
