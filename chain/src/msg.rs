@@ -90,7 +90,9 @@ pub enum Input {
     /// The cluster manager's view (ignored unless its epoch is newer than the engine's).
     View(View),
     /// A log of this node (slot `slot`) now ends at `end`: everything before is durable in
-    /// the local log (libfs persisted it before telling).
+    /// the local log (libfs persisted it before telling). A log the engine does not know
+    /// starts at LSN 0; the driver hands the engine every existing log at start
+    /// ([`crate::Engine::recover`]) with the LSN its space is reclaimed up to.
     Append { slot: u32, end: Lsn },
     /// Publication of a stream reached further on this node: on a primary the publishing
     /// pipeline reports `[start, end)` of its own log published; on a replica the

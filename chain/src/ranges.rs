@@ -57,6 +57,34 @@ impl Prefix {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a naive model (a bitmap of completed positions): the prefix is the first
+        /// position never completed, whatever the order, overlaps and repeats.
+        #[test]
+        fn prefix_matches_a_bitmap(ops in proptest::collection::vec((0u64..64, 0u64..16, any::<bool>()), 0..40)) {
+            let mut p = Prefix::default();
+            let mut done = [false; 96];
+            for (start, len, raise) in ops {
+                let before = p.end();
+                let grew = if raise {
+                    for d in done.iter_mut().take(start as usize) {
+                        *d = true;
+                    }
+                    p.raise(start)
+                } else {
+                    for d in done.iter_mut().skip(start as usize).take(len as usize) {
+                        *d = true;
+                    }
+                    p.complete(start, start + len)
+                };
+                let expect = done.iter().position(|d| !d).unwrap_or(done.len()) as Lsn;
+                prop_assert_eq!(p.end(), expect);
+                prop_assert_eq!(grew, p.end() > before);
+            }
+        }
+    }
 
     #[test]
     fn out_of_order_overlapping_and_repeated_completions() {

@@ -73,6 +73,26 @@ fn simulation_with_faults_and_view_changes() {
     }
 }
 
+/// Other shapes, fewer seeds: chains of 2 on 5 nodes (every removal brings a new member in,
+/// often behind the reclaimed point), chains through every node of 3, and chains of 5.
+#[test]
+fn simulation_other_chain_shapes() {
+    for (nodes, replicas) in [(5, 1), (3, 2), (5, 4)] {
+        let mut rebases = 0;
+        for seed in 1..=6 {
+            let cfg = SimCfg { nodes, replicas, ..SimCfg::new(3000, seed) };
+            match simulate(&cfg) {
+                Ok(r) => rebases += r.rebases,
+                Err(e) => panic!(
+                    "{e}\n  replay: cargo run --release -p linefs-chain --example sim -- --seeds 1 --first-seed {seed} --ops 3000 --nodes {nodes} --replicas {replicas}"
+                ),
+            }
+        }
+        println!("{nodes} nodes, {replicas} replicas: {rebases} rebases");
+        assert!(rebases > 0, "{nodes} nodes, {replicas} replicas: no member ever rebased");
+    }
+}
+
 /// The violations that may reveal `m`: the check its bug breaks first. An exhaustive match,
 /// so a new mutation needs a line here.
 fn expected(m: Mutation) -> &'static [&'static str] {

@@ -57,8 +57,9 @@ impl Engine {
             let msg = Message::Chunk { stream, epoch: self.epoch(), start, data: data.clone(), urgent };
             out.push(Output::Send { to: succ, msg });
         }
+        // A range past the end of the LSN space is nothing a correct primary sends.
+        let Some(end) = start.checked_add(data.len() as Lsn) else { return };
         let copy = self.copies.entry(stream).or_default();
-        let end = start + data.len() as Lsn;
         if start > copy.received && self.cfg.mutation != Mutation::GapAccepted {
             return; // a gap: the primary resends from this node's acknowledged end
         }
