@@ -29,8 +29,10 @@
 //!   another epoch before any handler sees it, reporting a newer one as
 //!   [`Output::NewerEpoch`]. Views are taken only if newer.
 //! - **Loss, duplicates, reordering, crashes.** Every handler is idempotent. On a tick the
-//!   primary probes members it has not heard from and resends `[min progress, shipped)` down
-//!   the chain from its own log (still there: nothing above the replicated LSN is reclaimed);
+//!   primary probes members it has not heard from and resends a bounded window from the
+//!   slowest member's acknowledged end down the chain, from its own log (still there:
+//!   nothing above the replicated LSN is reclaimed); a member's first answer in a view
+//!   (its handshake) has everything shipped since its durable end resent at once;
 //!   a replica re-acknowledges every duplicate chunk, so lost acks are recovered too. A member
 //!   whose copy ends below the primary's reclaimed point is told to rebase (state transfer).
 //!
