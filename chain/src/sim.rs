@@ -85,34 +85,7 @@ impl SimCfg {
     }
 }
 
-/// What a run did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct SimReport {
-    pub steps: usize,
-    pub appended: u64,
-    pub fsyncs: usize,
-    pub fsyncs_done: usize,
-    /// Fsyncs that completed in a later epoch than they started in.
-    pub fsyncs_across_views: usize,
-    /// Fsyncs abandoned by a crash of their node.
-    pub abandoned: usize,
-    pub messages: usize,
-    pub latency_messages: usize,
-    pub persists: usize,
-    pub publishes: usize,
-    pub duplicated: usize,
-    pub lost: usize,
-    pub crashes: usize,
-    pub view_changes: usize,
-    pub ticks: usize,
-    /// Messages of another epoch delivered (and checked to change nothing).
-    pub stale_delivered: usize,
-    pub newer_epoch_reported: usize,
-    pub rebases: usize,
-    pub reclaims: usize,
-    /// Replicated LSNs raised (checked against every member's PM).
-    pub replicated_raised: usize,
-}
+pub use crate::world::SimReport;
 
 /// The seeded scheduler's moves that need a random choice.
 struct Sim<'a> {

@@ -22,7 +22,6 @@
 use crate::engine::{Config, Engine, Mutation};
 use crate::msg::{Class, Input, Message, Output, Recovered};
 use crate::ranges::Prefix;
-use crate::sim::SimReport;
 use crate::types::{Data, Epoch, Lsn, NodeId, OpId, StreamId, View};
 use std::collections::BTreeMap;
 
@@ -67,6 +66,35 @@ impl Event {
 
 /// A client's fsync in flight: its op, its targets, the epoch it started in.
 pub type Fsync = (OpId, Vec<(StreamId, Lsn)>, Epoch);
+
+/// What a run did (the drivers count it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SimReport {
+    pub steps: usize,
+    pub appended: u64,
+    pub fsyncs: usize,
+    pub fsyncs_done: usize,
+    /// Fsyncs that completed in a later epoch than they started in.
+    pub fsyncs_across_views: usize,
+    /// Fsyncs abandoned by a crash of their node.
+    pub abandoned: usize,
+    pub messages: usize,
+    pub latency_messages: usize,
+    pub persists: usize,
+    pub publishes: usize,
+    pub duplicated: usize,
+    pub lost: usize,
+    pub crashes: usize,
+    pub view_changes: usize,
+    pub ticks: usize,
+    /// Messages of another epoch delivered (and checked to change nothing).
+    pub stale_delivered: usize,
+    pub newer_epoch_reported: usize,
+    pub rebases: usize,
+    pub reclaims: usize,
+    /// Replicated LSNs raised (checked against every member's PM).
+    pub replicated_raised: usize,
+}
 
 /// The static parameters of a world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
