@@ -4,7 +4,7 @@
 //! replica removed: with chains of 3 on 3 nodes it shrinks the chain; with chains of 2 a new
 //! member joins behind the reclaimed point and rebases), and the two-chunk script (a chunk shipped
 //! proactively, the remainder by the fsync) without faults. Deeper runs (the two-chunk script
-//! with faults: ~10 s for a loss; two view changes: minutes) are left to a manual run. Every coverage
+//! with faults, two view changes) run by `cargo run --release -p linefs-chain --example check`. Every coverage
 //! property must be seen.
 
 use linefs_chain::check::{run, ModelCfg, Outcome};
