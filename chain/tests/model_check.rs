@@ -1,11 +1,11 @@
 //! The bounded model check CI runs (3 nodes, chains of 3, one client appending and calling
 //! fsync; states explored printed), each to the end: with one lost and one duplicated
-//! message, with a crash and restart of any node at any point, with a view change (a
-//! replica removed: with chains of 3 on 3 nodes it shrinks the chain; with chains of 2 a new
-//! member joins behind the reclaimed point and rebases), and the two-chunk script (a chunk shipped
-//! proactively, the remainder by the fsync) without faults. Deeper runs (the two-chunk script
-//! with faults, two view changes) run by `cargo run --release -p linefs-chain --example check`. Every coverage
-//! property must be seen.
+//! message, with a crash and restart of any node at any point, with a view change (a replica
+//! removed: with chains of 3 on 3 nodes it shrinks the chain; with chains of 2 a new member
+//! joins behind the reclaimed point and rebases), and the two-chunk script (a chunk shipped
+//! proactively, the remainder by the fsync) without faults. Every coverage property must be
+//! seen. Deeper runs (the two-chunk script with faults, two view changes):
+//! `cargo run --release -p linefs-chain --example check -- --help`.
 
 use linefs_chain::check::{run, ModelCfg, Outcome};
 
