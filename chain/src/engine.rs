@@ -2,7 +2,7 @@
 //! other nodes' logs.
 //!
 //! [`Engine::on_input`] takes one [`Input`] and returns the [`Output`]s it causes. After
-//! every input the engine re-evaluates what may have moved ([`Engine::settle`]): fsync
+//! every input the engine re-evaluates what may have moved (`Engine::settle`): fsync
 //! remainders to ship, each log's replicated and reclaim points, fsyncs to complete. The
 //! rules, in one place (docs/ARCHITECTURE.md, "Chain replication core", argues them):
 //!
@@ -22,10 +22,11 @@
 //!   chain and every other member has acknowledged each target. A view change re-evaluates
 //!   the waiting fsyncs against the new chain: a removed member is no longer waited for; a
 //!   new one is, once its handshake tells how far its copy is durable.
-//! - **Reclaim.** A log's replicated LSN is the minimum durable LSN over its chain's other
-//!   members (all of them known), kept monotone; the reclaim point is the smaller of that and
-//!   what is published locally. A replica reclaims its copy up to what it published.
-//! - **Epochs.** Every message carries its sender's epoch; [`Engine::receive`] drops one of
+//! - **Reclaim.** A log's replicated LSN is the minimum durable LSN over its current chain's
+//!   other members (all of them heard from; it drops when a member joins behind); the
+//!   reclaim point is the smaller of that and what is published locally, and never moves
+//!   back. A replica reclaims its copy up to what it published.
+//! - **Epochs.** Every message carries its sender's epoch; `Engine::receive` drops one of
 //!   another epoch before any handler sees it, reporting a newer one as
 //!   [`Output::NewerEpoch`]. Views are taken only if newer.
 //! - **Loss, duplicates, reordering, crashes.** Every handler is idempotent. On a tick the

@@ -11,7 +11,7 @@
 //! for a second delivery or lost instead. A crash loses the node's engine, its messages in
 //! flight, its persists and publications under way and its client's fsync; its PM keeps its
 //! logs, the valid prefix of each copy, what it published and its slot headers; it restarts
-//! at once from them ([`Engine::recover`]) and asks the cluster manager for the view.
+//! at once from them ([`crate::Engine::recover`]) and asks the cluster manager for the view.
 //!
 //! The drivers ([`World`]) carry out every output and make the checks `world.rs` lists after
 //! every step. Liveness: after the last operation, every node is put back in the view and
