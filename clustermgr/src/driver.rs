@@ -107,7 +107,9 @@ fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
 
-/// Errors after which the same request may succeed later.
+/// Errors after which the same request may succeed later (a lost or reset connection, a
+/// server busy or between leaders). A write whose answer was lost is read back by the
+/// retry, never assumed done or undone.
 fn transient(e: &zk::Error) -> bool {
     matches!(
         e,
@@ -118,7 +120,11 @@ fn transient(e: &zk::Error) -> bool {
             | zk::Error::Throttled
             | zk::Error::SessionMoved
             | zk::Error::NotReadOnly
-    ) || matches!(e, zk::Error::UnexpectedError(_))
+            | zk::Error::UnexpectedError(_)
+            | zk::Error::UnexpectedErrorCode(_)
+            | zk::Error::RuntimeInconsistent
+            | zk::Error::Custom(_)
+    )
 }
 
 async fn connect(cfg: &Config) -> Result<zk::Client, Error> {
