@@ -39,6 +39,9 @@ pub struct Config {
     pub op_within: Duration,
     /// The first inode number the cluster hands out (used when the counter is created).
     pub first_inode: u64,
+    /// The epoch this node last persisted (0: none): no view at or below it is delivered,
+    /// and views this node writes are above it, even over a ZooKeeper whose data was lost.
+    pub epoch_floor: u64,
     /// Close the session when the member is dropped (`false` leaves it to expire, as a
     /// crash would: for tests).
     pub close_on_drop: bool,
@@ -53,6 +56,7 @@ impl Config {
             connect_within: Duration::from_secs(10),
             op_within: Duration::from_secs(30),
             first_inode: 2,
+            epoch_floor: 0,
             close_on_drop: true,
         }
     }
@@ -198,7 +202,7 @@ impl Member {
             me,
             views,
             status,
-            membership: Mutex::new(Membership::new()),
+            membership: Mutex::new(Membership::with_floor(cfg.epoch_floor)),
             kick: Notify::new(),
         });
         let tasks = vec![tokio::spawn(follow_state(shared.clone())), tokio::spawn(run_rounds(shared.clone()))];
@@ -232,9 +236,11 @@ impl Member {
         self.shared.status.subscribe()
     }
 
-    /// Waits (at most `within`) for a view satisfying `pred`.
+    /// Waits (at most `within`) for a view satisfying `pred`; an expired or closed session
+    /// ends the wait at once.
     pub async fn wait_view(&self, within: Duration, pred: impl Fn(&View) -> bool) -> Result<View, Error> {
         let mut rx = self.views();
+        let mut st = self.statuses();
         let wait = async {
             loop {
                 if let Some(v) = rx.borrow_and_update().clone() {
@@ -242,11 +248,14 @@ impl Member {
                         return Ok(v);
                     }
                 }
-                if matches!(self.status(), SessionStatus::Expired) {
-                    return Err(Error::SessionExpired);
+                match *st.borrow_and_update() {
+                    SessionStatus::Expired => return Err(Error::SessionExpired),
+                    SessionStatus::Closed => return Err(Error::Closed),
+                    _ => {}
                 }
-                if rx.changed().await.is_err() {
-                    return Err(Error::Closed);
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return Err(Error::Closed) },
+                    r = st.changed() => if r.is_err() { return Err(Error::Closed) },
                 }
             }
         };

@@ -102,15 +102,23 @@ pub fn next_chain(prev: &[MemberEntry], live: &[MemberEntry]) -> Vec<MemberEntry
     chain
 }
 
-/// One node's membership state: the newest view delivered to it.
+/// One node's membership state: the newest view delivered to it, and the epoch floor it
+/// started from (the epoch its nicfs persisted: views at or below it are never delivered,
+/// and a view written by this node is always above it).
 #[derive(Debug, Default)]
 pub struct Membership {
     delivered: Option<View>,
+    floor: u64,
 }
 
 impl Membership {
     pub fn new() -> Membership {
         Membership::default()
+    }
+
+    /// Starts above `epoch` (a rejoin, or a restart that persisted its last epoch).
+    pub fn with_floor(epoch: u64) -> Membership {
+        Membership { delivered: None, floor: epoch }
     }
 
     /// The newest view delivered.
@@ -119,7 +127,7 @@ impl Membership {
     }
 
     fn delivered_epoch(&self) -> u64 {
-        self.delivered.as_ref().map_or(0, |v| v.epoch)
+        self.delivered.as_ref().map_or(self.floor, |v| v.epoch.max(self.floor))
     }
 
     /// Note a view as seen (read, or written by us): returns it if it is newer than every
@@ -249,6 +257,19 @@ mod tests {
         assert_eq!(d.write.unwrap().0.nodes(), [1]);
         let garbage = ViewRead::Present { data: b"LFZV\x09\x00".to_vec(), version: 4 };
         assert!(m.round(&garbage, &[member(1, 0)]).is_err());
+    }
+
+    #[test]
+    fn a_floor_from_the_node_record_is_never_undercut() {
+        let mut m = Membership::with_floor(7);
+        let chain = live_members(&[member(1, 0)]).0;
+        let v3 = View { epoch: 3, chain: chain.clone() };
+        let d = m.round(&ViewRead::Present { data: encode_view(&v3).unwrap(), version: 2 }, &[member(1, 0)]).unwrap();
+        assert!(d.deliver.is_none(), "epoch 3 is below the floor");
+        let (next, w) = d.write.unwrap();
+        assert_eq!(next.epoch, 8);
+        assert!(matches!(w, Write::Replace { expected_version: 2, .. }));
+        assert_eq!(m.observe(&next), Some(next));
     }
 
     #[test]

@@ -206,3 +206,44 @@ async fn ensemble_leader_killed_changes_nothing_visible() {
     let v: Vec<InodeRange> = ranges.into_iter().collect();
     assert!(v.windows(2).all(|w| w[0].end <= w[1].start));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_lost_past_the_session_timeout_expires_and_members_rejoin_above_their_epoch() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ZkServer::start(dir.path(), 1, READY).unwrap();
+    let cfg = config(&server);
+    let m1 = Member::join(&cfg, 1, addrs(1)).await.unwrap();
+    let m2 = Member::join(&cfg, 2, addrs(2)).await.unwrap();
+    let before = m1.wait_view(Duration::from_secs(5), |v| v.chain.len() == 2).await.unwrap();
+    let mut st = m1.statuses();
+    server.kill(0);
+    let t = Instant::now();
+    let mut seen = vec![*st.borrow_and_update()];
+    while *seen.last().unwrap() != SessionStatus::Expired {
+        tokio::time::timeout(Duration::from_secs(8), st.changed()).await.expect("expiry is reported").unwrap();
+        seen.push(*st.borrow_and_update());
+    }
+    println!("session states {seen:?}; expired after {:?}", t.elapsed());
+    assert!(seen.contains(&SessionStatus::Suspended), "{seen:?}");
+    // An expired member refuses at once, and keeps its last view.
+    let t = Instant::now();
+    assert!(matches!(m1.alloc_inode_range(1).await, Err(Error::SessionExpired)));
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert_eq!(m1.view().unwrap(), before);
+
+    server.restart(0).unwrap();
+    server.wait_ready(READY).unwrap();
+    // Rejoin as nicfs will: from the epoch it persisted, as new incarnations.
+    let mut again = cfg.clone();
+    again.epoch_floor = before.epoch;
+    let t = Instant::now();
+    let n1 = Member::join(&again, 1, addrs(1)).await.unwrap();
+    let n2 = Member::join(&again, 2, addrs(2)).await.unwrap();
+    let seqs = (n1.me().seq, n2.me().seq);
+    let v = n1.wait_view(Duration::from_secs(8), |v| v.contains(1, seqs.0) && v.contains(2, seqs.1)).await.unwrap();
+    println!("rejoined in {:?}: epoch {} → {}", t.elapsed(), before.epoch, v.epoch);
+    assert!(v.epoch > before.epoch);
+    assert_eq!(v.nodes(), [1, 2]);
+    drop((m1, m2));
+}
