@@ -101,13 +101,13 @@ pub fn four_letter(port: u16, cmd: &str) -> String {
     out
 }
 
-fn check_installed() -> Result<(), ServerError> {
+fn check_installed(java: &str) -> Result<(), ServerError> {
     for jar in [ZOOKEEPER_JAR, SLF4J_JAR] {
         if !Path::new(jar).exists() {
             return Err(ServerError::JarMissing(jar));
         }
     }
-    match Command::new("java").arg("-version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+    match Command::new(java).arg("-version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ServerError::JavaMissing),
         Err(e) => Err(io("running java -version")(e)),
@@ -135,7 +135,10 @@ impl ZkServer {
         if n == 0 || n.is_multiple_of(2) || n > 7 || (n > 1 && peer_ports.len() < 2 * n) {
             return Err(ServerError::BadCount(n));
         }
-        check_installed()?;
+        check_installed("java")?;
+        fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+        // Absolute, so that `stop_recorded` recognises the servers' command lines.
+        let dir = &dir.canonicalize().map_err(io(format!("resolving {}", dir.display())))?;
         for &p in client_ports {
             if TcpListener::bind(("127.0.0.1", p)).is_err() {
                 return Err(ServerError::PortInUse(p));
@@ -294,7 +297,8 @@ impl ZkServer {
     /// longer a ZooKeeper of this directory is left alone. Returns how many were stopped.
     pub fn stop_recorded(dir: &Path, grace: Duration) -> Result<usize, ServerError> {
         let mut stopped = 0;
-        let Ok(entries) = fs::read_dir(dir) else { return Ok(0) };
+        let Ok(dir) = dir.canonicalize() else { return Ok(0) };
+        let Ok(entries) = fs::read_dir(&dir) else { return Ok(0) };
         for e in entries.flatten() {
             let pidfile = e.path().join("zookeeper.pid");
             let Ok(text) = fs::read_to_string(&pidfile) else { continue };
@@ -357,6 +361,42 @@ impl Drop for ZkServer {
         }
         for i in 0..self.procs.len() {
             self.kill(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_java_names_the_packages() {
+        let e = check_installed("/nonexistent/java").unwrap_err();
+        assert!(matches!(e, ServerError::JavaMissing), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "java not found: install the Debian packages zookeeper and libslf4j-java (scripts/install-deps.sh)"
+        );
+    }
+
+    #[test]
+    fn a_recorded_pid_that_is_not_our_server_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let zk = dir.path().join("zk1");
+        fs::create_dir_all(&zk).unwrap();
+        // Our own pid: alive, but not a java running this directory's zoo.cfg.
+        fs::write(zk.join("zookeeper.pid"), format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(ZkServer::stop_recorded(dir.path(), Duration::from_millis(10)).unwrap(), 0);
+        assert!(!zk.join("zookeeper.pid").exists(), "the stale pid file is removed");
+        assert_eq!(ZkServer::stop_recorded(&dir.path().join("absent"), Duration::ZERO).unwrap(), 0);
+    }
+
+    #[test]
+    fn bad_counts_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for ports in [&[][..], &[1, 2][..]] {
+            let e = ZkServer::start_on(dir.path(), ports, &[], Duration::ZERO).unwrap_err();
+            assert!(matches!(e, ServerError::BadCount(_)), "{e}");
         }
     }
 }
