@@ -216,6 +216,12 @@ impl Member {
         &self.shared.me
     }
 
+    /// The session timeout ZooKeeper granted (a crashed node leaves the view this long
+    /// after its last heartbeat).
+    pub fn session_timeout(&self) -> Duration {
+        self.shared.client.session_timeout()
+    }
+
     /// The newest view delivered.
     pub fn view(&self) -> Option<View> {
         self.shared.views.borrow().clone()

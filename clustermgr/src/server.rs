@@ -5,7 +5,7 @@
 //!
 //! Layout under the caller's directory, per server `i` (1-based): `zk<i>/zoo.cfg`,
 //! `zk<i>/data/` (snapshots, transaction log, `myid`), `zk<i>/zookeeper.log` (its stdout and
-//! stderr), `zk<i>/zookeeper.pid`. Readiness: `ruok` answers `imok` and `srvr` names a mode
+//! stderr), `zk<i>/zookeeper.pid`; and `zookeeper.connect`, the connection string. Readiness: `ruok` answers `imok` and `srvr` names a mode
 //! (standalone, leader or follower: the server serves).
 
 use std::fs;
@@ -22,6 +22,9 @@ use nix::unistd::Pid;
 /// Where the Debian packages put the jars.
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 pub const SLF4J_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+
+/// The file under the caller's directory that records the servers' connection string.
+pub const CONNECT_FILE: &str = "zookeeper.connect";
 
 /// The tick: session timeouts may be 2–20 ticks (1–10 s).
 pub const TICK_MS: u32 = 500;
@@ -165,7 +168,17 @@ impl ZkServer {
             server.spawn(i)?;
         }
         server.wait_ready(ready_within)?;
+        fs::write(dir.join(CONNECT_FILE), format!("{}\n", server.connect_string()))
+            .map_err(io(format!("writing {}", dir.join(CONNECT_FILE).display())))?;
         Ok(server)
+    }
+
+    /// The connection string recorded by the servers started under `dir` (for the commands
+    /// that follow `linefs up`), if any.
+    pub fn recorded_connect(dir: &Path) -> Option<String> {
+        let s = fs::read_to_string(dir.join(CONNECT_FILE)).ok()?;
+        let s = s.trim();
+        (!s.is_empty()).then(|| s.to_string())
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), ServerError> {

@@ -31,7 +31,9 @@ async fn members_join_leave_crash_and_leases_follow() {
     let server = ZkServer::start(dir.path(), 1, READY).unwrap();
     let cfg = config(&server);
 
+    assert_eq!(ZkServer::recorded_connect(dir.path()), Some(server.connect_string()));
     let m1 = Member::join(&cfg, 1, addrs(1)).await.unwrap();
+    assert_eq!(m1.session_timeout(), Duration::from_secs(2));
     let m2 = Member::join(&cfg, 2, addrs(2)).await.unwrap();
     let mut crash_cfg = cfg.clone();
     crash_cfg.close_on_drop = false;
