@@ -99,6 +99,8 @@ struct Shared {
     status: watch::Sender<SessionStatus>,
     membership: Mutex<Membership>,
     kick: Notify,
+    /// When the session last went from connected to suspended (None while connected).
+    suspended_at: Mutex<Option<Instant>>,
 }
 
 /// A joined node.
@@ -142,7 +144,10 @@ async fn connect(cfg: &Config) -> Result<zk::Client, Error> {
         }
         let mut c = zk::Client::connector()
             .with_session_timeout(cfg.session_timeout)
-            .with_connection_timeout(left.min(cfg.session_timeout))
+            // Above 3/5 of the session timeout, so the client counts a connection dead
+            // after 2/5 of it without an answer (`may_be_expired` relies on it); `left`
+            // bounds the whole attempt below.
+            .with_connection_timeout(cfg.session_timeout)
             .with_fail_eagerly();
         if !cfg.close_on_drop {
             c = c.with_detached();
@@ -204,6 +209,7 @@ impl Member {
             status,
             membership: Mutex::new(Membership::with_floor(cfg.epoch_floor)),
             kick: Notify::new(),
+            suspended_at: Mutex::new(None),
         });
         let tasks = vec![tokio::spawn(follow_state(shared.clone())), tokio::spawn(run_rounds(shared.clone()))];
         let member = Member { shared, tasks };
@@ -235,6 +241,24 @@ impl Member {
     /// The session's state now.
     pub fn status(&self) -> SessionStatus {
         *self.shared.status.borrow()
+    }
+
+    /// Whether ZooKeeper may already have expired this node's session, so that the others
+    /// may have a view without it: the session expired or closed, or it has been suspended
+    /// for half the session timeout or more. The client counts a connection dead after
+    /// 2/5 of the timeout without an answer, so the server last heard it at most that long
+    /// before the suspension began and cannot expire it before 3/5 of the timeout after; half
+    /// leaves a margin. A node for which this holds must accept no write it cannot
+    /// replicate (issue 24) — the client itself says `Expired` only at 7/5 of the timeout.
+    pub fn may_be_expired(&self) -> bool {
+        match self.status() {
+            SessionStatus::Connected => false,
+            SessionStatus::Expired | SessionStatus::Closed => true,
+            SessionStatus::Suspended => {
+                let since = *self.shared.suspended_at.lock().unwrap_or_else(|p| p.into_inner());
+                since.is_none_or(|t| t.elapsed() >= self.session_timeout() / 2)
+            }
+        }
     }
 
     /// The session's state as it changes.
@@ -417,6 +441,16 @@ async fn follow_state(s: Arc<Shared>) {
                     tracing::error!(node = s.me.node, "ZooKeeper session expired: this node left the view")
                 }
                 SessionStatus::Closed => tracing::info!(node = s.me.node, "ZooKeeper session closed"),
+            }
+        }
+        {
+            let mut at = s.suspended_at.lock().unwrap_or_else(|p| p.into_inner());
+            match now {
+                SessionStatus::Suspended => {
+                    at.get_or_insert_with(Instant::now);
+                }
+                SessionStatus::Connected => *at = None,
+                _ => {}
             }
         }
         last = now;

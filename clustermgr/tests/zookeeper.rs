@@ -221,12 +221,24 @@ async fn zookeeper_lost_past_the_session_timeout_expires_and_members_rejoin_abov
     let mut st = m1.statuses();
     server.kill(0);
     let t = Instant::now();
+    assert!(!m1.may_be_expired());
     let mut seen = vec![*st.borrow_and_update()];
+    let mut fenced_after = None;
     while *seen.last().unwrap() != SessionStatus::Expired {
-        tokio::time::timeout(Duration::from_secs(8), st.changed()).await.expect("expiry is reported").unwrap();
-        seen.push(*st.borrow_and_update());
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(50), st.changed()).await {
+            r.unwrap();
+            seen.push(*st.borrow_and_update());
+        }
+        if fenced_after.is_none() && m1.may_be_expired() {
+            fenced_after = Some(t.elapsed());
+            assert_eq!(m1.status(), SessionStatus::Suspended, "fenced before the client says expired");
+        }
+        assert!(t.elapsed() < Duration::from_secs(8), "expiry is reported: {seen:?}");
     }
-    println!("session states {seen:?}; expired after {:?}", t.elapsed());
+    let fenced_after = fenced_after.expect("may_be_expired before Expired");
+    println!("session states {seen:?}; may be expired after {fenced_after:?}, expired after {:?}", t.elapsed());
+    // The server cannot expire a session before 3/5 of its timeout after the last answer.
+    assert!(fenced_after < Duration::from_millis(1200), "{fenced_after:?}");
     assert!(seen.contains(&SessionStatus::Suspended), "{seen:?}");
     // An expired member refuses at once, and keeps its last view.
     let t = Instant::now();
