@@ -213,8 +213,15 @@ impl Member {
         });
         let tasks = vec![tokio::spawn(follow_state(shared.clone())), tokio::spawn(run_rounds(shared.clone()))];
         let member = Member { shared, tasks };
-        member.wait_view(cfg.op_within, |v| v.contains(node, seq)).await?;
-        Ok(member)
+        match member.wait_view(cfg.op_within, |v| v.contains(node, seq)).await {
+            Ok(_) => Ok(member),
+            Err(Error::Timeout { waited, last, .. }) => Err(Error::Timeout {
+                op: "a view holding this node (an earlier session of the same node id not yet expired?)",
+                waited,
+                last,
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// This node as registered (its incarnation is `seq`).
