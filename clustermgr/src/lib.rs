@@ -3,7 +3,7 @@
 //! `linefs up` starts on loopback.
 //!
 //! Modules, each importing only those before it:
-//! - [`format`]: every znode's path and byte layout (explicit little-endian, versioned);
+//! - [`format`](mod@format): every znode's path and byte layout (explicit little-endian, versioned);
 //! - [`membership`], [`inodes`], [`lease`]: the pure cores (znode data in, decisions out);
 //! - [`error`], [`driver`]: the async driver over `zookeeper-client` ([`Member`]);
 //! - [`server`]: a standalone server or a 3-server ensemble from the Debian package.
