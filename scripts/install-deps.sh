@@ -10,6 +10,10 @@ dpkg -s libleveldb-dev >/dev/null 2>&1 || need+=(libleveldb-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 # bindfs: the second FUSE passthrough baseline of `linefs bench` (skipped if missing).
 command -v bindfs >/dev/null 2>&1 || need+=(bindfs)
+# ZooKeeper (the cluster manager's store, started by `linefs up` on loopback and by the
+# clustermgr tests) and the logger its jar needs; the package's own service is not used.
+dpkg -s zookeeper >/dev/null 2>&1 || need+=(zookeeper)
+dpkg -s libslf4j-java >/dev/null 2>&1 || need+=(libslf4j-java)
 
 if [ "${#need[@]}" -gt 0 ]; then
     SUDO=""
