@@ -44,6 +44,18 @@ pub struct Config {
     pub threads: Threads,
     /// How long connections and shutdown may take.
     pub timeouts: Timeouts,
+    /// The cluster this node is a member of (`--node-id` and `--zk`); None: a node on its
+    /// own, no ZooKeeper (as before the cluster; the tests that start nicfs directly).
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// How the node joins its cluster ([`crate::daemon`]'s `cluster` module).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The node's id in the cluster (its index in `linefs up`'s description).
+    pub node_id: u32,
+    /// The ZooKeeper connection string, `host:port,host:port,…`.
+    pub zk: String,
 }
 
 /// How many threads each stage of the pipeline may have (min, max) — the publish stage is

@@ -5,6 +5,7 @@
 
 pub mod args;
 pub(crate) mod bulk;
+pub(crate) mod cluster;
 pub(crate) mod conn;
 pub(crate) mod control;
 pub(crate) mod ctx;
@@ -43,6 +44,10 @@ pub fn run(config: Config) -> Result<(), String> {
     crate::daemon::trust::keep_node_private(&args.node);
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
+    let cluster = match &args.cluster {
+        Some(c) => Some(crate::daemon::cluster::start(node.clone(), c.node_id, c.zk.clone())?),
+        None => None,
+    };
     let metrics = args.metrics_addr.map(crate::daemon::metrics::http::bind).transpose()?;
     let metrics_addr = match &metrics {
         Some(l) => Some(l.local_addr().map_err(|e| format!("cannot read the metrics listener's address: {e}"))?),
@@ -83,6 +88,7 @@ pub fn run(config: Config) -> Result<(), String> {
         attaching: parking_lot::Mutex::new(()),
         trust: crate::daemon::trust::Trust { group: args.trusted_group },
         timeouts: args.timeouts,
+        cluster,
         stopping: AtomicBool::new(false),
     });
     if let Some(listener) = metrics {
@@ -187,6 +193,9 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
             published = s.published.load(Ordering::Acquire),
             "published at shutdown"
         );
+    }
+    if let Some(cluster) = &ctx.cluster {
+        cluster.stop();
     }
     let _frozen = ctx.node.freeze();
     if let Some(path) = status_file {

@@ -88,8 +88,8 @@ pub(crate) struct Node {
     /// The write leases, recorded in PM for the next start's recovery.
     pub(crate) leases: Arc<LeaseFile>,
     /// Keeps the public file mapped (the area holds its own reference too; the slots hold
-    /// the log files).
-    _pm: NodePm,
+    /// the log files); its block 0 holds the node record ([`Node::public_file`]).
+    pm: NodePm,
     /// The exclusive flock of the node's lock file (pm's `node::LOCK_FILE`), held for the
     /// process's life.
     _lock: File,
@@ -140,9 +140,15 @@ impl Node {
             opens: Default::default(),
             grants: crate::node::grants::Grants::new(geometry.inode_count),
             leases: Arc::new(leases),
-            _pm: pm,
+            pm,
             _lock: lock,
         })
+    }
+
+    /// The public file, whose block 0 holds the node record (pm's `noderecord`, written
+    /// only by the cluster membership, `crate::daemon::cluster`).
+    pub(crate) fn public_file(&self) -> &Arc<linefs_pm::PmRegion> {
+        &self.pm.public
     }
 
     fn log_path(&self, slot: u32) -> PathBuf {
@@ -389,7 +395,7 @@ impl Node {
     /// A reader of the public area that does not wait for publications (a torn inode is
     /// read again): for checks that must not hold the area's mutex.
     pub(crate) fn public_reader(&self) -> PublicReader {
-        PublicReader::shared(self._pm.public.clone(), self.geometry)
+        PublicReader::shared(self.pm.public.clone(), self.geometry)
     }
 
     /// Holds the public area: no publication runs while the guard lives (shutdown holds it

@@ -8,7 +8,7 @@ use linefs_pm::cpus::{self, CpuList};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::config::{Config, LimitRequest, Threads, Timeouts};
+use crate::config::{ClusterConfig, Config, LimitRequest, Threads, Timeouts};
 use std::time::Duration;
 
 /// nicfs: owns a node's PM, attaches its clients and publishes their logs.
@@ -83,6 +83,26 @@ pub struct Args {
     /// 0: no backoff. Root is never backed off.
     #[arg(long, value_name = "MS", default_value_t = crate::limits::DEFAULT_FENCED_BACKOFF_MS)]
     pub fenced_backoff_ms: u64,
+    /// The node's id in its cluster (with `--zk`): it joins the cluster as this member and
+    /// keeps the views in its node record. A node record naming another id is refused.
+    #[arg(long, value_name = "N", requires = "zk")]
+    pub node_id: Option<u32>,
+    /// The ZooKeeper ensemble, `HOST:PORT[,HOST:PORT…]` (with `--node-id`). Without it nicfs
+    /// is a node on its own and never talks to ZooKeeper.
+    #[arg(long, value_name = "HOST:PORT,…", requires = "node_id", value_parser = parse_zk)]
+    pub zk: Option<String>,
+}
+
+/// `--zk`: one or more `HOST:PORT`, comma-separated.
+pub fn parse_zk(s: &str) -> Result<String, String> {
+    let bad = |hp: &str| match hp.rsplit_once(':') {
+        Some((host, port)) => host.is_empty() || port.parse::<u16>().is_err(),
+        None => true,
+    };
+    if s.is_empty() || s.split(',').any(bad) {
+        return Err(format!("expected HOST:PORT[,HOST:PORT...], not {s:?}"));
+    }
+    Ok(s.to_string())
 }
 
 impl Args {
@@ -112,6 +132,10 @@ impl Args {
             coalesce: !self.no_coalesce,
             threads: Threads::default(),
             timeouts: Timeouts::default(),
+            cluster: match (self.node_id, self.zk) {
+                (Some(node_id), Some(zk)) => Some(ClusterConfig { node_id, zk }),
+                _ => None,
+            },
         }
     }
 }
@@ -177,6 +201,19 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((a.kworker_uid, a.root_reserved_slots), (Some(7), Some(0)));
+        assert_eq!(a.into_config().cluster, None, "no ZooKeeper unless asked for");
+        let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--node-id", "2", "--zk", "h:1,k:2"]);
+        let want = ClusterConfig { node_id: 2, zk: "h:1,k:2".into() };
+        assert_eq!(a.unwrap().into_config().cluster, Some(want));
+        for alone in [["--node-id", "2"], ["--zk", "h:1"]] {
+            let mut argv = vec!["nicfs", "--node", "n", "--socket", "s"];
+            argv.extend(alone);
+            assert!(Args::try_parse_from(argv).is_err(), "{alone:?} needs the other flag");
+        }
+        for bad in ["", "h", "h:", ":1", "h:1,", "h:99999"] {
+            let argv = ["nicfs", "--node", "n", "--socket", "s", "--node-id", "0", "--zk", bad];
+            assert!(Args::try_parse_from(argv).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

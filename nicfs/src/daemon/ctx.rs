@@ -49,6 +49,8 @@ pub(super) struct Ctx {
     pub(super) trust: crate::daemon::trust::Trust,
     /// How long connections may take (hello, writes) and shutdown waits.
     pub(super) timeouts: Timeouts,
+    /// The node's membership of its cluster (`--zk`), if it is in one.
+    pub(super) cluster: Option<crate::daemon::cluster::Cluster>,
     pub(super) stopping: AtomicBool,
 }
 

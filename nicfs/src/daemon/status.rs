@@ -46,6 +46,9 @@ pub(crate) struct Status {
     pub(crate) unprivileged_connections: u32,
     /// What the limits refused since start, by kind.
     pub(crate) refusals: crate::limits::RefusalCounts,
+    /// The node's cluster: ZooKeeper, the session, epoch and chain, the persisted epoch
+    /// (null for a node on its own, without `--zk`).
+    pub(crate) cluster: Option<crate::daemon::cluster::ClusterStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -102,6 +105,7 @@ pub(super) fn snapshot(ctx: &Ctx) -> Status {
         limits: ctx.limits,
         unprivileged_connections: ctx.conns.open(),
         refusals: refusals(ctx),
+        cluster: ctx.cluster.as_ref().map(|c| c.status()),
     }
 }
 

@@ -1,0 +1,283 @@
+//! The node's membership of its cluster (`--node-id` and `--zk`): joins through clustermgr's
+//! [`Member`], keeps every view it is delivered in the node record (pm's `noderecord`, block 0
+//! of the public file) and reports the session's state to the status file.
+//!
+//! The clustermgr driver is async: it runs on a tokio runtime of its own, on one thread
+//! (`cluster`), so the daemon's threads are untouched. What it does:
+//!
+//! * **start**: the node record is read; one naming another node id is refused (nicfs does
+//!   not start). Its epoch is the join's [`Config::epoch_floor`], so a restarted nicfs never
+//!   takes a view at or below one it has persisted, even over a ZooKeeper that lost its data.
+//! * **join**: retried for as long as the daemon runs (each attempt retries the connection for
+//!   [`JOIN_WITHIN`], then a warning is logged and the next begins after a pause). The node
+//!   serves its local clients meanwhile: on a single node there is nothing to replicate.
+//! * **each new view**: if its epoch is above the record's, the record becomes
+//!   `entering_epoch(epoch, members, chain position)` with this node's id, stored (the
+//!   two-slot switch, fenced) *before* the view is reported as current. Members are one bit
+//!   per node id below 64 (the record's layout); a larger id is logged and left out.
+//! * **ZooKeeper lost**: the session is `suspended` and the driver retries (logged); the last
+//!   view stands and the data path is untouched. The session `expired` (lost past its
+//!   timeout): the member is dropped and the node joins again as a new incarnation, its
+//!   persisted epoch as the floor.
+//! * **stop** (SIGTERM): the member leaves (its znode removed, a new view for the others),
+//!   bounded by [`LEAVE_WITHIN`].
+//!
+//! The member's addresses for the two peer connection classes (low-latency and bulk) are
+//! placeholders ([`PLACEHOLDER_ADDR`]) until nicfs listens for peers (chain replication).
+
+use crate::node::Node;
+use clustermgr::{Addrs, Config, Member, SessionStatus, View};
+use linefs_pm::noderecord::NodeRecord;
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The address a member registers for both peer classes until nicfs serves peers: port 0,
+/// "not listening".
+pub(crate) const PLACEHOLDER_ADDR: &str = "127.0.0.1:0";
+/// How long one join attempt tries to reach ZooKeeper and be in a view.
+const JOIN_WITHIN: Duration = Duration::from_secs(10);
+/// The pause between join attempts.
+const REJOIN_PAUSE: Duration = Duration::from_secs(1);
+/// How long a stopping daemon waits for the member to leave.
+const LEAVE_WITHIN: Duration = Duration::from_secs(2);
+
+/// The cluster as the status file shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct ClusterStatus {
+    pub(crate) node_id: u32,
+    /// The ZooKeeper connection string.
+    pub(crate) zk: String,
+    /// `joining`, `connected`, `suspended` (ZooKeeper lost, the session maybe alive),
+    /// `expired`, `closed`.
+    pub(crate) session: &'static str,
+    /// The session has been suspended long enough that ZooKeeper may have expired it.
+    pub(crate) may_be_expired: bool,
+    /// The current view's epoch (0: none yet).
+    pub(crate) epoch: u64,
+    /// Node ids in chain order, head first.
+    pub(crate) chain: Vec<u32>,
+    /// This node's position in the chain.
+    pub(crate) chain_pos: Option<u32>,
+    /// The epoch the node record holds.
+    pub(crate) persisted_epoch: u64,
+    /// Joins completed since start (more than 1: the session expired and the node joined
+    /// again).
+    pub(crate) joins: u64,
+    /// The last failure (a join that did not complete, a record that could not be stored).
+    pub(crate) last_error: Option<String>,
+}
+
+/// The node's membership; [`start`] runs it, [`Cluster::stop`] ends it.
+pub(crate) struct Cluster {
+    state: Arc<Mutex<ClusterStatus>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    done: crossbeam_channel::Receiver<()>,
+}
+
+fn session_name(s: SessionStatus) -> &'static str {
+    match s {
+        SessionStatus::Connected => "connected",
+        SessionStatus::Suspended => "suspended",
+        SessionStatus::Expired => "expired",
+        SessionStatus::Closed => "closed",
+    }
+}
+
+/// Reads the node record, checks it names no other node, and starts the `cluster` thread.
+pub(crate) fn start(node: Arc<Node>, node_id: u32, zk: String) -> Result<Cluster, String> {
+    let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
+    if let Some(id) = rec.node_id {
+        if id != node_id {
+            return Err(format!("the node record says this is node {id}, not node {node_id} (--node-id)"));
+        }
+    }
+    let state = Arc::new(Mutex::new(ClusterStatus {
+        node_id,
+        zk: zk.clone(),
+        session: "joining",
+        may_be_expired: false,
+        epoch: 0,
+        chain: Vec::new(),
+        chain_pos: None,
+        persisted_epoch: rec.epoch,
+        joins: 0,
+        last_error: None,
+    }));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot build the cluster runtime: {e}"))?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    let s = state.clone();
+    std::thread::Builder::new()
+        .name("cluster".into())
+        .spawn(move || {
+            rt.block_on(membership(node, node_id, zk, s, stopped));
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
+    tracing::info!(node_id, persisted_epoch = rec.epoch, "joining the cluster");
+    Ok(Cluster { state, stop, done })
+}
+
+impl Cluster {
+    pub(crate) fn status(&self) -> ClusterStatus {
+        self.state.lock().clone()
+    }
+
+    /// Leaves the cluster (bounded by [`LEAVE_WITHIN`]).
+    pub(crate) fn stop(&self) {
+        let _ = self.stop.send(true);
+        if self.done.recv_timeout(LEAVE_WITHIN + Duration::from_millis(500)).is_err() {
+            tracing::warn!("the cluster membership did not end in time");
+        }
+    }
+}
+
+/// Joins and rejoins until stopped.
+async fn membership(
+    node: Arc<Node>,
+    node_id: u32,
+    zk: String,
+    state: Arc<Mutex<ClusterStatus>>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let addrs = Addrs { low_latency: PLACEHOLDER_ADDR.into(), bulk: PLACEHOLDER_ADDR.into() };
+    while !*stopped.borrow() {
+        let mut cfg = Config::new(&zk);
+        cfg.connect_within = JOIN_WITHIN;
+        cfg.op_within = JOIN_WITHIN;
+        cfg.epoch_floor = state.lock().persisted_epoch;
+        let joined = tokio::select! {
+            r = Member::join(&cfg, node_id, addrs.clone()) => r,
+            _ = stopped.changed() => return,
+        };
+        let member = match joined {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot join the cluster; retrying in {REJOIN_PAUSE:?}");
+                {
+                    let mut st = state.lock();
+                    st.last_error = Some(e.to_string());
+                    st.session = "joining";
+                    st.may_be_expired = false;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(REJOIN_PAUSE) => continue,
+                    _ = stopped.changed() => return,
+                }
+            }
+        };
+        state.lock().joins += 1;
+        let ended = follow(&node, &member, &state, &mut stopped).await;
+        match ended {
+            Ended::Stopped => {
+                let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
+                state.lock().session = "closed";
+                tracing::info!("left the cluster");
+                return;
+            }
+            Ended::Expired => {
+                tracing::warn!("ZooKeeper session expired: joining the cluster again");
+                drop(member);
+                let mut st = state.lock();
+                st.session = "joining";
+                st.may_be_expired = false;
+            }
+        }
+    }
+}
+
+enum Ended {
+    Stopped,
+    Expired,
+}
+
+/// Persists and reports every view and session change of `member` until it expires or the
+/// daemon stops.
+async fn follow(
+    node: &Node,
+    member: &Member,
+    state: &Mutex<ClusterStatus>,
+    stopped: &mut tokio::sync::watch::Receiver<bool>,
+) -> Ended {
+    let mut views = member.views();
+    let mut statuses = member.statuses();
+    let mut was = None;
+    loop {
+        let view = views.borrow_and_update().clone();
+        if let Some(v) = view {
+            persist(node, member.me().node, &v, state);
+        }
+        let s = *statuses.borrow_and_update();
+        if was != Some(s) {
+            match s {
+                SessionStatus::Connected => tracing::info!("ZooKeeper session connected"),
+                SessionStatus::Suspended => {
+                    tracing::warn!("ZooKeeper lost: the session is suspended, the driver retries; serving on")
+                }
+                _ => {}
+            }
+            was = Some(s);
+        }
+        {
+            let mut st = state.lock();
+            st.session = session_name(s);
+            st.may_be_expired = member.may_be_expired();
+        }
+        if matches!(s, SessionStatus::Expired | SessionStatus::Closed) {
+            return Ended::Expired;
+        }
+        tokio::select! {
+            r = views.changed() => if r.is_err() { return Ended::Expired },
+            r = statuses.changed() => if r.is_err() { return Ended::Expired },
+            // `may_be_expired` turns true with time alone.
+            _ = tokio::time::sleep(Duration::from_millis(250)), if s == SessionStatus::Suspended => {}
+            _ = stopped.changed() => return Ended::Stopped,
+        }
+    }
+}
+
+/// Stores `view` in the node record if it is newer than what the record holds, then makes it
+/// the reported view.
+fn persist(node: &Node, me: u32, view: &View, state: &Mutex<ClusterStatus>) {
+    let chain: Vec<u32> = view.chain.iter().map(|m| m.node).collect();
+    let pos = view.position(me).and_then(|p| u32::try_from(p).ok());
+    let persisted = state.lock().persisted_epoch;
+    if view.epoch > persisted {
+        let mut members = 0u64;
+        for &id in &chain {
+            match 1u64.checked_shl(id) {
+                Some(bit) => members |= bit,
+                None => tracing::warn!(node = id, "node id past 63: not in the node record's member set"),
+            }
+        }
+        let region = node.public_file();
+        let stored = NodeRecord::load(region).and_then(|rec| {
+            let now_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let next = NodeRecord { node_id: Some(me), ..rec.entering_epoch(view.epoch, members, pos, now_ns) };
+            NodeRecord::store(region, &next)
+        });
+        match stored {
+            Ok(rec) => {
+                tracing::info!(epoch = view.epoch, ?chain, chain_pos = ?pos, seq = rec.seq, "new view persisted");
+                state.lock().persisted_epoch = rec.epoch;
+            }
+            Err(e) => {
+                // Not reported as current: the status keeps the last persisted view.
+                tracing::error!(epoch = view.epoch, error = %e, "cannot persist the new view in the node record");
+                state.lock().last_error = Some(format!("persisting epoch {}: {e}", view.epoch));
+                return;
+            }
+        }
+    }
+    let mut st = state.lock();
+    st.epoch = view.epoch;
+    st.chain = chain;
+    st.chain_pos = pos;
+}
