@@ -394,6 +394,7 @@ fn run_case(dir: &ClusterDir, plan: &Plan, case: Case, seq: usize) -> CliResult<
                 pm_dir: Some(pm_dir.clone()),
                 pm_size: Some(params.size),
                 zk: None,
+                zk_servers: None,
                 offload: Some(Offload::On),
                 cpus: Some(plan.cpus.nic.to_string()),
                 metrics_port: None,

@@ -50,9 +50,14 @@ enum Verb {
         /// Size of each PM file (e.g. 1G, 512M).
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         pm_size: Option<u64>,
-        /// ZooKeeper ensemble HOST:PORT,... (recorded; used once clustermgr is built).
+        /// A running ZooKeeper ensemble HOST:PORT,... every nicfs joins (recorded); without
+        /// it, up starts ZooKeeper on loopback under DIR/zk and down stops it.
         #[arg(long, value_name = "HOST:PORT,...")]
         zk: Option<String>,
+        /// How many ZooKeeper servers up starts on loopback: 1 (standalone) or 3 (an
+        /// ensemble). Recorded; default 1. Unused with --zk.
+        #[arg(long, value_name = "1|3")]
+        zk_servers: Option<usize>,
         /// on: start nicfs and kworker on every node, mounts attach to nicfs; off: host-only
         /// (each mount opens its node's PM). Default: as recorded by an earlier up, else on.
         #[arg(long, value_enum, value_name = "on|off")]
@@ -281,10 +286,33 @@ impl Verb {
 
 fn run(verb: Verb) -> CliResult<String> {
     match verb {
-        Verb::Up { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, limits, dir } => {
+        Verb::Up {
+            nodes,
+            pm_dir,
+            pm_size,
+            zk,
+            zk_servers,
+            offload,
+            cpus,
+            metrics_port,
+            trusted_group,
+            limits,
+            dir,
+        } => {
             let d = ClusterDir::new(&dir.dir)?;
             let nicfs_limits = limits.to_args();
-            let up = UpArgs { nodes, pm_dir, pm_size, zk, offload, cpus, metrics_port, trusted_group, nicfs_limits };
+            let up = UpArgs {
+                nodes,
+                pm_dir,
+                pm_size,
+                zk,
+                zk_servers,
+                offload,
+                cpus,
+                metrics_port,
+                trusted_group,
+                nicfs_limits,
+            };
             cluster::up(&d, &up)
         }
         Verb::Mount { node, consistency, options, mountpoint, dir } => {

@@ -16,6 +16,7 @@ use linefs_ops::clusterdir::{Backend, ClusterDesc, ClusterDir, MountRec, MountSt
 use linefs_ops::daemons::{self, Role};
 use linefs_ops::procs;
 use linefs_ops::util::{human_size, unix_now, CliResult};
+use linefs_ops::zookeeper;
 use serde_json::{json, Value};
 
 /// A status file older than this is reported as stale.
@@ -101,6 +102,60 @@ fn node_mode(desc: &ClusterDesc, node: usize, processes: &[Value]) -> String {
     }
 }
 
+/// The cluster as its members see it: ZooKeeper (connection string, reachable, the local
+/// servers' pids), the newest view any live nicfs reports (epoch, chain head first, members)
+/// and each node's session. Null without offload (no nicfs: no member, no ZooKeeper).
+fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Value {
+    if desc.offload() == Offload::Off {
+        return Value::Null;
+    }
+    let connect = zookeeper::connect(dir, desc);
+    let local = zookeeper::is_local(desc);
+    let zk = json!({
+        "connect": connect,
+        "reachable": connect.as_deref().is_some_and(zookeeper::reachable),
+        "started_by_up": local,
+        "server_pids": if local { json!(zookeeper::local_pids(dir)) } else { Value::Null },
+    });
+    let mut nodes = Vec::new();
+    let mut newest: Option<&Value> = None;
+    for n in &desc.nodes {
+        let nicfs = processes.iter().find(|p| p["role"] == json!("nicfs") && p["node"] == json!(n.index));
+        let c = nicfs.map(|p| &p["status"]["cluster"]).filter(|c| c.is_object());
+        let alive = nicfs.is_some_and(|p| p["alive"] == json!(true));
+        let session = match c {
+            Some(c) if alive => c["session"].clone(),
+            _ if alive => json!("no member (nicfs without --zk)"),
+            _ => json!("nicfs down"),
+        };
+        if let Some(c) = c.filter(|_| alive) {
+            if newest.is_none_or(|b| c["epoch"].as_u64() > b["epoch"].as_u64()) {
+                newest = Some(c);
+            }
+        }
+        nodes.push(json!({
+            "node": n.index,
+            "session": session,
+            "may_be_expired": c.map_or(Value::Null, |c| c["may_be_expired"].clone()),
+            "epoch": c.map_or(Value::Null, |c| c["epoch"].clone()),
+            "persisted_epoch": c.map_or(Value::Null, |c| c["persisted_epoch"].clone()),
+            "chain_pos": c.map_or(Value::Null, |c| c["chain_pos"].clone()),
+            "joins": c.map_or(Value::Null, |c| c["joins"].clone()),
+            "last_error": c.map_or(Value::Null, |c| c["last_error"].clone()),
+        }));
+    }
+    let chain = newest.map_or(json!([]), |c| c["chain"].clone());
+    let mut members: Vec<u64> = chain.as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    members.sort_unstable();
+    json!({
+        "zookeeper": zk,
+        "epoch": newest.map_or(Value::Null, |c| c["epoch"].clone()),
+        "chain": chain,
+        "members": members,
+        "nodes": nodes,
+    })
+}
+
 /// The status of the cluster in `dir`, as one JSON value.
 pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
     let desc = dir.load_up()?;
@@ -170,12 +225,14 @@ pub fn collect(dir: &ClusterDir) -> CliResult<Value> {
             })
         })
         .collect();
+    let cluster = cluster_view(dir, &desc, &processes);
     Ok(json!({
         "dir": dir.root,
         "up": true,
         "created": desc.created,
         "pm_dir": desc.pm_dir,
         "zk": desc.zk,
+        "cluster": cluster,
         "offload": desc.offload().name(),
         "nic_cpus": desc.nic_cpus,
         "metrics_port": desc.metrics_port,
@@ -296,8 +353,46 @@ pub fn render(v: &Value) -> String {
     };
     let mut out = String::new();
     out.push_str(&format!("cluster  {}  (up, created {})\n", s(&v["dir"]), s(&v["created"])));
-    if !v["zk"].is_null() {
-        out.push_str(&format!("zk       {} (recorded; clustermgr not built yet)\n", s(&v["zk"])));
+    let c = &v["cluster"];
+    if c.is_object() {
+        let zk = &c["zookeeper"];
+        let started = match zk["started_by_up"].as_bool() {
+            Some(true) => {
+                let pids: Vec<String> = zk["server_pids"].as_array().into_iter().flatten().map(s).collect();
+                match pids.is_empty() {
+                    true => "started by up, not running".to_string(),
+                    false => format!("started by up, pid {}", pids.join(" ")),
+                }
+            }
+            _ => "--zk ensemble".to_string(),
+        };
+        let reach = if zk["reachable"] == json!(true) { "reachable" } else { "UNREACHABLE" };
+        out.push_str(&format!("zk       {} ({reach}; {started})\n", s(&zk["connect"])));
+        let ids = |a: &Value| match a.as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(" ")) {
+            Some(list) if !list.is_empty() => list,
+            _ => "-".to_string(),
+        };
+        let epoch = |e: &Value| if e.as_u64() == Some(0) { "none yet".to_string() } else { s(e) };
+        out.push_str(&format!(
+            "cluster  epoch {}, chain {} (head first), members {}\n",
+            epoch(&c["epoch"]),
+            ids(&c["chain"]),
+            ids(&c["members"])
+        ));
+        for n in c["nodes"].as_array().into_iter().flatten() {
+            let expiring = if n["may_be_expired"] == json!(true) { ", may be expired" } else { "" };
+            out.push_str(&format!(
+                "  node {}: session {}{expiring}, epoch {} (persisted {}), chain position {}{}\n",
+                s(&n["node"]),
+                s(&n["session"]),
+                epoch(&n["epoch"]),
+                s(&n["persisted_epoch"]),
+                s(&n["chain_pos"]),
+                n["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default()
+            ));
+        }
+    } else if !v["zk"].is_null() {
+        out.push_str(&format!("zk       {} (recorded)\n", s(&v["zk"])));
     }
     match v["offload"].as_str() {
         Some("on") => out.push_str(&format!(

@@ -1,6 +1,7 @@
 //! The verbs that create and retire clusters: `up` (format each node's PM once, write the
-//! description, start each node's nicfs and kworker unless `--offload off`, mark the cluster
-//! up) and `down` (stop every mount, then every kworker, then every nicfs; mark it down), and
+//! description, start ZooKeeper ([`crate::zookeeper`]) and then each node's nicfs and kworker
+//! unless `--offload off`, mark the cluster up) and `down` (stop every mount, then every
+//! kworker, then every nicfs, then the ZooKeeper `up` started; mark it down), and
 //! [`create`], which `bench` and `soak` use for their temporary, host-only clusters. The
 //! directory's layout and files belong to [`crate::clusterdir`]; starting and stopping mount
 //! daemons to [`crate::mounts`], nicfs and kworker to [`crate::daemons`].
@@ -15,6 +16,7 @@ use crate::clusterdir::{write_atomic, ClusterDesc, ClusterDir, NodeDesc, Offload
 use crate::daemons::{self, Role, Stopped};
 use crate::procs;
 use crate::util::{fail, human_size, unix_now, utc_date, CliResult, Context};
+use crate::zookeeper;
 
 pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
 
@@ -46,6 +48,8 @@ pub struct UpArgs {
     pub pm_dir: Option<PathBuf>,
     pub pm_size: Option<u64>,
     pub zk: Option<String>,
+    /// `--zk-servers`: local ZooKeeper servers to start (1 or 3); none: as recorded, else 1.
+    pub zk_servers: Option<usize>,
     /// None: as recorded, else on.
     pub offload: Option<Offload>,
     /// `--cpus` for every nicfs; none: as recorded.
@@ -166,6 +170,11 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     if let Some(MetricsPort::Base(base)) = args.metrics_port {
         check_metrics_port(base, args.nodes)?;
     }
+    if let Some(n) = args.zk_servers {
+        if n != 1 && n != 3 {
+            return Err(fail(format!("--zk-servers {n}: 1 (standalone) or 3 (an ensemble)")));
+        }
+    }
     if let Some(zk) = &args.zk {
         let bad = |hp: &str| match hp.rsplit_once(':') {
             Some((host, port)) => host.is_empty() || port.parse::<u16>().is_err(),
@@ -243,9 +252,35 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         Some(l) => l.clone(),
         None => existing.as_ref().map(|d| d.nicfs_limits.clone()).unwrap_or_default(),
     };
-    let settings = Settings { zk: args.zk.clone(), offload, nic_cpus: cpus, metrics_port, trusted_group, nicfs_limits };
+    let settings = Settings {
+        zk: args.zk.clone(),
+        zk_servers: args.zk_servers,
+        offload,
+        nic_cpus: cpus,
+        metrics_port,
+        trusted_group,
+        nicfs_limits,
+    };
     let desc = describe(dir, &pm_dir, &pm_files, size, settings, existing.as_ref())?;
+    // A failed up records nothing: the next one starts from the old settings.
+    let undo_desc = || {
+        let _ = match &existing {
+            Some(d) => write_desc(dir, d),
+            None => std::fs::remove_file(dir.desc_path()).ctx(|| "remove the description"),
+        };
+    };
     let mut started = Vec::new();
+    // With offload, every nicfs is a member of the cluster: ZooKeeper first.
+    let zk = match offload {
+        Offload::On => match zookeeper::start(dir, &desc, desc.zk_servers.unwrap_or(1)) {
+            Ok(connect) => Some(connect),
+            Err(e) => {
+                undo_desc();
+                return Err(e);
+            }
+        },
+        Offload::Off => None,
+    };
     if offload == Offload::On {
         for n in &desc.nodes {
             match daemons::start_node(dir, &desc, n.index) {
@@ -255,11 +290,8 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
                         let _ = daemons::stop(dir, Role::Kworker, node);
                         let _ = daemons::stop(dir, Role::Nicfs, node);
                     }
-                    // A failed up records nothing: the next one starts from the old settings.
-                    let _ = match &existing {
-                        Some(d) => write_desc(dir, d),
-                        None => std::fs::remove_file(dir.desc_path()).ctx(|| "remove the description"),
-                    };
+                    let _ = zookeeper::stop(dir);
+                    undo_desc();
                     return Err(e);
                 }
             }
@@ -288,8 +320,17 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
             msg.push_str("\n  offload off (host-only): no nicfs or kworker; each mount opens its node's PM")
         }
     }
-    if args.zk.is_some() {
-        msg.push_str("\n  --zk recorded; ZooKeeper is used once clustermgr is built");
+    if let Some(zk) = zk {
+        match zookeeper::is_local(&desc) {
+            true => msg.push_str(&format!(
+                "\n  ZooKeeper on {zk} ({} server{} under {}; stopped by linefs down)",
+                desc.zk_servers.unwrap_or(1),
+                if desc.zk_servers.unwrap_or(1) == 1 { "" } else { "s" },
+                zookeeper::dir(dir).display()
+            )),
+            false => msg.push_str(&format!("\n  ZooKeeper ensemble {zk} (--zk)")),
+        }
+        msg.push_str("; every nicfs joins the cluster as its node id (see linefs status)");
     }
     Ok(msg)
 }
@@ -304,7 +345,12 @@ fn already_up(dir: &ClusterDir, desc: Option<&ClusterDesc>) -> String {
         if n == 1 { "" } else { "s" },
         desc.map_or(Offload::Off, |d| d.offload()).name()
     );
-    if desc.is_some_and(|d| d.offload() == Offload::On) {
+    if let Some(d) = desc.filter(|d| d.offload() == Offload::On) {
+        match zookeeper::restart_if_down(dir, d) {
+            Ok(Some(connect)) => msg.push_str(&format!("\n  ZooKeeper was not running: started again on {connect}")),
+            Ok(None) => {}
+            Err(e) => msg.push_str(&format!("\n  ZooKeeper is not running and {e}")),
+        }
         for node in 0..n {
             if daemons::running(dir, Role::Nicfs, node).is_none() {
                 msg.push_str(&format!("\n  node {node}'s nicfs is not running (linefs restart-nic {node})"));
@@ -320,6 +366,7 @@ fn already_up(dir: &ClusterDir, desc: Option<&ClusterDesc>) -> String {
 /// What a cluster's description records beside its nodes.
 pub struct Settings {
     pub zk: Option<String>,
+    pub zk_servers: Option<usize>,
     pub offload: Offload,
     pub nic_cpus: Option<String>,
     pub metrics_port: Option<u16>,
@@ -340,6 +387,7 @@ pub fn create(
 ) -> CliResult<ClusterDesc> {
     let settings = Settings {
         zk,
+        zk_servers: None,
         offload: Offload::Off,
         nic_cpus: None,
         metrics_port: None,
@@ -358,6 +406,7 @@ pub fn create_offload(dir: &ClusterDir, pm_dir: &Path, pm_files: &[PathBuf], siz
     daemons::check_socket_paths(dir, pm_files.len())?;
     let settings = Settings {
         zk: None,
+        zk_servers: None,
         offload: Offload::On,
         nic_cpus: None,
         metrics_port: None,
@@ -415,6 +464,7 @@ fn describe(
         metrics_port: settings.metrics_port,
         trusted_group: settings.trusted_group,
         nicfs_limits: settings.nicfs_limits,
+        zk_servers: settings.zk_servers.or_else(|| existing.and_then(|d| d.zk_servers)),
     };
     write_desc(dir, &desc)?;
     Ok(desc)
@@ -459,7 +509,7 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
     let nodes = desc.nodes.len();
     let daemons_left =
         (0..nodes).any(|n| [Role::Nicfs, Role::Kworker].iter().any(|&r| daemons::recorded_pid(dir, r, n).is_some()));
-    if !dir.is_up() && reg.mounts.is_empty() && !daemons_left {
+    if !dir.is_up() && reg.mounts.is_empty() && !daemons_left && zookeeper::local_pids(dir).is_empty() {
         return Ok(format!("cluster in {} is already down", dir.root.display()));
     }
     let mut problems = Vec::new();
@@ -489,6 +539,14 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
             }
         }
     }
+    // ZooKeeper last: the members have left (a --zk ensemble is not ours to stop).
+    let zk_stopped = match zookeeper::stop(dir) {
+        Ok(n) => n,
+        Err(e) => {
+            problems.push(e.to_string());
+            0
+        }
+    };
     // Anything else that left a pid file behind.
     if let Ok(entries) = std::fs::read_dir(dir.run()) {
         for e in entries.flatten() {
@@ -519,8 +577,15 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
     } else {
         mounts
     };
-    let mut msg =
-        format!("cluster in {} is down ({what} stopped; data kept in {})", dir.root.display(), desc.pm_dir.display());
+    let zk = match zk_stopped {
+        0 => String::new(),
+        n => format!("; ZooKeeper stopped ({n} server{})", if n == 1 { "" } else { "s" }),
+    };
+    let mut msg = format!(
+        "cluster in {} is down ({what} stopped{zk}; data kept in {})",
+        dir.root.display(),
+        desc.pm_dir.display()
+    );
     for n in notes {
         msg.push_str(&format!("\n  {n}"));
     }
@@ -568,6 +633,7 @@ mod tests {
             metrics_port: None,
             trusted_group: None,
             nicfs_limits: Vec::new(),
+            zk_servers: None,
         };
         assert_eq!(daemons::metrics_addr(&desc, 1).unwrap(), None);
         desc.metrics_port = Some(9100);

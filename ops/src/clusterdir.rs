@@ -18,6 +18,9 @@
 //!   `run/nicfs-<node>.{pid,sock,status.json}` and `run/kworker-<node>.pid` (named by
 //!   [`crate::daemons`]).
 //!
+//! - `zk/` — the ZooKeeper servers `up` started on loopback, unless `--zk` named an
+//!   ensemble (see [`crate::zookeeper`]).
+//!
 //! Only single-node clusters exist until replication is built; the layout already has a node
 //! list.
 
@@ -56,6 +59,10 @@ pub struct ClusterDesc {
     /// (`nicfs --trusted-group`); none: root only.
     #[serde(default)]
     pub trusted_group: Option<String>,
+    /// `up --zk-servers`: how many ZooKeeper servers `up` starts on loopback (1 or 3; none
+    /// recorded: 1). Unused with `--zk`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_servers: Option<usize>,
 }
 
 impl ClusterDesc {

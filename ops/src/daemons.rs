@@ -165,8 +165,9 @@ fn abandon(dir: &ClusterDir, role: Role, node: usize, pid: i32) {
     remove(&pid_file(dir, role, node));
 }
 
-/// Starts node `node`'s nicfs (`--cpus` from the description) and returns its pid once it
-/// serves: it has locked the node, recovered every log slot and bound its socket.
+/// Starts node `node`'s nicfs (`--cpus` from the description; `--node-id` and `--zk` when the
+/// cluster has a ZooKeeper) and returns its pid once it serves: it has locked the node,
+/// recovered every log slot and bound its socket (it joins the cluster in the background).
 pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResult<i32> {
     let exe = procs::sibling_exe(Role::Nicfs.name())?;
     let node_dir = &desc.nodes.get(node).ok_or_else(|| fail(format!("node {node} out of range")))?.pm_path;
@@ -191,6 +192,10 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
     args.extend(desc.nicfs_limits.iter().cloned());
     if let Some(group) = &desc.trusted_group {
         args.extend(["--trusted-group".to_string(), group.clone()]);
+    }
+    // A member of the cluster: its id is its index (crate::zookeeper has the ensemble).
+    if let Some(zk) = crate::zookeeper::connect(dir, desc) {
+        args.extend(["--node-id".to_string(), node.to_string(), "--zk".to_string(), zk]);
     }
     let log = log_file(dir, Role::Nicfs, node);
     let from = procs::log_len(&log);

@@ -9,6 +9,8 @@
 //! - [`procs`]: spawning, readiness, pid files, liveness, mounts left behind.
 //! - [`tempcluster`]: a cluster that lives as long as a command, torn down on
 //!   Ctrl-C/SIGTERM too ([`interrupt`]).
+//! - [`zookeeper`]: the cluster's ZooKeeper: the local servers `up` starts and `down`
+//!   stops, or the ensemble `up --zk` names; the connection string nicfs is given.
 //! - [`util`]: the error type of the verbs, sizes, dates, private files.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -21,3 +23,4 @@ pub mod nodes;
 pub mod procs;
 pub mod tempcluster;
 pub mod util;
+pub mod zookeeper;
