@@ -41,8 +41,10 @@ struct DirArg {
 enum Verb {
     /// Format each node's PM once, start each node's nicfs and kworker, bring the cluster up.
     Up {
-        /// Number of nodes (only 1 until replication is built).
-        #[arg(long, default_value_t = 3)]
+        /// Number of nodes, 1 to 64. Until replication is built each node is a file system of
+        /// its own (its mounts see only its files); the nodes are members of one cluster
+        /// (ZooKeeper, epoch, chain). Default 1 until replication lands.
+        #[arg(long, default_value_t = 1)]
         nodes: usize,
         /// Where the PM files live (default DIR/pm; /dev/shm/... for memory speed).
         #[arg(long, value_name = "PMDIR")]

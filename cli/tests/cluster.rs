@@ -69,7 +69,7 @@ fn cluster_life_cycle() {
     let m = mnt.to_str().unwrap();
 
     assert!(err(&dir, &["status"]).contains("no cluster in"));
-    assert!(err(&dir, &["up"]).contains("use --nodes 1"));
+    assert!(err(&dir, &["up", "--nodes", "0"]).contains("--nodes 0: 1 to 64"));
     ok(&dir, &["up", "--nodes", "1", "--pm-size", "64M", "--offload", "off"]);
     assert!(ok(&dir, &["up", "--nodes", "1"]).contains("already up"));
     assert!(ok(&dir, &["status"]).contains("not mounted"));

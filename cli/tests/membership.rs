@@ -153,6 +153,56 @@ fn up_joins_nicfs_and_a_restarted_nicfs_raises_the_persisted_epoch() {
     assert!(zk_javas(&dir).is_empty());
 }
 
+/// Node ids of a JSON array.
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().filter_map(Value::as_u64).collect()
+}
+
+/// Several nodes come up as members of one cluster (each still a file system of its own): a
+/// killed nicfs leaves the view, a restarted one joins again at the tail, each node's record
+/// holds the view it last saw.
+#[test]
+fn several_nodes_are_members_and_a_restarted_one_rejoins_at_the_tail() {
+    need_daemons();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let _down = Down(&dir);
+    ok(&dir, &["up", "--nodes", "3", "--pm-size", "64M"]);
+    let all_in =
+        |c: &Value, want: &[u64]| {
+            ids(&c["members"]) == want
+                && c["nodes"].as_array().unwrap().iter().all(|n| {
+                    n["session"] == "connected" && n["epoch"] == c["epoch"] && n["persisted_epoch"] == c["epoch"]
+                })
+        };
+    let mut c = Value::Null;
+    wait_for("three members", Duration::from_secs(20), || {
+        c = status(&dir)["cluster"].clone();
+        all_in(&c, &[0, 1, 2])
+    });
+    let before = c["epoch"].as_u64().unwrap();
+    ok(&dir, &["kill-nic", "1"]);
+    wait_for("node 1 to leave the view", Duration::from_secs(20), || {
+        c = status(&dir)["cluster"].clone();
+        ids(&c["chain"]) == [0, 2] && c["epoch"].as_u64() > Some(before)
+    });
+    ok(&dir, &["restart-nic", "1"]);
+    wait_for("node 1 back at the tail", Duration::from_secs(20), || {
+        c = status(&dir)["cluster"].clone();
+        ids(&c["chain"]) == [0, 2, 1] && all_in(&c, &[0, 1, 2])
+    });
+    assert_eq!(c["nodes"][1]["chain_pos"], 2, "{c:#}");
+    let epoch = c["epoch"].as_u64().unwrap();
+    assert!(epoch >= before + 2, "{c:#}");
+    ok(&dir, &["down"]);
+    let public = |i: usize| dir.join("pm").join(format!("node{i}")).join(linefs_pm::node::PUBLIC_FILE);
+    for i in 0..3 {
+        let rec = NodeRecord::load(&linefs_pm::PmRegion::open_read_only(&public(i)).unwrap()).unwrap();
+        assert_eq!((rec.node_id, rec.epoch, rec.members), (Some(i as u32), epoch, 0b111), "node {i}: {rec:?}");
+    }
+    assert!(zk_javas(&dir).is_empty());
+}
+
 #[test]
 fn a_zookeeper_nobody_answers_or_a_wrong_server_count_is_refused_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();

@@ -19,6 +19,8 @@ use crate::util::{fail, human_size, unix_now, utc_date, CliResult, Context};
 use crate::zookeeper;
 
 pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
+/// Most nodes `up` brings up (the node record's member set is 64 bits).
+pub const MAX_NODES: usize = 64;
 
 /// Formats a node in the directory `path` (its public file and log files, see
 /// `linefs_pm::node`) unless it already holds a valid node (kept as it is). Returns the
@@ -161,8 +163,11 @@ fn check_cpus(list: &str) -> CliResult<()> {
 /// kworker (with offload) and marks the cluster up once each nicfs serves with its kworker
 /// attached. If a node's daemons fail to start, those already started are stopped again.
 pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
-    if args.nodes != 1 {
-        return Err(fail("multi-node clusters need replication, which is not built yet; use --nodes 1"));
+    // Each node is its own file system until replication lands: several nodes come up as
+    // members of one cluster (ZooKeeper, epochs, chain) but share no files yet. At most 64:
+    // the node record keeps a view's members as 64 bits.
+    if args.nodes == 0 || args.nodes > MAX_NODES {
+        return Err(fail(format!("--nodes {}: 1 to {MAX_NODES}", args.nodes)));
     }
     if let Some(cpus) = &args.cpus {
         check_cpus(cpus)?;
@@ -331,6 +336,11 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
             false => msg.push_str(&format!("\n  ZooKeeper ensemble {zk} (--zk)")),
         }
         msg.push_str("; every nicfs joins the cluster as its node id (see linefs status)");
+    }
+    if desc.nodes.len() > 1 {
+        msg.push_str(
+            "\n  each node is a file system of its own until replication is built: a mount sees its node's files only",
+        );
     }
     Ok(msg)
 }

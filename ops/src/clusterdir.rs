@@ -21,8 +21,8 @@
 //! - `zk/` — the ZooKeeper servers `up` started on loopback, unless `--zk` named an
 //!   ensemble (see [`crate::zookeeper`]).
 //!
-//! Only single-node clusters exist until replication is built; the layout already has a node
-//! list.
+//! Until replication is built each node of a cluster is a file system of its own (`up --nodes
+//! N` brings N nodes up as members of one cluster, sharing no files).
 
 use std::path::{Path, PathBuf};
 
