@@ -4,7 +4,8 @@
 //! epoch and the node record (read with pm's reader) follows; ZooKeeper killed (kill -9) under
 //! an fsyncing write load through a mount and started again by a second `up` loses nothing
 //! acknowledged while nicfs logs its retries and keeps its pid; `down` leaves no java; a
-//! `--zk` nobody answers is refused in one line.
+//! `--zk` nobody answers, a missing java and a server count other than 1 or 3 are refused in
+//! one line; several nodes come up as members and a restarted one rejoins at the tail.
 //!
 //! Needs `nicfs` and `kworker` built beside `linefs` (`cargo build --bins`), java and the
 //! `zookeeper` package (scripts/install-deps.sh); the mount test needs `/dev/fuse`.
@@ -204,7 +205,7 @@ fn several_nodes_are_members_and_a_restarted_one_rejoins_at_the_tail() {
 }
 
 #[test]
-fn a_zookeeper_nobody_answers_or_a_wrong_server_count_is_refused_in_one_line() {
+fn a_zookeeper_nobody_answers_no_java_or_a_wrong_server_count_is_refused_in_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let _down = Down(&dir);
@@ -218,7 +219,20 @@ fn a_zookeeper_nobody_answers_or_a_wrong_server_count_is_refused_in_one_line() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr:?}");
         assert!(stderr.contains(why), "{stderr}");
     }
+    // No java on the PATH: ZooKeeper cannot start, and up says so in one line.
+    need_daemons();
+    let out = Command::new(LINEFS)
+        .env("PATH", "/nonexistent")
+        .args(["up", "--nodes", "1", "--pm-size", "64M", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr:?}");
+    assert!(stderr.contains("cannot start ZooKeeper: java not found"), "{stderr}");
     assert!(!dir.join("run").join("up").exists(), "nothing is up");
+    assert!(!dir.join("cluster.json").exists(), "nothing recorded");
     assert!(processes_with(&dir.display().to_string()).is_empty(), "nothing left running");
 }
 
