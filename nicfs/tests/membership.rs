@@ -1,0 +1,56 @@
+//! nicfs as a member of a cluster, without a ZooKeeper to reach: with `--node-id` and `--zk`
+//! it serves its clients while it keeps trying to join, and stops promptly; a node record
+//! naming another node refuses the start in one line; without the flags there is no cluster.
+//! (With a real ZooKeeper: `cli/tests/membership.rs`.)
+
+mod support;
+
+use linefs_pm::noderecord::NodeRecord;
+use linefs_pm::PmRegion;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn public(d: &Daemon) -> PmRegion {
+    PmRegion::open(&d.node.join(linefs_pm::node::PUBLIC_FILE)).unwrap()
+}
+
+#[test]
+fn with_zookeeper_unreachable_nicfs_serves_while_it_keeps_joining() {
+    let mut d = Daemon::start_with(2, &["--node-id", "3", "--zk", "127.0.0.1:1"]);
+    let st = d.wait_status("the cluster in the status", |s| s["cluster"]["session"] == "joining");
+    assert_eq!((&st["cluster"]["node_id"], &st["cluster"]["zk"]), (&3.into(), &"127.0.0.1:1".into()), "{st:#}");
+    assert_eq!(st["cluster"]["epoch"], 0, "no view: {st:#}");
+    // Its clients are served meanwhile.
+    let mut c = Client::attach(&d.socket);
+    let ino = c.attached.inodes.first;
+    c.write_lease(ino);
+    c.release_all();
+    drop(c);
+    assert!(d.alive());
+    let asked = Instant::now();
+    let (status, err) = d.stop(libc::SIGTERM);
+    assert!(status.success(), "{status}: {err}");
+    assert!(asked.elapsed() < Duration::from_secs(5), "stopping took {:?}", asked.elapsed());
+    assert!(err.contains("ZooKeeper unreachable; retrying"), "the retries are logged: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Nothing was persisted: no view was ever seen.
+    assert_eq!(NodeRecord::load(&public(&d)).unwrap().epoch, 0);
+}
+
+#[test]
+fn a_node_record_naming_another_node_refuses_the_start_and_no_flags_means_no_cluster() {
+    let mut d = Daemon::start(2);
+    assert!(d.status()["cluster"].is_null(), "without --zk nicfs is a node on its own");
+    let (status, _) = d.stop(libc::SIGTERM);
+    assert!(status.success());
+    let region = public(&d);
+    let rec = NodeRecord::load(&region).unwrap();
+    NodeRecord::store(&region, &NodeRecord { node_id: Some(5), ..rec }).unwrap();
+    drop(region);
+    d.args = ["--node-id", "0", "--zk", "127.0.0.1:1"].iter().map(|s| s.to_string()).collect();
+    let out = d.spawn(&d.socket.clone()).wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.starts_with("nicfs: ") && last.contains("the node record says this is node 5, not node 0"), "{err}");
+}
