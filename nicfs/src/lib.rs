@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH] [--kworker-heartbeat-ms N]
-//!       [--chunk-bytes N] [--no-coalesce] [--metrics-addr IP:PORT]
+//!       [--chunk-bytes N] [--no-coalesce] [--metrics-addr IP:PORT] [--node-id N --zk HOST:PORT,…]
 //! ```
 //!
 //! What exists now:
@@ -75,6 +75,12 @@
 //!   latencies as histograms — served to `GET /metrics` by a small HTTP/1.1 responder on a
 //!   thread of its own.
 //!
+//! * **cluster membership** (`daemon::cluster`): with `--node-id` and `--zk`, the node joins
+//!   its cluster through clustermgr on a runtime thread of its own, persists each new view
+//!   (epoch, members, chain position) in its node record before reporting it, never goes
+//!   below the epoch it persisted, and rejoins after a lost session; ZooKeeper lost, it logs
+//!   its retries and serves on. Without the flags it never talks to ZooKeeper.
+//!
 //! * **admission** ([`lease::manager`], [`lease::perms`], [`node::grants`]): an entry is
 //!   published only if its session holds the write lease of every inode it changes and its
 //!   caller may make the change (pm's permission rules; the caller as [`node::caller`]
@@ -88,8 +94,9 @@
 //! # Layout: folders by concern, imports only downward
 //!
 //! ```text
-//! daemon/    the process: Config in, socket, connections (conn, control, bulk), the
-//!            daemon's private shared state (ctx), status file, /metrics, args (clap)
+//! daemon/    the process: Config in, socket, connections (conn, control, bulk), cluster
+//!            membership (cluster), the daemon's private shared state (ctx), status file,
+//!            /metrics, args (clap)
 //! pipeline/  fetch → validate → coalesce → publish stages (stage), the chunk that flows
 //!            through them (chunk), each session's acknowledging sequencer (sequencer)
 //! config     what the core runs with (thread counts, chunk size, timeouts, limits)
