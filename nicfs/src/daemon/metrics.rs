@@ -4,7 +4,9 @@
 //! Nothing here counts anything. Each scrape takes a [`Sample`] of what the daemon already
 //! keeps — the publication counters ([`crate::observe::counters`]), each stage's status and its
 //! wait/service histograms ([`crate::pipeline::stage`]), the end-to-end chunk and fsync histograms
-//! ([`crate::observe::latency::EndToEnd`]), sessions, lease counts and the mode — and encodes it with
+//! ([`crate::observe::latency::EndToEnd`]), sessions, lease counts, the mode and, with `--zk`, the
+//! cluster membership (`cluster_epoch`, `cluster_persisted_epoch`, `cluster_session`,
+//! `cluster_joins_total`) — and encodes it with
 //! `prometheus-client`'s text encoder as a [`Collector`], so the status file and `/metrics`
 //! always tell the same story. The output is OpenMetrics text (`# EOF` at the end, content
 //! type [`http::CONTENT_TYPE`]), which Prometheus scrapes as is.
@@ -59,6 +61,8 @@ pub(crate) struct Sample {
     pub(crate) fsync: Latency,
     /// What the per-user limits refused ([`crate::limits`]).
     pub(crate) refusals: crate::limits::RefusalCounts,
+    /// The node's cluster membership (`--zk`), if it is in one.
+    pub(crate) cluster: Option<crate::daemon::cluster::ClusterStatus>,
 }
 
 impl Sample {
@@ -90,6 +94,7 @@ impl Sample {
             chunk: ctx.latency.chunk.clone(),
             fsync: ctx.latency.fsync.clone(),
             refusals: crate::daemon::status::refusals(ctx),
+            cluster: ctx.cluster.as_ref().map(|c| c.status()),
         }
     }
 
@@ -241,6 +246,18 @@ impl Collector for Sample {
         };
         one(e, "mode", "The node's mode: 0 normal (kworker copies), 1 isolated (nicfs copies)", None, &gauge(mode))?;
         one(e, "mode_switches", "Switches between normal and isolated mode", None, &counter(self.mode_switches))?;
+        if let Some(c) = &self.cluster {
+            one(e, "cluster_epoch", "The cluster view's epoch (0: none yet)", None, &gauge(c.epoch))?;
+            one(e, "cluster_persisted_epoch", "The epoch the node record holds", None, &gauge(c.persisted_epoch))?;
+            let session = match c.session {
+                "connected" => 0,
+                "suspended" => 1,
+                _ => 2,
+            };
+            let help = "The ZooKeeper session: 0 connected, 1 suspended (ZooKeeper lost), 2 joining, expired or closed";
+            one(e, "cluster_session", help, None, &gauge(session))?;
+            one(e, "cluster_joins", "Joins completed since start", None, &counter(c.joins))?;
+        }
         let r = &self.refusals;
         let kinds = [
             ("connections", counter(r.connections)),
@@ -318,6 +335,18 @@ mod tests {
             chunk: Latency::new(),
             fsync: Latency::new(),
             refusals: crate::limits::RefusalCounts { connections: 3, ..Default::default() },
+            cluster: Some(crate::daemon::cluster::ClusterStatus {
+                node_id: 0,
+                zk: "127.0.0.1:2181".into(),
+                session: "suspended",
+                may_be_expired: false,
+                epoch: 4,
+                chain: vec![0],
+                chain_pos: Some(0),
+                persisted_epoch: 4,
+                joins: 2,
+                last_error: None,
+            }),
         };
         s.fsync.record(Duration::from_micros(800));
         s
@@ -355,6 +384,10 @@ mod tests {
         assert_eq!((get("linefs_nicfs_lease_writers"), get("linefs_nicfs_lease_grants_total")), (2.0, 5.0));
         assert_eq!(get("linefs_nicfs_refusals_total{kind=\"connections\"}"), 3.0);
         assert_eq!(get("linefs_nicfs_refusals_total{kind=\"log_resized\"}"), 0.0);
+        assert_eq!((get("linefs_nicfs_cluster_epoch"), get("linefs_nicfs_cluster_persisted_epoch")), (4.0, 4.0));
+        assert_eq!((get("linefs_nicfs_cluster_session"), get("linefs_nicfs_cluster_joins_total")), (1.0, 2.0));
+        let alone = Sample { cluster: None, ..sample() }.encode().unwrap();
+        assert!(!alone.contains("cluster_"), "a node on its own exports no cluster metrics");
         assert_eq!(
             get(&format!("linefs_nicfs_node_info{{node=\"node0\",version=\"{}\"}}", env!("CARGO_PKG_VERSION"))),
             1.0
