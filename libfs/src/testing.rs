@@ -9,7 +9,7 @@
 //! between two calls).
 
 use crate::error::{FsError, FsResult};
-use crate::link::fake::FakeLink;
+use crate::link::fake::{self, FakeLink, NodeDir};
 use crate::link::fault::FaultLink;
 use crate::options::FsOptions;
 use crate::state::Fs;
@@ -58,16 +58,38 @@ impl Faults {
     }
 }
 
-/// A client (slot 0) of an in-process fake node formatted with `params` in a temporary
-/// directory: leases granted at once, inode numbers and blocks handed out from the public
-/// area's counts, the log published with pm's publisher when the client reports a chunk
-/// or syncs. Nothing that nicfs checks across clients is faked (see `docs/ARCHITECTURE.md`,
-/// "Tests of the node link").
+/// An in-process fake node formatted in a temporary directory, which outlives its
+/// clients: one client at a time attaches to it ([`FakeNode::attach`]), and each attach
+/// recovers the node first, as a restarted nicfs would. The node grants leases at once,
+/// hands out inode numbers and blocks from the public area's counts, and publishes the
+/// client's log with pm's publisher when the client reports a chunk, syncs or detaches.
+/// Nothing that nicfs checks across clients is faked (see `docs/ARCHITECTURE.md`, "Tests
+/// of the node link").
+pub struct FakeNode {
+    dir: NodeDir,
+}
+
+impl FakeNode {
+    pub fn format(params: &FormatParams) -> FsResult<FakeNode> {
+        Ok(FakeNode { dir: fake::format(params)? })
+    }
+
+    /// A client of the node (its slot 0), its calls going through a fault link. EBUSY
+    /// while an earlier client lives.
+    pub fn attach(&self, opts: FsOptions) -> FsResult<(Fs, Faults)> {
+        if Arc::strong_count(&self.dir) > 1 {
+            return Err(FsError::Busy("the fake node's one client is attached".into()));
+        }
+        let (fake, session) = FakeLink::open(self.dir.clone())?;
+        let fault = Arc::new(FaultLink::new(Arc::new(fake)));
+        let fs = Fs::offload(session, fault.clone(), "(fake node)".into(), opts)?;
+        Ok((fs, Faults(fault)))
+    }
+}
+
+/// A client of a fresh [`FakeNode`] of `params` (which lives as long as the client).
 pub fn fake_node(params: &FormatParams, opts: FsOptions) -> FsResult<(Fs, Faults)> {
-    let (fake, session) = FakeLink::new(params);
-    let fault = Arc::new(FaultLink::new(Arc::new(fake)));
-    let fs = Fs::offload(session, fault.clone(), "(fake node)".into(), opts)?;
-    Ok((fs, Faults(fault)))
+    FakeNode::format(params)?.attach(opts)
 }
 
 /// A client attached to the nicfs listening on `socket` (as [`Fs::mount`] with

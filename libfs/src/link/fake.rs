@@ -1,6 +1,7 @@
 //! An in-process node for the offload mode's tests ([`FakeLink`]): what nicfs answers a
 //! single client, without a nicfs process or a socket. It formats a node in a temporary
-//! directory, hands the client its log slot's file and the public file, grants every lease
+//! directory ([`format`]; a client after another recovers it first, as a restarted nicfs
+//! would), hands the client its log slot's file and the public file, grants every lease
 //! at once, hands out inode numbers and block reservations from the public area's counts,
 //! and publishes the client's log with pm's publisher when the client reports a chunk or
 //! asks for an fsync. Nothing here is what nicfs checks (leases of other clients,
@@ -12,13 +13,16 @@ use crate::leases::{Grant, Leases, Need};
 use crate::publication::Publication;
 use linefs_pm::bitmap::Bitmap;
 use linefs_pm::layout::FormatParams;
+use linefs_pm::node::NodePm;
 use linefs_pm::oplog::LogSlot;
 use linefs_pm::public::PublicArea;
 use linefs_pm::publish::{publish_slot, Bounds};
 use linefs_proto::RemoteError;
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Blocks the fake keeps for publication's own metadata (as nicfs's margin).
 const META_RESERVE: u64 = 64;
@@ -34,9 +38,24 @@ struct Node {
     failed: Option<String>,
 }
 
+/// The temporary directory of a fake node, kept while the node or a client of it lives.
+pub(crate) type NodeDir = Arc<tempfile::TempDir>;
+
+/// Formats a node of `params` in a temporary directory.
+pub(crate) fn format(params: &FormatParams) -> FsResult<NodeDir> {
+    let dir =
+        tempfile::tempdir().map_err(|e| FsError::Io { what: "fake node: temporary directory".into(), source: e })?;
+    linefs_pm::mkfs::format_dir(&node_path(&dir), params)?;
+    Ok(Arc::new(dir))
+}
+
+fn node_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("node0")
+}
+
 /// A formatted node and the one client it serves in process.
 pub(crate) struct FakeLink {
-    _dir: tempfile::TempDir,
+    _dir: NodeDir,
     leases: Leases,
     pool: InodePool,
     node: Mutex<Node>,
@@ -45,16 +64,16 @@ pub(crate) struct FakeLink {
 }
 
 impl FakeLink {
-    /// A node of `params` and the session of its slot 0 (what nicfs's `Attached` carries).
-    pub(crate) fn new(params: &FormatParams) -> (FakeLink, Session) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let pm = linefs_pm::mkfs::format_dir(&dir.path().join("node0"), params).expect("format");
-        let rec = linefs_pm::recovery::recover(&pm).expect("recover a fresh node");
+    /// The node in `dir`, recovered (every slot's committed log published, orphans freed),
+    /// and the session of its slot 0 (what nicfs's `Attached` carries).
+    pub(crate) fn open(dir: NodeDir) -> FsResult<(FakeLink, Session)> {
+        let pm = NodePm::open(&node_path(&dir))?;
+        let rec = linefs_pm::recovery::recover(&pm)?;
         let geo = rec.geometry;
         let in_use: BTreeSet<u64> = rec.loaded.inodes.keys().copied().collect();
         let free_inodes = (1..geo.inode_count).filter(|i| !in_use.contains(i)).collect();
         let log = LogSlot::new(pm.logs[0].clone(), &geo, 0);
-        let published = log.published_lsn().expect("slot header");
+        let published = log.published_lsn()?;
         let session = Session {
             public: pm.public.clone(),
             log: pm.logs[0].clone(),
@@ -71,7 +90,7 @@ impl FakeLink {
             committed: AtomicU64::new(published),
             next_lease: AtomicU64::new(1),
         };
-        (link, session)
+        Ok((link, session))
     }
 
     /// Publishes the committed log up to `until` (as nicfs's pipeline would).
