@@ -118,6 +118,12 @@ impl Leases {
         Leases { sole: true, ..Leases::default() }
     }
 
+    /// Whether every lease is held for good ([`Leases::sole`]): a call need not ask,
+    /// load or pin anything.
+    pub(crate) fn holds_everything(&self) -> bool {
+        self.sole
+    }
+
     /// The needs that are not held as needed (waits out a revoke in progress first).
     pub(crate) fn missing(&self, need: &[Need]) -> Vec<Need> {
         if self.sole {
@@ -265,6 +271,9 @@ impl Leases {
     }
 
     pub(crate) fn unpin(&self, need: &[Need]) {
+        if self.sole {
+            return;
+        }
         let mut t = self.table.lock();
         for n in need {
             if let Some(h) = t.get_mut(&n.ino) {
@@ -436,6 +445,8 @@ mod tests {
         l.granted(Grant { ino: 7, write: true, lease: 1 });
         assert_eq!(l.counts(), (0, 0), "nothing is recorded");
         assert!(l.drop_all().is_empty());
+        assert!(l.holds_everything());
+        assert!(!Leases::default().holds_everything());
     }
 
     #[test]

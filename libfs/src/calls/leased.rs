@@ -13,6 +13,11 @@ impl Fs {
     pub(crate) fn leased(&self, need: &[Need]) -> FsResult<Pinned<'_>> {
         let remote = &self.client.link;
         let leases = remote.leases();
+        if leases.holds_everything() {
+            // Nothing to acquire, load or pin (the host-only mode's calls cost what they did
+            // before there were leases).
+            return Ok(Pinned { leases, need: Vec::new() });
+        }
         let mut need: Vec<Need> = need.iter().filter(|n| n.ino != 0).copied().collect();
         need.sort_by_key(|n| (n.ino, !n.write));
         need.dedup_by_key(|n| n.ino);
@@ -43,6 +48,10 @@ impl Fs {
     /// held (a name's target: its inode is known only from the directory). Starts over if
     /// what `more` finds changed while its leases were being acquired.
     pub(crate) fn leased_with(&self, base: &[Need], more: impl Fn(&Front) -> Vec<Need>) -> FsResult<Pinned<'_>> {
+        if self.client.link.leases().holds_everything() {
+            // Whatever `more` finds is held too.
+            return self.leased(base);
+        }
         let mut extra: Vec<Need> = Vec::new();
         loop {
             let all: Vec<Need> = base.iter().chain(extra.iter()).copied().collect();
