@@ -103,7 +103,8 @@
 //!   kworker from a busy one.
 //! * No checksums on this machine's links: the socket does not corrupt, and every field is
 //!   checked instead. The header's `check` byte is where a link that leaves the machine
-//!   names its checksum or MAC ([`frame`], [`transport`]).
+//!   names its MAC ([`CHECK_MAC`], version 7: the peer link of crate `linefs-peer`;
+//!   [`frame`], [`transport`]).
 //!
 //! # Transport
 //!
@@ -125,7 +126,9 @@ pub mod transport;
 
 pub use codec::{decode, decode_payload, encode, encode_into, Codec, EncodeError};
 pub use error::{errno, DecodeError, RemoteError};
-pub use frame::{Header, CHECK_NONE, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION};
+pub use frame::{
+    Header, CHECK_MAC, CHECK_MAC_LEN, CHECK_NONE, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION,
+};
 pub use kind::{Class, Kind, Link, Party};
 pub use messages::*;
 pub use transport::memory::{Fault, MemoryLink};

@@ -277,7 +277,8 @@ fn header_errors_are_precise() {
     let mut b = good.clone();
     b[14] = 1;
     assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::ReservedNonZero { field: "frame header" }));
-    // Byte 13 names an integrity check; none is defined yet, so any other value is refused.
+    // Byte 13 names an integrity check; a frame of the links of one machine says none, so
+    // any other value (the peer link's MAC, 1, included) is refused.
     let mut b = good.clone();
     b[13] = 1;
     assert_eq!(decode::<Control>(&b, Party::Client), Err(DecodeError::FieldOutOfRange { field: "check", value: 1 }));
