@@ -8,9 +8,9 @@
 //! * The low-latency class sets `TCP_NODELAY` (a small frame leaves at once); the bulk class
 //!   leaves Nagle on (its frames are large, and each is written by one `write_all`).
 //! * Sending seals the frame and writes it under the send lock, so the sequence numbers are
-//!   in the order the bytes are on the wire, and writers never interleave. Every write has
-//!   a deadline (`write_timeout`, `SO_SNDTIMEO`): a peer that stops reading cannot hold a
-//!   writer forever; a write that fails or times out part-way closes the link (the peer's
+//!   in the order the bytes are on the wire, and writers never interleave. Every frame's
+//!   write has one deadline (`write_timeout`, each `write` under `SO_SNDTIMEO` set to what
+//!   is left of it): a peer that stops or slows its reading cannot hold a writer longer; a write that fails or times out part-way closes the link (the peer's
 //!   stream would be out of step).
 //! * Receiving reads the header under one deadline for the whole frame (the call's timeout,
 //!   or the link's `idle_timeout`), checks it before reading or allocating the payload,
@@ -95,6 +95,7 @@ pub struct TcpLink {
     /// Set once the link was closed for cause: every later call fails at once.
     broken: AtomicBool,
     idle_timeout: Option<Duration>,
+    write_timeout: Duration,
 }
 
 impl std::fmt::Debug for TcpLink {
@@ -161,6 +162,31 @@ fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Option<&Deadline>
     Ok(())
 }
 
+/// Writes all of `bytes` within `deadline`: each `write` waits at most what is left of it
+/// (`SO_SNDTIMEO`), so a peer that reads slowly cannot stretch one frame past it.
+fn write_all_by(stream: &TcpStream, bytes: &[u8], deadline: &Deadline) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let left = deadline.left().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::TimedOut, format!("write not done within {:?}", deadline.total))
+        })?;
+        stream.set_write_timeout(Some(left))?;
+        match (&*stream).write(&bytes[sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("write not done within {:?}", deadline.total),
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// The handshake's I/O: one deadline for all of it.
 struct Wire<'a> {
     stream: &'a TcpStream,
@@ -170,10 +196,8 @@ struct Wire<'a> {
 
 impl Wire<'_> {
     fn send(&self, bytes: &[u8]) -> Result<(), LinkError> {
-        let left = self.deadline.left().ok_or_else(|| self.timed_out())?;
-        self.stream.set_write_timeout(Some(left)).map_err(|e| self.io(e))?;
-        (&*self.stream).write_all(bytes).map_err(|e| match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => self.timed_out(),
+        write_all_by(self.stream, bytes, &self.deadline).map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut => self.timed_out(),
             _ => self.io(e),
         })
     }
@@ -302,9 +326,9 @@ impl TcpLink {
     }
 
     fn new(stream: TcpStream, session: Session, addr: String, config: &LinkConfig) -> Result<TcpLink, LinkError> {
-        let io = |source| LinkError::Io { addr: addr.clone(), source };
-        stream.set_nodelay(session.class == Class::LowLatency).map_err(io)?;
-        stream.set_write_timeout(Some(config.write_timeout)).map_err(io)?;
+        stream
+            .set_nodelay(session.class == Class::LowLatency)
+            .map_err(|source| LinkError::Io { addr: addr.clone(), source })?;
         tracing::debug!(peer = session.peer, %addr, class = ?session.class, "peer link up");
         Ok(TcpLink {
             stream,
@@ -315,6 +339,7 @@ impl TcpLink {
             recv: Mutex::new(Opener::new(session.recv_key)),
             broken: AtomicBool::new(false),
             idle_timeout: config.idle_timeout,
+            write_timeout: config.write_timeout,
         })
     }
 
@@ -373,7 +398,7 @@ impl FrameLink for TcpLink {
             return Err(Self::gone());
         }
         let bytes = sealer.seal(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        if let Err(e) = (&self.stream).write_all(&bytes) {
+        if let Err(e) = write_all_by(&self.stream, &bytes, &Deadline::new(self.write_timeout)) {
             // Part of the frame may be on the wire: the peer's stream is out of step.
             self.fail(&format_args!("write failed: {e}"));
             return Err(e);
@@ -459,12 +484,26 @@ impl PeerListener {
         self.listener.local_addr()
     }
 
-    /// Waits for the next connection and runs its handshake. `Err` for a connection whose
-    /// handshake failed (logged; the caller goes on accepting) or a failed `accept`.
+    /// Waits for the next connection and runs its handshake on this thread. `Err` for a
+    /// connection whose handshake failed (logged; the caller goes on accepting) or a failed
+    /// `accept`. A peer that stalls its handshake holds this call up to the handshake's
+    /// deadline: a daemon takes connections with [`PeerListener::accept_tcp`] and runs
+    /// [`PeerListener::handshake`] for each on a thread of its own.
     pub fn accept(&self) -> Result<TcpLink, LinkError> {
-        let (stream, addr) =
-            self.listener.accept().map_err(|source| LinkError::Io { addr: "listener".into(), source })?;
+        let stream = self.accept_tcp().map_err(|source| LinkError::Io { addr: "listener".into(), source })?;
+        self.handshake(stream)
+    }
+
+    /// Waits for the next TCP connection, not yet authenticated.
+    pub fn accept_tcp(&self) -> io::Result<TcpStream> {
+        let (stream, addr) = self.listener.accept()?;
         tracing::debug!(%addr, "peer connection");
+        Ok(stream)
+    }
+
+    /// Runs the acceptor's handshake on a connection from [`PeerListener::accept_tcp`]
+    /// (the listener is `Sync`: several may run at once, sharing its replay guard).
+    pub fn handshake(&self, stream: TcpStream) -> Result<TcpLink, LinkError> {
         TcpLink::accept(stream, &self.key, self.me, &self.guard, &self.config)
     }
 }

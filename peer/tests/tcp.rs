@@ -360,3 +360,61 @@ fn a_frame_that_stops_half_way_times_out_and_closes() {
     assert!(matches!(link.recv_raw(Some(Duration::from_millis(200))), Err(ReadError::TimedOut(_))));
     assert!(link.is_broken(), "part of a frame read: the stream is out of step");
 }
+
+#[test]
+fn a_stalled_handshake_does_not_hold_up_another_peer() {
+    let (l, addr) = listener(KEY);
+    let l = std::sync::Arc::new(l);
+    // An intruder connects first and says nothing.
+    let stalled = TcpStream::connect(addr).unwrap();
+    let first = l.accept_tcp().unwrap();
+    let l2 = l.clone();
+    let intruder = thread::spawn(move || l2.handshake(first));
+    // A real peer is served meanwhile, on a thread of its own.
+    let l3 = l.clone();
+    let server = thread::spawn(move || {
+        let s = l3.accept_tcp().unwrap();
+        l3.handshake(s)
+    });
+    let started = std::time::Instant::now();
+    let client =
+        TcpLink::connect(addr, &ClusterKey::from_bytes(KEY), INITIATOR, Class::LowLatency, None, &config()).unwrap();
+    let server = server.join().unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4), "served before the intruder's deadline");
+    client.send_raw(&ping(1)).unwrap();
+    assert_eq!(server.recv_raw(Some(Duration::from_secs(5))).unwrap().header.id, 1);
+    drop(stalled);
+    assert!(intruder.join().unwrap().is_err());
+}
+
+#[test]
+fn writers_on_several_threads_keep_the_sequence() {
+    let (l, addr) = listener(KEY);
+    let server = accept_one(l);
+    let client = std::sync::Arc::new(
+        TcpLink::connect(addr, &ClusterKey::from_bytes(KEY), INITIATOR, Class::Bulk, None, &config()).unwrap(),
+    );
+    let server = server.join().unwrap().1.unwrap();
+    let writers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let c = client.clone();
+            thread::spawn(move || {
+                for i in 0..50 {
+                    c.send_raw(&ping(1 + t * 1000 + i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        ids.push(server.recv_raw(Some(Duration::from_secs(5))).unwrap().header.id);
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    ids.sort_unstable();
+    let mut want: Vec<u64> = (0..4u64).flat_map(|t| (0..50).map(move |i| 1 + t * 1000 + i)).collect();
+    want.sort_unstable();
+    assert_eq!(ids, want);
+    assert!(!server.is_broken());
+}
