@@ -17,7 +17,7 @@
 //! connection. The transcript `T` is everything the two sides agreed on:
 //!
 //! ```text
-//! T = version (u16) | class (u8) | node_i (u64) | node_a (u64) | nonce_i (32) | nonce_a (32)
+//! T = version (u16) | class (u8) | node_i (u32) | node_a (u32) | nonce_i (32) | nonce_a (32)
 //! mac_a = HMAC-SHA256(K, "linefs-peer acceptor proof\0" | T)
 //! mac_i = HMAC-SHA256(K, "linefs-peer initiator proof\0" | T)
 //! prk   = HMAC-SHA256(K, "linefs-peer session\0" | T)
@@ -53,7 +53,8 @@
 //!   7   1 class         1 low-latency, 2 bulk (the class of the connection; Verdict: 0)
 //!
 //! Hello (48 bytes)                      Challenge (80 bytes)
-//!   8   8 node_i                          8   8 node_a
+//!   8   4 node_i                          8   4 node_a
+//!  12   4 reserved, 0                    12   4 reserved, 0
 //!  16  32 nonce_i                        16  32 nonce_a
 //!                                        48  32 mac_a
 //! Proof (40 bytes)                      Verdict (16 bytes)
@@ -94,6 +95,9 @@ const LABEL_INITIATOR: &[u8] = b"linefs-peer initiator proof\0";
 const LABEL_SESSION: &[u8] = b"linefs-peer session\0";
 const LABEL_I2A: &[u8] = b"initiator to acceptor\0";
 const LABEL_A2I: &[u8] = b"acceptor to initiator\0";
+
+/// A node's id in its cluster: the node record's `node_id` (pm's `noderecord`).
+pub type NodeId = u32;
 
 /// The two connection classes between a pair of nodes (as in LineFS): low-latency for the
 /// small messages someone waits on (fsync, leases, acknowledgements; `TCP_NODELAY`), bulk
@@ -177,8 +181,8 @@ impl Status {
 /// A decoded handshake message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
-    Hello { version: u16, class: Class, node: u64, nonce: [u8; NONCE_LEN] },
-    Challenge { version: u16, class: Class, node: u64, nonce: [u8; NONCE_LEN], mac: [u8; MAC_LEN] },
+    Hello { version: u16, class: Class, node: NodeId, nonce: [u8; NONCE_LEN] },
+    Challenge { version: u16, class: Class, node: NodeId, nonce: [u8; NONCE_LEN], mac: [u8; MAC_LEN] },
     Proof { version: u16, class: Class, mac: [u8; MAC_LEN] },
     Verdict { version: u16, status: Status },
 }
@@ -203,9 +207,9 @@ pub enum HandshakeError {
     #[error("connection class changed during the handshake: {expected:?} then {found:?}")]
     ClassMismatch { expected: Class, found: Class },
     #[error("expected node {expected}, the peer says it is node {found}")]
-    UnexpectedPeer { expected: u64, found: u64 },
+    UnexpectedPeer { expected: NodeId, found: NodeId },
     #[error("the peer claims this node's own id {node}")]
-    OwnId { node: u64 },
+    OwnId { node: NodeId },
     #[error("the peer's proof does not verify: it does not hold the cluster key, or replays an old handshake")]
     BadProof,
     #[error("replayed handshake: this acceptor has seen the initiator's nonce before")]
@@ -221,7 +225,7 @@ pub enum HandshakeError {
 /// What the handshake leaves: who the peer is, the class, and the two frame keys.
 #[derive(Clone)]
 pub struct Session {
-    pub peer: u64,
+    pub peer: NodeId,
     pub class: Class,
     pub(crate) send_key: [u8; MAC_LEN],
     pub(crate) recv_key: [u8; MAC_LEN],
@@ -260,15 +264,21 @@ pub fn decode(bytes: &[u8]) -> Result<Message, HandshakeError> {
         MsgType::Hello => {
             let b: &[u8; HELLO_LEN] = bytes.try_into().map_err(|_| truncated(need, bytes.len()))?;
             let f = Fixed::new(b);
-            Message::Hello { version, class: class()?, node: f.u64::<8>(), nonce: f.array::<16, NONCE_LEN>() }
+            if !f.is_zero::<12, 16>() {
+                return Err(HandshakeError::ReservedNonZero { what: "hello" });
+            }
+            Message::Hello { version, class: class()?, node: f.u32::<8>(), nonce: f.array::<16, NONCE_LEN>() }
         }
         MsgType::Challenge => {
             let b: &[u8; CHALLENGE_LEN] = bytes.try_into().map_err(|_| truncated(need, bytes.len()))?;
             let f = Fixed::new(b);
+            if !f.is_zero::<12, 16>() {
+                return Err(HandshakeError::ReservedNonZero { what: "challenge" });
+            }
             Message::Challenge {
                 version,
                 class: class()?,
-                node: f.u64::<8>(),
+                node: f.u32::<8>(),
                 nonce: f.array::<16, NONCE_LEN>(),
                 mac: f.array::<48, MAC_LEN>(),
             }
@@ -302,12 +312,12 @@ fn prefix<const N: usize>(ty: MsgType, class: u8) -> FixedOut<N> {
 pub fn encode(msg: &Message) -> Vec<u8> {
     match msg {
         Message::Hello { class, node, nonce, .. } => prefix::<HELLO_LEN>(MsgType::Hello, *class as u8)
-            .u64::<8>(*node)
+            .u32::<8>(*node)
             .array::<16, NONCE_LEN>(*nonce)
             .bytes()
             .to_vec(),
         Message::Challenge { class, node, nonce, mac, .. } => prefix::<CHALLENGE_LEN>(MsgType::Challenge, *class as u8)
-            .u64::<8>(*node)
+            .u32::<8>(*node)
             .array::<16, NONCE_LEN>(*nonce)
             .array::<48, MAC_LEN>(*mac)
             .bytes()
@@ -327,18 +337,26 @@ pub fn verdict(status: Status) -> Vec<u8> {
 }
 
 /// The transcript both proofs and the session keys are bound to.
-struct Transcript([u8; 2 + 1 + 8 + 8 + NONCE_LEN + NONCE_LEN]);
+struct Transcript([u8; TRANSCRIPT_LEN]);
+
+const TRANSCRIPT_LEN: usize = 2 + 1 + 4 + 4 + NONCE_LEN + NONCE_LEN;
 
 impl Transcript {
-    fn new(class: Class, node_i: u64, node_a: u64, nonce_i: &[u8; NONCE_LEN], nonce_a: &[u8; NONCE_LEN]) -> Transcript {
-        let mut t = [0u8; 2 + 1 + 8 + 8 + NONCE_LEN + NONCE_LEN];
-        t[0..2].copy_from_slice(&VERSION.to_le_bytes());
-        t[2] = class as u8;
-        t[3..11].copy_from_slice(&node_i.to_le_bytes());
-        t[11..19].copy_from_slice(&node_a.to_le_bytes());
-        t[19..51].copy_from_slice(nonce_i);
-        t[51..83].copy_from_slice(nonce_a);
-        Transcript(t)
+    fn new(
+        class: Class,
+        node_i: NodeId,
+        node_a: NodeId,
+        nonce_i: &[u8; NONCE_LEN],
+        nonce_a: &[u8; NONCE_LEN],
+    ) -> Transcript {
+        let mut t = FixedOut::<TRANSCRIPT_LEN>::new();
+        t.u16::<0>(VERSION)
+            .u8::<2>(class as u8)
+            .u32::<3>(node_i)
+            .u32::<7>(node_a)
+            .array::<11, NONCE_LEN>(*nonce_i)
+            .array::<43, NONCE_LEN>(*nonce_a);
+        Transcript(*t.bytes())
     }
 
     fn mac(&self, key: &ClusterKey, label: &[u8]) -> [u8; MAC_LEN] {
@@ -373,9 +391,9 @@ fn check_version(version: u16) -> Result<(), HandshakeError> {
 /// The dialling side, after its Hello.
 pub struct Initiator {
     key: ClusterKey,
-    me: u64,
+    me: NodeId,
     class: Class,
-    expect: Option<u64>,
+    expect: Option<NodeId>,
     nonce: [u8; NONCE_LEN],
 }
 
@@ -384,9 +402,9 @@ impl Initiator {
     /// caller knows whom it dials. Returns the Hello to send.
     pub fn start(
         key: &ClusterKey,
-        me: u64,
+        me: NodeId,
         class: Class,
-        expect: Option<u64>,
+        expect: Option<NodeId>,
     ) -> Result<(Initiator, Vec<u8>), HandshakeError> {
         let nonce = nonce()?;
         let hello = encode(&Message::Hello { version: VERSION, class, node: me, nonce });
@@ -498,7 +516,7 @@ impl Default for ReplayGuard {
 pub struct Acceptor {
     key: ClusterKey,
     transcript: Transcript,
-    peer: u64,
+    peer: NodeId,
     class: Class,
 }
 
@@ -514,7 +532,7 @@ impl Acceptor {
     /// Takes an initiator's Hello as node `me`: returns the Challenge to send.
     pub fn on_hello(
         key: &ClusterKey,
-        me: u64,
+        me: NodeId,
         guard: &ReplayGuard,
         bytes: &[u8],
     ) -> Result<(Acceptor, Vec<u8>), Refusal> {
@@ -576,7 +594,7 @@ impl Acceptor {
     }
 
     /// The node the initiator says it is (proved once [`Acceptor::on_proof`] succeeds).
-    pub fn peer(&self) -> u64 {
+    pub fn peer(&self) -> NodeId {
         self.peer
     }
 }

@@ -26,7 +26,7 @@ mod mac;
 pub mod seal;
 pub mod tcp;
 
-pub use handshake::{Class, HandshakeError, ReplayGuard};
+pub use handshake::{Class, HandshakeError, NodeId, ReplayGuard};
 pub use key::{ClusterKey, KeyError, KEY_LEN};
 pub use tcp::{LinkConfig, LinkError, PeerListener, TcpLink};
 

@@ -26,7 +26,9 @@
 //! apiece. The handshake and the seal are sans-I/O, so a tokio link, should the cluster
 //! need many more connections, reuses both and writes only its reads and writes.
 
-use crate::handshake::{message_len, Acceptor, Class, HandshakeError, Initiator, ReplayGuard, Session, PREFIX_LEN};
+use crate::handshake::{
+    message_len, Acceptor, Class, HandshakeError, Initiator, NodeId, ReplayGuard, Session, PREFIX_LEN,
+};
 use crate::key::ClusterKey;
 use crate::seal::{Opener, Sealer, TRAILER_LEN};
 use linefs_proto::{DecodeError, FrameLink, RawFrame, ReadError, HEADER_LEN};
@@ -87,7 +89,7 @@ impl LinkError {
 /// MACed and numbered. Share it by reference (or `Arc`) between a reader and writers.
 pub struct TcpLink {
     stream: TcpStream,
-    peer: u64,
+    peer: NodeId,
     class: Class,
     addr: String,
     send: Mutex<Sealer>,
@@ -240,9 +242,9 @@ impl TcpLink {
     pub fn connect(
         addr: SocketAddr,
         key: &ClusterKey,
-        me: u64,
+        me: NodeId,
         class: Class,
-        expect: Option<u64>,
+        expect: Option<NodeId>,
         config: &LinkConfig,
     ) -> Result<TcpLink, LinkError> {
         let name = addr.to_string();
@@ -263,9 +265,9 @@ impl TcpLink {
         stream: &TcpStream,
         name: &str,
         key: &ClusterKey,
-        me: u64,
+        me: NodeId,
         class: Class,
-        expect: Option<u64>,
+        expect: Option<NodeId>,
         config: &LinkConfig,
     ) -> Result<Session, LinkError> {
         let wire = Wire { stream, addr: name, deadline: Deadline::new(config.handshake_timeout) };
@@ -285,7 +287,7 @@ impl TcpLink {
     pub fn accept(
         stream: TcpStream,
         key: &ClusterKey,
-        me: u64,
+        me: NodeId,
         guard: &ReplayGuard,
         config: &LinkConfig,
     ) -> Result<TcpLink, LinkError> {
@@ -304,7 +306,7 @@ impl TcpLink {
         stream: &TcpStream,
         name: &str,
         key: &ClusterKey,
-        me: u64,
+        me: NodeId,
         guard: &ReplayGuard,
         config: &LinkConfig,
     ) -> Result<Session, LinkError> {
@@ -344,7 +346,7 @@ impl TcpLink {
     }
 
     /// The peer's node id (proved by the handshake).
-    pub fn peer(&self) -> u64 {
+    pub fn peer(&self) -> NodeId {
         self.peer
     }
 
@@ -464,13 +466,13 @@ impl TcpLink {
 pub struct PeerListener {
     listener: TcpListener,
     key: ClusterKey,
-    me: u64,
+    me: NodeId,
     guard: Arc<ReplayGuard>,
     config: LinkConfig,
 }
 
 impl PeerListener {
-    pub fn bind(addr: impl ToSocketAddrs, key: ClusterKey, me: u64, config: LinkConfig) -> io::Result<PeerListener> {
+    pub fn bind(addr: impl ToSocketAddrs, key: ClusterKey, me: NodeId, config: LinkConfig) -> io::Result<PeerListener> {
         Ok(PeerListener {
             listener: TcpListener::bind(addr)?,
             key,

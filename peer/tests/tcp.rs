@@ -15,8 +15,8 @@ use std::thread;
 use std::time::Duration;
 
 const KEY: [u8; 32] = [0x5a; 32];
-const ACCEPTOR: u64 = 2;
-const INITIATOR: u64 = 1;
+const ACCEPTOR: u32 = 2;
+const INITIATOR: u32 = 1;
 
 fn config() -> LinkConfig {
     LinkConfig { handshake_timeout: Duration::from_secs(5), ..LinkConfig::default() }

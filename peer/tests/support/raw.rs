@@ -27,9 +27,10 @@ pub fn prefix(version: u16, ty: u8, class: u8) -> Vec<u8> {
     b
 }
 
-pub fn hello(version: u16, class: u8, node: u64, nonce: &[u8; 32]) -> Vec<u8> {
+pub fn hello(version: u16, class: u8, node: u32, nonce: &[u8; 32]) -> Vec<u8> {
     let mut b = prefix(version, 1, class);
     b.extend_from_slice(&node.to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
     b.extend_from_slice(nonce);
     assert_eq!(b.len(), 48);
     b
@@ -49,7 +50,7 @@ pub fn verdict(version: u16, status: u8) -> Vec<u8> {
     b
 }
 
-pub fn transcript(class: u8, node_i: u64, node_a: u64, nonce_i: &[u8; 32], nonce_a: &[u8; 32]) -> Vec<u8> {
+pub fn transcript(class: u8, node_i: u32, node_a: u32, nonce_i: &[u8; 32], nonce_a: &[u8; 32]) -> Vec<u8> {
     let mut t = VERSION.to_le_bytes().to_vec();
     t.push(class);
     t.extend_from_slice(&node_i.to_le_bytes());
@@ -82,12 +83,13 @@ pub struct ByHand {
 
 /// Runs the initiator's side by hand on `s` as node `me`, class `class`, key `key`, nonce
 /// `nonce`; checks the acceptor's proof; returns what was sent and the keys.
-pub fn initiate(s: &mut TcpStream, key: &[u8; 32], me: u64, class: u8, nonce: [u8; 32]) -> ByHand {
+pub fn initiate(s: &mut TcpStream, key: &[u8; 32], me: u32, class: u8, nonce: [u8; 32]) -> ByHand {
     let hello = hello(VERSION, class, me, &nonce);
     s.write_all(&hello).unwrap();
     let ch = read_n(s, 80);
     assert_eq!(&ch[..8], &prefix(VERSION, 2, class)[..], "challenge prefix");
-    let node_a = u64::from_le_bytes(ch[8..16].try_into().unwrap());
+    let node_a = u32::from_le_bytes(ch[8..12].try_into().unwrap());
+    assert_eq!(&ch[12..16], &[0; 4], "challenge reserved bytes");
     let nonce_a: [u8; 32] = ch[16..48].try_into().unwrap();
     let t = transcript(class, me, node_a, &nonce, &nonce_a);
     assert_eq!(&ch[48..80], &hmac(key, &[b"linefs-peer acceptor proof\0", &t]), "acceptor's proof");
