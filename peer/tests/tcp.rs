@@ -418,3 +418,50 @@ fn writers_on_several_threads_keep_the_sequence() {
     assert_eq!(ids, want);
     assert!(!server.is_broken());
 }
+
+/// A log sink: what `tracing` writes on the thread that runs `f`.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&sink.0.lock().unwrap()).into_owned();
+    (out, text)
+}
+
+#[test]
+fn refusals_are_logged_with_the_peer_and_the_reason() {
+    // A refused handshake.
+    let (l, addr) = listener(KEY);
+    let server = thread::spawn(move || logged(|| l.accept()));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"garbage, not a hello, forty-eight bytes of it..").unwrap();
+    let (r, log) = server.join().unwrap();
+    assert!(r.is_err());
+    assert!(
+        log.contains("WARN") && log.contains("peer handshake refused") && log.contains("not a linefs peer"),
+        "{log}"
+    );
+    assert!(log.contains(&s.local_addr().unwrap().to_string()), "the log names the peer's address: {log}");
+
+    // A garbled frame.
+    let (link, mut s, hs) = by_hand_link();
+    let mut bytes = raw::seal(&hs.send_key, 0, &ping(1));
+    bytes[20] ^= 1;
+    s.write_all(&bytes).unwrap();
+    let (r, log) = logged(|| link.recv_raw(Some(Duration::from_secs(5))));
+    assert!(r.is_err());
+    assert!(log.contains("WARN") && log.contains("closing the peer link") && log.contains("integrity check"), "{log}");
+    assert!(log.contains(&format!("peer={INITIATOR}")), "the log names the peer node: {log}");
+}

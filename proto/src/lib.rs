@@ -112,7 +112,8 @@
 //! and peer credentials are the [`LocalLink`] capability of the links of one machine.
 //! Implementations: the Unix stream socket (`UnixStream` itself, with the free functions
 //! [`read_frame`], [`write_frame`], [`recv_frame`], [`send_frame`]) and the in-process
-//! [`MemoryLink`] for simulation and tests. Typed sending and receiving
+//! [`MemoryLink`] for simulation and tests; between nodes, crate `linefs-peer`'s `TcpLink`
+//! (a [`FrameLink`] only, its frames MACed: [`CHECK_MAC`]). Typed sending and receiving
 //! ([`FrameLinkExt`], [`LocalLinkExt`]) is written once over the trait.
 // No unsafe here: descriptors and credentials go through rustix's safe wrappers.
 #![forbid(unsafe_code)]
