@@ -12,9 +12,10 @@
 //!   write has one deadline (`write_timeout`, each `write` under `SO_SNDTIMEO` set to what
 //!   is left of it): a peer that stops or slows its reading cannot hold a writer longer; a write that fails or times out part-way closes the link (the peer's
 //!   stream would be out of step).
-//! * Receiving reads the header under one deadline for the whole frame (the call's timeout,
-//!   or the link's `idle_timeout`), checks it before reading or allocating the payload,
-//!   reads payload and trailer, and verifies. A frame that times out before its first byte
+//! * Receiving waits for a frame's first byte as long as the call's timeout (or the link's
+//!   `idle_timeout`) lets it, then gives the whole frame one deadline (`frame_timeout`, or
+//!   the call's if that ends first), checks the header before reading or allocating the
+//!   payload, reads payload and trailer, and verifies. A frame that times out before its first byte
 //!   leaves the link as it was; one that stops part-way, is oversized, garbled, forged,
 //!   replayed or out of order closes the link with a `warn` line naming the peer and the
 //!   reason, and is a [`ReadError::Decode`] that is not in step. Nothing on this path
@@ -47,8 +48,11 @@ pub struct LinkConfig {
     pub handshake_timeout: Duration,
     /// For each frame written (and each handshake write).
     pub write_timeout: Duration,
-    /// How long `recv_raw(None)` waits for a whole frame (`None`: for ever).
+    /// How long `recv_raw(None)` waits for a frame (`None`: for ever).
     pub idle_timeout: Option<Duration>,
+    /// How long a frame may take once its first byte has arrived, whatever the wait before
+    /// it: a peer that stops or trickles mid-frame is cut off after this.
+    pub frame_timeout: Duration,
 }
 
 impl Default for LinkConfig {
@@ -58,6 +62,7 @@ impl Default for LinkConfig {
             handshake_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
             idle_timeout: None,
+            frame_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -97,6 +102,7 @@ pub struct TcpLink {
     /// Set once the link was closed for cause: every later call fails at once.
     broken: AtomicBool,
     idle_timeout: Option<Duration>,
+    frame_timeout: Duration,
     write_timeout: Duration,
 }
 
@@ -121,6 +127,14 @@ impl Deadline {
         Deadline { end: Instant::now() + total, total }
     }
 
+    /// This deadline, or `other` if that one ends first.
+    fn or_earlier(self, other: Option<&Deadline>) -> Deadline {
+        match other {
+            Some(o) if o.end < self.end => Deadline { end: o.end, total: o.total },
+            _ => self,
+        }
+    }
+
     fn left(&self) -> Option<Duration> {
         let left = self.end.saturating_duration_since(Instant::now());
         (!left.is_zero()).then_some(left)
@@ -139,27 +153,39 @@ enum Short {
     Io(io::Error),
 }
 
-/// Reads exactly `buf.len()` bytes within `deadline` (`None`: no deadline).
-fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Option<&Deadline>) -> Result<(), Short> {
-    let mut got = 0;
-    while got < buf.len() {
+/// Reads at least one byte into `buf` (not empty) within `deadline` (`None`: no
+/// deadline), in one `read`: how many.
+fn read_some(stream: &TcpStream, buf: &mut [u8], deadline: Option<&Deadline>) -> Result<usize, Short> {
+    loop {
         let timeout = match deadline {
             Some(d) => match d.left() {
                 Some(left) => Some(left),
-                None => return Err(Short::TimedOut { got }),
+                None => return Err(Short::TimedOut { got: 0 }),
             },
             None => None,
         };
         stream.set_read_timeout(timeout).map_err(Short::Io)?;
-        match (&*stream).read(&mut buf[got..]) {
-            Ok(0) => return Err(Short::Closed { got }),
-            Ok(n) => got += n,
+        match (&*stream).read(buf) {
+            Ok(0) => return Err(Short::Closed { got: 0 }),
+            Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                return Err(Short::TimedOut { got })
+                return Err(Short::TimedOut { got: 0 })
             }
             Err(e) => return Err(Short::Io(e)),
         }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes within `deadline` (`None`: no deadline).
+fn read_exact_by(stream: &TcpStream, buf: &mut [u8], deadline: Option<&Deadline>) -> Result<(), Short> {
+    let mut got = 0;
+    while got < buf.len() {
+        got += read_some(stream, &mut buf[got..], deadline).map_err(|short| match short {
+            Short::Closed { .. } => Short::Closed { got },
+            Short::TimedOut { .. } => Short::TimedOut { got },
+            io => io,
+        })?;
     }
     Ok(())
 }
@@ -341,6 +367,7 @@ impl TcpLink {
             recv: Mutex::new(Opener::new(session.recv_key)),
             broken: AtomicBool::new(false),
             idle_timeout: config.idle_timeout,
+            frame_timeout: config.frame_timeout,
             write_timeout: config.write_timeout,
         })
     }
@@ -416,21 +443,32 @@ impl FrameLink for TcpLink {
         let wait = timeout.or(self.idle_timeout);
         let deadline = wait.map(Deadline::new);
         let mut head = [0u8; HEADER_LEN];
-        match read_exact_by(&self.stream, &mut head, deadline.as_ref()) {
-            Ok(()) => {}
-            Err(Short::Closed { got: 0 }) => {
+        // Waiting for a frame to start may take as long as the caller lets it; once its first
+        // byte is here, the whole frame has `frame_timeout` at most.
+        let first = match read_some(&self.stream, &mut head, deadline.as_ref()) {
+            Ok(n) => n,
+            Err(Short::Closed { .. }) => {
                 self.close();
                 return Err(ReadError::Closed);
             }
             // Nothing of a frame read: the link is as it was.
-            Err(Short::TimedOut { got: 0 }) => return Err(ReadError::TimedOut(wait.unwrap_or_default())),
-            Err(short) => return Err(self.short(short, "frame header", HEADER_LEN, wait)),
+            Err(Short::TimedOut { .. }) => return Err(ReadError::TimedOut(wait.unwrap_or_default())),
+            Err(short) => return Err(self.short(short, "frame header", HEADER_LEN, Duration::ZERO)),
+        };
+        let frame = Deadline::new(self.frame_timeout).or_earlier(deadline.as_ref());
+        if let Err(short) = read_exact_by(&self.stream, &mut head[first..], Some(&frame)) {
+            let short = match short {
+                Short::Closed { got } => Short::Closed { got: first + got },
+                Short::TimedOut { got } => Short::TimedOut { got: first + got },
+                io => io,
+            };
+            return Err(self.short(short, "frame header", HEADER_LEN, frame.total));
         }
         let header = Opener::header(&head).map_err(|error| self.refuse(error, 0))?;
         // The size was checked against MAX_FRAME: this allocation is bounded.
         let mut rest = vec![0u8; header.payload_len as usize + TRAILER_LEN];
-        if let Err(short) = read_exact_by(&self.stream, &mut rest, deadline.as_ref()) {
-            return Err(self.short(short, "frame payload and trailer", rest.len(), wait));
+        if let Err(short) = read_exact_by(&self.stream, &mut rest, Some(&frame)) {
+            return Err(self.short(short, "frame payload and trailer", rest.len(), frame.total));
         }
         let (payload, trailer) = rest.split_at(header.payload_len as usize);
         let trailer: &[u8; TRAILER_LEN] = trailer.try_into().map_err(|_| {
@@ -445,13 +483,12 @@ impl FrameLink for TcpLink {
 
 impl TcpLink {
     /// A frame that stopped part-way: the link closes (the stream is out of step).
-    fn short(&self, short: Short, what: &'static str, need: usize, wait: Option<Duration>) -> ReadError {
+    fn short(&self, short: Short, what: &'static str, need: usize, within: Duration) -> ReadError {
         match short {
             Short::Closed { got } => self.refuse(DecodeError::Truncated { what, need, have: got }, 0),
             Short::TimedOut { got } => {
-                let after = wait.unwrap_or_default();
-                self.fail(&format_args!("{what} not whole within {after:?} ({got} of {need} bytes)"));
-                ReadError::TimedOut(after)
+                self.fail(&format_args!("{what} not whole within {within:?} ({got} of {need} bytes)"));
+                ReadError::TimedOut(within)
             }
             Short::Io(e) => {
                 self.fail(&format_args!("read failed: {e}"));

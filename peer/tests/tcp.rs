@@ -261,7 +261,12 @@ fn garbage_and_other_versions_are_refused() {
 
 /// An accepted link, and the by-hand peer's socket and keys.
 fn by_hand_link() -> (TcpLink, TcpStream, raw::ByHand) {
-    let (l, addr) = listener(KEY);
+    by_hand_link_with(config())
+}
+
+fn by_hand_link_with(config: LinkConfig) -> (TcpLink, TcpStream, raw::ByHand) {
+    let l = PeerListener::bind("127.0.0.1:0", ClusterKey::from_bytes(KEY), ACCEPTOR, config).unwrap();
+    let addr = l.local_addr().unwrap();
     let server = accept_one(l);
     let mut s = TcpStream::connect(addr).unwrap();
     let hs = raw::initiate(&mut s, &KEY, INITIATOR, 2, rand_nonce());
@@ -359,6 +364,25 @@ fn a_frame_that_stops_half_way_times_out_and_closes() {
     s.write_all(&sealed[..30]).unwrap();
     assert!(matches!(link.recv_raw(Some(Duration::from_millis(200))), Err(ReadError::TimedOut(_))));
     assert!(link.is_broken(), "part of a frame read: the stream is out of step");
+
+    // Waiting without a deadline: a frame that starts still has `frame_timeout` to finish.
+    let quick = LinkConfig { frame_timeout: Duration::from_millis(200), ..config() };
+    let (link, mut s, hs) = by_hand_link_with(quick);
+    let sealed = raw::seal(&hs.send_key, 0, &ping(1));
+    s.write_all(&sealed[..10]).unwrap();
+    let started = std::time::Instant::now();
+    assert!(matches!(link.recv_raw(None), Err(ReadError::TimedOut(t)) if t == Duration::from_millis(200)));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(link.is_broken());
+    // And a frame that does finish in time is taken, however long the wait before it.
+    let (link, mut s, hs) = by_hand_link_with(quick);
+    let sender = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(400));
+        s.write_all(&raw::seal(&hs.send_key, 0, &ping(1))).unwrap();
+        s
+    });
+    assert_eq!(link.recv_raw(None).unwrap().header.id, 1);
+    drop(sender.join());
 }
 
 #[test]
