@@ -23,8 +23,6 @@ use linefs_pm::record::{decode_records, EntryBuilder, Record};
 use linefs_proto::RemoteError;
 use std::sync::atomic::Ordering;
 
-/// Blocks kept free for publication's own metadata (indirect, directory, xattr blocks).
-pub(crate) const META_RESERVE: u64 = 64;
 /// Blocks a client in the offload mode reserves from nicfs at a time (64 MiB of data).
 pub(crate) const GRANT_BLOCKS: u64 = 16384;
 /// Block pointers per indirect block.
@@ -47,17 +45,16 @@ pub(crate) fn data_capacity(free: u64) -> u64 {
 impl Front {
     pub(crate) fn space_available(&self) -> u64 {
         let free = self.publication.free_blocks.load(Ordering::Acquire);
-        match self.publication.link() {
-            // nicfs keeps the node's margin for publication's metadata.
-            Some(_) => free.saturating_sub(self.reserved),
-            None => free.saturating_sub(self.reserved + META_RESERVE),
-        }
+        // nicfs keeps the node's margin for publication's metadata; a client that
+        // publishes itself keeps it here.
+        free.saturating_sub(self.reserved + self.link.space_margin())
     }
 
-    /// Offload: reserves at least `need` more blocks from nicfs (a whole grant if the node
-    /// has room). Returns false if nicfs has not that many.
+    /// Reserves at least `need` more blocks from the node (a whole grant if the node has
+    /// room). Returns false if it has not that many (host-only: never, the count is all
+    /// the public area has).
     fn reserve_more(&mut self, need: u64) -> FsResult<bool> {
-        let Some(remote) = self.publication.link().cloned() else { return Ok(false) };
+        let remote = self.link.clone();
         let grant = need.max(GRANT_BLOCKS);
         for ask in [grant, need] {
             match remote.reserve_blocks(ask) {
@@ -97,8 +94,8 @@ impl Front {
         if self.shut {
             return Err(FsError::ShutDown);
         }
-        if self.publication.failed() {
-            let why = self.publication.failure().unwrap_or_default();
+        if self.link.failed() {
+            let why = self.link.failure().unwrap_or_default();
             tracing::warn!(%why, "refusing update: publication failed earlier");
             return Err(FsError::PublicationFailed(why));
         }
@@ -120,20 +117,16 @@ impl Front {
         };
         self.tail = loc.end;
         self.appended += 1;
-        if let Some(remote) = self.publication.link() {
-            remote.set_committed(loc.end);
-        }
+        self.link.set_committed(loc.end);
         let records = decode_records(b.payload(), loc.payload_off)?;
         self.view.apply(&records, loc.lsn);
         // Offload: a number this client frees is not reused by it: another client may hold
         // the inode open, and then nicfs keeps it (nicfs's `opens`); nicfs hands the number
         // out again once it is free — and forgets this client's lease on it, so this
         // client forgets it too.
-        if let Some(remote) = self.publication.link() {
-            for r in &records {
-                if let Record::FreeInode { ino } = r {
-                    remote.leases().freed(*ino);
-                }
+        for r in &records {
+            if let Record::FreeInode { ino } = r {
+                self.link.leases().freed(*ino);
             }
         }
         self.reserved += est_blocks;
@@ -144,7 +137,7 @@ impl Front {
     /// Bring the view up to the publisher's checkpoint: drop published entries, their
     /// reservations and their overlay segments, and only then let the log space be reused.
     pub(crate) fn catch_up(&mut self) {
-        self.publication.follow_remote();
+        self.link.follow(&self.publication);
         let (published, reclaim, touched) = {
             let mut ps = self.publication.public.write();
             (ps.published, ps.reclaim, std::mem::take(&mut ps.touched))
@@ -187,14 +180,9 @@ impl Front {
             }
         }
         self.reserved = self.reserved.saturating_sub(released);
-        if let Some(remote) = self.publication.link() {
-            // What the published entries reserved is spent or no longer needed.
-            if released > 0 {
-                let credit = self.publication.free_blocks.load(Ordering::Acquire);
-                let back = released.min(credit);
-                self.publication.free_blocks.fetch_sub(back, Ordering::AcqRel);
-                remote.release_blocks(back);
-            }
+        // What the published entries reserved is spent or no longer needed.
+        if released > 0 {
+            self.link.reservation_done(&self.publication, released);
         }
         // Log space is reused only once it is replicated as well (the slot's reclaim LSN);
         // until then catching up runs again, harmlessly.
@@ -207,14 +195,14 @@ impl Front {
     /// publishes the rest, instead of waiting for all of it.
     fn free_log(&mut self, need: u64) -> FsResult<()> {
         let quarter = self.publication.log.ring_bytes() / 4;
-        self.publication.publish_through(self.reclaimed + need.max(quarter))?;
+        self.link.publish(&self.publication, self.reclaimed + need.max(quarter), u64::MAX)?;
         self.catch_up();
         Ok(())
     }
 
     /// Publish everything in the log (an update that needs space, sync, shutdown).
     pub(crate) fn publish_all(&mut self) -> FsResult<()> {
-        self.publication.publish_batch(u64::MAX)?;
+        self.link.publish(&self.publication, u64::MAX, u64::MAX)?;
         self.catch_up();
         Ok(())
     }

@@ -33,6 +33,10 @@
 //!   log none; the memory goes when the lease is handed back, since only a client holding
 //!   the write lease — which takes every other client's lease first — could free the
 //!   number (and end nicfs's grant) meanwhile. A downgrade to a read lease keeps it.
+//!
+//! A node with one client (the host-only link, [`Leases::sole`]) grants it everything for
+//! good: every need is held and loaded, pins cost nothing, no open is logged, and nothing
+//! is ever revoked — the calls go through the same steps in both modes.
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -100,14 +104,31 @@ pub(crate) struct Leases {
     /// Set (under the table's lock) once the session has ended: nothing is held any more,
     /// and a grant that still arrives is not recorded ([`Leases::drop_all`]).
     closed: std::sync::atomic::AtomicBool,
+    /// This client is the node's only one: it holds every lease, for good.
+    sole: bool,
 }
 
 /// How many [`Leases::answered_unheld`] remembers.
 const ANSWERED_UNHELD: usize = 64;
 
 impl Leases {
+    /// The leases of a client that is its node's only one (host-only): every inode is its
+    /// own, held for writing and loaded, and no other client can ask for it back.
+    pub(crate) fn sole() -> Leases {
+        Leases { sole: true, ..Leases::default() }
+    }
+
+    /// Whether every lease is held for good ([`Leases::sole`]): a call need not ask,
+    /// load or pin anything.
+    pub(crate) fn holds_everything(&self) -> bool {
+        self.sole
+    }
+
     /// The needs that are not held as needed (waits out a revoke in progress first).
     pub(crate) fn missing(&self, need: &[Need]) -> Vec<Need> {
+        if self.sole {
+            return Vec::new();
+        }
         let mut t = self.table.lock();
         while need.iter().any(|n| t.get(&n.ino).is_some_and(|h| h.revoking)) {
             self.cond.wait(&mut t);
@@ -118,6 +139,9 @@ impl Leases {
     /// Records a lease nicfs granted. A lease newly held leaves the inode unloaded; an
     /// upgrade from read to write keeps what the view has (nobody could write meanwhile).
     pub(crate) fn granted(&self, g: Grant) {
+        if self.sole {
+            return;
+        }
         let mut t = self.table.lock();
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             tracing::debug!(ino = g.ino, lease = g.lease, "grant after the session ended: not recorded");
@@ -145,6 +169,9 @@ impl Leases {
     /// An inode this client just created: held for writing, and the view has it (the pin
     /// [`Leases::claim`] took stays until the call unpins it).
     pub(crate) fn created(&self, ino: u64) {
+        if self.sole {
+            return;
+        }
         let mut t = self.table.lock();
         let h = t.entry(ino).or_insert(Held::new(true, 0, true, false));
         h.write = true;
@@ -161,7 +188,8 @@ impl Leases {
     /// lease, [`Leases::freed`]) or another client would have, holding the write lease —
     /// which it gets only once this client has handed back its own.
     pub(crate) fn open_logged(&self, ino: u64) -> bool {
-        self.table.lock().get(&ino).is_some_and(|h| h.open_logged)
+        // The sole client's node takes no OPEN_WRITE records (no other client to guard).
+        self.sole || self.table.lock().get(&ino).is_some_and(|h| h.open_logged)
     }
 
     /// An OPEN_WRITE record of `ino` is committed, under the lease held (pinned).
@@ -176,6 +204,9 @@ impl Leases {
     /// takes it: another client asked for it (it still knew the number), and from then on
     /// it is no longer this client's to create with.
     pub(crate) fn pool(&self, ino: u64) {
+        if self.sole {
+            return;
+        }
         let mut t = self.table.lock();
         t.entry(ino).or_insert(Held::new(true, 0, true, true)).pooled = true;
     }
@@ -183,6 +214,9 @@ impl Leases {
     /// Pins a pooled number for the create that is about to use it, if it is still held for
     /// writing; `false` when a revoke has taken it (the number must not be used).
     pub(crate) fn claim(&self, ino: u64) -> bool {
+        if self.sole {
+            return true;
+        }
         let mut t = self.table.lock();
         match t.get_mut(&ino) {
             Some(h) if h.write && !h.revoking => {
@@ -212,6 +246,9 @@ impl Leases {
 
     /// Pins every need if all are held as needed, loaded and not being revoked.
     pub(crate) fn try_pin(&self, need: &[Need]) -> bool {
+        if self.sole {
+            return true;
+        }
         let mut t = self.table.lock();
         let ok = need.iter().all(|n| t.get(&n.ino).is_some_and(|h| (h.write || !n.write) && h.loaded && !h.revoking));
         if ok {
@@ -234,6 +271,9 @@ impl Leases {
     }
 
     pub(crate) fn unpin(&self, need: &[Need]) {
+        if self.sole {
+            return;
+        }
         let mut t = self.table.lock();
         for n in need {
             if let Some(h) = t.get_mut(&n.ino) {
@@ -335,15 +375,13 @@ impl Leases {
 
 /// Pins taken by `Fs::leased` (`calls/leased.rs`), released when the call ends.
 pub(crate) struct Pinned<'a> {
-    pub(crate) leases: Option<&'a Leases>,
+    pub(crate) leases: &'a Leases,
     pub(crate) need: Vec<Need>,
 }
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        if let Some(l) = self.leases {
-            l.unpin(&self.need);
-        }
+        self.leases.unpin(&self.need);
     }
 }
 
@@ -391,6 +429,24 @@ mod tests {
         l.created(9);
         l.drop_all();
         assert!(!l.open_logged(9));
+    }
+
+    #[test]
+    fn the_sole_client_holds_everything_and_records_nothing() {
+        let l = Leases::sole();
+        let need = [Need::write(3), Need::read(4)];
+        assert!(l.missing(&need).is_empty());
+        assert!(l.unloaded(&need).is_empty());
+        assert!(l.try_pin(&need));
+        assert!(l.claim(9));
+        assert!(l.open_logged(3), "no OPEN_WRITE is ever needed");
+        l.created(5);
+        l.pool(6);
+        l.granted(Grant { ino: 7, write: true, lease: 1 });
+        assert_eq!(l.counts(), (0, 0), "nothing is recorded");
+        assert!(l.drop_all().is_empty());
+        assert!(l.holds_everything());
+        assert!(!Leases::default().holds_everything());
     }
 
     #[test]

@@ -15,7 +15,8 @@
 
 use crate::api::ROOT_INO;
 use crate::error::{FsError, FsResult};
-use crate::link::Link;
+use crate::link::host::HostLink;
+use crate::link::{Link, Session};
 use crate::options::FsOptions;
 use crate::publication::Publication;
 use crate::remote::Remote;
@@ -77,9 +78,11 @@ impl Fs {
         let mut publication = Publication::local(node.public.clone(), geo, log, rec.area, published);
         publication.nicfs_steps = opts.nicfs_steps;
         let publication = Arc::new(publication);
+        let link: Link = Arc::new(HostLink::new(publication.clone()));
         tracing::info!(recovered, published, orphans = rec.orphans_freed, "linefs client ready");
         let pm_path = node.dir().map(|p| p.display().to_string()).unwrap_or_else(|| "(memory)".into());
-        Fs::start(publication, view, max_gen, recovered, pm_path, opts)
+        let started = Started { publication, link, background: crate::publisher::run };
+        Fs::start(started, view, max_gen, recovered, pm_path, opts)
     }
 
     /// Offload: attach to the nicfs at `socket`, which publishes for this client.
@@ -88,7 +91,7 @@ impl Fs {
     }
 
     /// [`Fs::attach`], the calls going through the link `through` makes of nicfs's (tests
-    /// put a [`crate::link::fault::FaultLink`] there).
+    /// put a fault link there).
     pub(crate) fn attach_through(socket: &Path, opts: FsOptions, through: impl FnOnce(Link) -> Link) -> FsResult<Fs> {
         let role = if opts.mount_daemon { Role::MountDaemon } else { Role::DirectApi };
         let (remote, files) = Remote::attach(socket, role)?;
@@ -98,7 +101,7 @@ impl Fs {
         let pm_path = format!("{} (through nicfs at {})", opts.pm_path.display(), socket.display());
         let session = Session { public, log, slot: a.slot, ring_bytes: a.log.ring_bytes, start_lsn: a.log.start_lsn };
         let opts = FsOptions { chunk_size: a.log.chunk_bytes, ..opts };
-        let fs = Fs::offload(session, through(remote.clone()), a.inodes, pm_path, opts)?;
+        let fs = Fs::offload(session, through(remote.clone()), pm_path, opts)?;
         remote.start(fs.client.wakeup.clone())?;
         tracing::info!(
             session = a.session,
@@ -109,15 +112,9 @@ impl Fs {
         Ok(fs)
     }
 
-    /// A client of a node reached through `link` (offload): `session` is what the node
-    /// handed it (its log slot's file, the public file), `inodes` its first free numbers.
-    pub(crate) fn offload(
-        session: Session,
-        link: Link,
-        inodes: crate::link::InodeRange,
-        pm_path: String,
-        opts: FsOptions,
-    ) -> FsResult<Fs> {
+    /// A client of a node that publishes, reached through `link` (offload): `session` is
+    /// what the node handed it (its log slot's file, the public file).
+    pub(crate) fn offload(session: Session, link: Link, pm_path: String, opts: FsOptions) -> FsResult<Fs> {
         let geo = Superblock::read(&session.public)?.geometry;
         let log = LogSlot::new(session.log, &geo, session.slot);
         if log.ring_bytes() != session.ring_bytes {
@@ -125,16 +122,16 @@ impl Fs {
         }
         let reader = PublicReader::shared(session.public.clone(), geo);
         let (view, max_gen) = build_view(&reader.load()?, &geo)?;
-        let publication = Arc::new(Publication::offload(session.public, geo, log, reader, session.start_lsn, link));
+        let publication = Arc::new(Publication::offload(session.public, geo, log, reader, session.start_lsn));
         let opts = FsOptions { client: session.slot, ..opts };
-        let fs = Fs::start(publication, view, max_gen, 0, pm_path, opts)?;
-        fs.wlock().grant_inodes(inodes.first, inodes.count);
-        Ok(fs)
+        let started = Started { publication, link, background: crate::publisher::run_remote };
+        Fs::start(started, view, max_gen, 0, pm_path, opts)
     }
 
-    /// Builds the client around its publication state and starts its publisher thread.
+    /// Builds the client around its publication state and its link, and starts its
+    /// publisher thread.
     fn start(
-        publication: Arc<Publication>,
+        Started { publication, link, background }: Started,
         view: View,
         max_gen: u32,
         recovered: u64,
@@ -144,25 +141,25 @@ impl Fs {
         let published = publication.public.read().published;
         let front = Front {
             publication: publication.clone(),
+            link: link.clone(),
             view,
             tail: published,
             reclaimed: published,
             reserved: 0,
             chunk_size: opts.chunk_size.max(64 << 10),
             next_generation: max_gen,
-            ino_pool: Vec::new(),
             appended: 0,
             recovered,
             shut: false,
         };
-        let client = Arc::new(Client { front: RwLock::new(front), publication, wakeup: Arc::new(Wakeup::new()) });
+        let client = Arc::new(Client { front: RwLock::new(front), publication, link, wakeup: Arc::new(Wakeup::new()) });
         let publisher = if opts.background_publish {
             let c = client.clone();
             let interval = opts.publish_interval;
             Some(
                 std::thread::Builder::new()
                     .name("linefs-publish".into())
-                    .spawn(move || crate::publisher::run(c, interval))
+                    .spawn(move || background(c, interval))
                     .map_err(|e| FsError::Io { what: "start publisher".into(), source: e })?,
             )
         } else {
@@ -209,22 +206,18 @@ impl Fs {
         let published = front.publish_all();
         front.shut = true;
         drop(front);
-        if let Some(remote) = self.client.publication.link() {
-            // Whether or not the last publication went through, nicfs settles the slot.
-            remote.detach();
-        }
+        // Whether or not the last publication went through, nicfs settles the slot.
+        self.client.link.detach();
         published
     }
 }
 
-/// What a node hands a client it attaches: its log slot's file (read-write) and the public
-/// file (read-only), the slot's ring size and the LSN to append at.
-pub(crate) struct Session {
-    pub(crate) public: Arc<PmRegion>,
-    pub(crate) log: Arc<PmRegion>,
-    pub(crate) slot: u32,
-    pub(crate) ring_bytes: u64,
-    pub(crate) start_lsn: u64,
+/// A client's publication state, its link to the node, and the loop of its publisher
+/// thread (`crate::publisher`: the client's own publisher, or one that follows the node's).
+struct Started {
+    publication: Arc<Publication>,
+    link: Link,
+    background: fn(Arc<Client>, std::time::Duration),
 }
 
 /// The DRAM view of a loaded public area, and the highest inode generation in it.

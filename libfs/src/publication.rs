@@ -2,17 +2,18 @@
 //! with the durable checkpoint, the queue of entries waiting for publication, and the
 //! publisher's wake-up.
 //!
-//! Who publishes depends on the mode:
-//! * **host-only** ([`Mode::Local`]): this client owns the node and publishes its own log
-//!   with pm's [`publish_slot`] under its own locks; `PublicState::area` is the
-//!   publisher's public area.
-//! * **offload** ([`Mode::Remote`]): nicfs publishes. The client maps the public file
-//!   read-only (`PublicState::reader`), tells nicfs how far its log is committed, and
-//!   follows what nicfs reports (`Published` notices, `FsyncDone`). Its space comes from
-//!   nicfs too: `free_blocks` is then the credit of blocks nicfs reserved for it.
+//! Who publishes is the node link's to decide (`crate::link::NodeLink::publish`); this
+//! module has what either way needs, and knows nothing of links:
+//! * **the client publishes** (host-only, [`Publication::publish_local`]): it owns the node
+//!   and publishes its own log with pm's [`publish_slot`] under its own locks;
+//!   `PublicState::area` is the publisher's public area.
+//! * **the node publishes** (offload, [`Publication::publish_by`], [`Publication::follow`]):
+//!   the client maps the public file read-only (`PublicState::reader`), tells the node how
+//!   far its log is committed, and follows what it reports (`Published` notices,
+//!   `FsyncDone`). Its space comes from the node too: `free_blocks` is then the credit of
+//!   blocks the node reserved for it.
 
 use crate::error::{FsError, FsResult};
-use crate::link::NodeLink;
 use linefs_pm::coalesce;
 use linefs_pm::layout::Geometry;
 use linefs_pm::oplog::LogSlot;
@@ -31,12 +32,20 @@ pub(crate) struct Pending {
     pub(crate) est_blocks: u64,
 }
 
-/// Who publishes this client's log.
-pub(crate) enum Mode {
-    /// Host-only: this client, with pm's publisher.
-    Local,
-    /// Offload: the node's nicfs, through its link ([`NodeLink`]).
-    Remote(Arc<dyn NodeLink>),
+/// What a node that publishes has said about publication (its link's reader threads
+/// collect it; [`Publication::follow`] takes it in).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// The public area holds the log up to here.
+    pub(crate) published: u64,
+    /// The log before this may be reused.
+    pub(crate) reclaim: u64,
+    /// Inodes publication changed since the front end last caught up.
+    pub(crate) touched: Vec<u64>,
+    /// Publication changed more inodes than a notice lists.
+    pub(crate) touched_all: bool,
+    /// Why the client cannot publish any more (an entry refused, nicfs gone).
+    pub(crate) failed: Option<String>,
 }
 
 /// How this client maps the public area: as its publisher, or read-only.
@@ -74,7 +83,6 @@ pub(crate) struct Publication {
     pub(crate) public_region: Arc<PmRegion>,
     pub(crate) geo: Geometry,
     pub(crate) log: LogSlot,
-    pub(crate) mode: Mode,
     /// Host-only: publish by nicfs's steps ([`crate::FsOptions::nicfs_steps`]).
     pub(crate) nicfs_steps: bool,
     /// One publisher at a time (the background thread, or an update that needs space).
@@ -86,7 +94,8 @@ pub(crate) struct Publication {
     /// the public lock so that updates can check space while a batch is being published).
     /// Offload: the blocks nicfs has reserved for this client.
     pub(crate) free_blocks: AtomicU64,
-    /// Set when publication failed (mirrors `PublicState::failed`, readable without a lock).
+    /// Set when this client's own publication failed (mirrors `PublicState::failed`,
+    /// readable without a lock).
     failed: AtomicBool,
 }
 
@@ -126,22 +135,20 @@ impl Publication {
         published: u64,
     ) -> Self {
         let free = area.free_blocks() + area.pending_free_blocks();
-        Publication::new(public_region, geo, log, PublicMap::Own(area), published, free, Mode::Local)
+        Publication::new(public_region, geo, log, PublicMap::Own(area), published, free)
     }
 
-    /// Offload: nicfs publishes; the client reads the public file through `reader`.
+    /// Offload: the node publishes; the client reads the public file through `reader`.
     pub(crate) fn offload(
         public_region: Arc<PmRegion>,
         geo: Geometry,
         log: LogSlot,
         reader: PublicReader,
         published: u64,
-        link: Arc<dyn NodeLink>,
     ) -> Self {
-        Publication::new(public_region, geo, log, PublicMap::Shared(reader), published, 0, Mode::Remote(link))
+        Publication::new(public_region, geo, log, PublicMap::Shared(reader), published, 0)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn new(
         public_region: Arc<PmRegion>,
         geo: Geometry,
@@ -149,13 +156,11 @@ impl Publication {
         map: PublicMap,
         published: u64,
         free: u64,
-        mode: Mode,
     ) -> Self {
         Publication {
             public_region,
             geo,
             log,
-            mode,
             nicfs_steps: false,
             publish: Mutex::new(()),
             public: RwLock::new(PublicState {
@@ -173,13 +178,10 @@ impl Publication {
         }
     }
 
-    /// Publish committed entries — at least one, up to about `budget` bytes of log — and
-    /// durably advance the checkpoint. Returns the new checkpoint. The view is not touched:
-    /// the front end catches up under its own lock. Offload: nicfs publishes all of them.
-    pub(crate) fn publish_batch(&self, budget: u64) -> FsResult<u64> {
-        if let Mode::Remote(_) = &self.mode {
-            return self.publish_through(u64::MAX);
-        }
+    /// Host-only: publishes committed entries — at least one, up to about `budget` bytes
+    /// of log — and durably advances the checkpoint. Returns the new checkpoint. The view
+    /// is not touched: the front end catches up under its own lock.
+    pub(crate) fn publish_local(&self, budget: u64) -> FsResult<u64> {
         let _one = self.publish.lock();
         // Entries up to the last one queued are durable; the log is scanned only that far.
         let Some(until) = self.pending.lock().back().map(|p| p.end) else {
@@ -223,33 +225,22 @@ impl Publication {
         Ok(ps.published)
     }
 
-    /// Offload: waits until nicfs has published the log through the first committed entry
-    /// that ends at or past `lsn` (all of it if none does), and lets it carry on with the
-    /// rest in the background — a full log frees its oldest part this way. Host-only:
-    /// publishes everything.
-    pub(crate) fn publish_through(&self, lsn: u64) -> FsResult<u64> {
-        let Mode::Remote(remote) = &self.mode else { return self.publish_batch(u64::MAX) };
+    /// The node publishes: waits until `fsync` (the node's) has published the log through
+    /// the first committed entry that ends at or past `lsn` (all of it if none does), and
+    /// lets the node carry on with the rest in the background — a full log frees its
+    /// oldest part this way.
+    pub(crate) fn publish_by(&self, lsn: u64, fsync: impl FnOnce(u64) -> FsResult<u64>) -> FsResult<u64> {
         let _one = self.publish.lock();
         let until = {
             let q = self.pending.lock();
             let i = q.partition_point(|p| p.end < lsn);
             q.get(i).or(q.back()).map(|p| p.end)
         };
-        match until {
-            Some(until) => self.publish_remote(remote.as_ref(), until),
-            None => Ok(self.public.read().published),
-        }
-    }
-
-    /// Offload: asks nicfs to publish everything up to `until` and waits until it has.
-    fn publish_remote(&self, remote: &dyn NodeLink, until: u64) -> FsResult<u64> {
+        let Some(until) = until else { return Ok(self.public.read().published) };
         if self.public.read().published >= until {
             return Ok(self.public.read().published);
         }
-        if let Some(why) = self.failure() {
-            return Err(FsError::PublicationFailed(why));
-        }
-        let durable = remote.fsync(until)?;
+        let durable = fsync(until)?;
         let mut ps = self.public.write();
         ps.published = ps.published.max(durable);
         // Durable: published and replicated, so reclaimable too.
@@ -258,10 +249,10 @@ impl Publication {
         Ok(ps.published)
     }
 
-    /// Offload: takes what nicfs reported since the last call into the public state.
-    pub(crate) fn follow_remote(&self) {
-        let Mode::Remote(remote) = &self.mode else { return };
-        let crate::link::Progress { published, reclaim, touched, touched_all: all, .. } = remote.take_progress();
+    /// The node publishes: takes what it reported since the last call into the public
+    /// state.
+    pub(crate) fn follow(&self, progress: Progress) {
+        let Progress { published, reclaim, touched, touched_all: all, .. } = progress;
         let mut ps = self.public.write();
         ps.published = ps.published.max(published);
         ps.reclaim = ps.reclaim.max(reclaim);
@@ -271,28 +262,15 @@ impl Publication {
         }
     }
 
-    /// Whether publication has failed (then updates are refused; the log stays intact).
-    pub(crate) fn failed(&self) -> bool {
-        match &self.mode {
-            Mode::Local => self.failed.load(Ordering::Acquire),
-            Mode::Remote(r) => r.failed(),
-        }
+    /// Host-only: whether this client's own publication failed (then updates are refused;
+    /// the log stays intact).
+    pub(crate) fn failed_here(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
     }
 
-    /// Why publication failed, if it did.
-    pub(crate) fn failure(&self) -> Option<String> {
-        match &self.mode {
-            Mode::Local => self.public.read().failed.clone(),
-            Mode::Remote(r) => r.failure(),
-        }
-    }
-
-    /// The node's link in the offload mode.
-    pub(crate) fn link(&self) -> Option<&Arc<dyn NodeLink>> {
-        match &self.mode {
-            Mode::Local => None,
-            Mode::Remote(r) => Some(r),
-        }
+    /// Host-only: why this client's own publication failed, if it did.
+    pub(crate) fn failure_here(&self) -> Option<String> {
+        self.public.read().failed.clone()
     }
 }
 

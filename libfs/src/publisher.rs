@@ -1,7 +1,8 @@
-//! The background publisher thread. In the host-only mode libfs publishes its own log
-//! (this mode stays as the baseline the benchmarks compare against); in the offload mode
-//! nicfs publishes and the thread only tells it how far the log is committed
-//! (`ChunkReady`) and catches the view up with what nicfs reports ([`run_remote`]).
+//! The background publisher thread, one of two loops chosen where the link is made
+//! (`mount`). In the host-only mode libfs publishes its own log ([`run`]; this mode stays
+//! as the baseline the benchmarks compare against); when the node publishes (offload),
+//! the thread only tells it how far the log is committed (`ChunkReady`) and catches the
+//! view up with what it reports ([`run_remote`]). Both go through the client's link.
 //!
 //! The thread wakes when a chunk's worth of log is unpublished (signalled by the write
 //! path), or every `publish_interval` when anything is. It publishes in batches of at most
@@ -16,11 +17,8 @@ use std::time::Duration;
 /// Most log bytes one background batch publishes (the public area's lock is held for it).
 pub(crate) const BATCH_BYTES: u64 = 1 << 20;
 
-/// The background publisher thread.
+/// The thread of a client that publishes its own log.
 pub(crate) fn run(client: Arc<Client>, interval: Duration) {
-    if client.publication.link().is_some() {
-        return run_remote(client, interval);
-    }
     let wake = &client.wakeup;
     let mut flags = wake.flags.lock();
     loop {
@@ -39,14 +37,14 @@ pub(crate) fn run(client: Arc<Client>, interval: Duration) {
         // Publish while anything is waiting after a timer wake-up, or while a full chunk is
         // waiting after a kick.
         loop {
-            if client.publication.failed() {
+            if client.link.failed() {
                 break;
             }
             let before = client.front.read().pending_bytes();
             if before == 0 {
                 break;
             }
-            if let Err(e) = client.publication.publish_batch(BATCH_BYTES) {
+            if let Err(e) = client.link.publish(&client.publication, u64::MAX, BATCH_BYTES) {
                 tracing::error!(error = %e, "background publication failed; the log is kept intact");
                 break;
             }
@@ -62,12 +60,12 @@ pub(crate) fn run(client: Arc<Client>, interval: Duration) {
     }
 }
 
-/// The offload mode's thread. Woken by the write path (a chunk is committed), by the bulk
+/// The thread of a client whose node publishes (offload). Woken by the write path (a chunk is committed), by the bulk
 /// reader (nicfs published something) or by the interval: catches the view up with what
 /// nicfs published, then sends `ChunkReady` if a chunk's worth of log was committed since
 /// the last one — or anything at all, on the interval.
-fn run_remote(client: Arc<Client>, interval: Duration) {
-    let Some(remote) = client.publication.link().cloned() else { return };
+pub(crate) fn run_remote(client: Arc<Client>, interval: Duration) {
+    let remote = client.link.clone();
     let wake = &client.wakeup;
     let mut sent = client.front.read().tail;
     let mut flags = wake.flags.lock();
@@ -81,7 +79,7 @@ fn run_remote(client: Arc<Client>, interval: Duration) {
             return;
         }
         drop(flags);
-        client.publication.follow_remote();
+        remote.follow(&client.publication);
         let behind = {
             let published = client.publication.public.read().published;
             published > client.front.read().reclaimed

@@ -19,8 +19,10 @@
 
 use crate::error::{FsError, FsResult};
 use crate::leases::{Grant, Leases, Need};
-use crate::link::{NodeLink, Observer, Progress};
+use crate::link::{InodePool, NodeLink, Observer, Progress};
+use crate::publication::Publication;
 use crate::wakeup::Wakeup;
+use linefs_pm::bitmap::Bitmap;
 use linefs_proto::{
     read_frame, recv_frame, write_frame, Attached, Bulk, Channel, ChunkReady, Control, Creds, Frame, Hello, InodeRange,
     InodeRef, InodeSet, LeaseHandback, LeaseMode, LeaseRequest, Party, ReadError, RemoteError, Revoke, Role, Space,
@@ -55,6 +57,8 @@ pub(crate) struct Remote {
     detaching: AtomicBool,
     /// The leases this client holds ([`crate::leases`]).
     pub(crate) leases: Leases,
+    /// The inode numbers nicfs granted this client and it has not used.
+    pool: InodePool,
     /// The end of the committed log (what a revoke's `covered_lsn` says).
     pub(crate) committed: AtomicU64,
     /// Told of inodes whose lease is gone (the FUSE adapter drops kernel caches).
@@ -144,10 +148,13 @@ impl Remote {
             failed: AtomicBool::new(false),
             detaching: AtomicBool::new(false),
             leases: Leases::default(),
+            pool: InodePool::default(),
             committed: AtomicU64::new(start),
             observer: Mutex::new(None),
             revokes: Mutex::new(None),
         });
+        // A first range of free numbers came with Attached.
+        remote.pool.grant(&remote.leases, remote.attached.inodes);
         tracing::info!(session = attached.session, slot = attached.slot, start_lsn = start, "attached to nicfs");
         Ok((remote, Files { log, public }))
     }
@@ -464,6 +471,10 @@ impl Remote {
 /// The offload link: every call is a request to nicfs over the control connection (the
 /// inherent methods above build the messages; nothing else in libfs does).
 impl NodeLink for Remote {
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn leases(&self) -> &Leases {
         &self.leases
     }
@@ -472,8 +483,21 @@ impl NodeLink for Remote {
         Remote::request_lease(self, need)
     }
 
-    fn alloc_inodes(&self, count: u32) -> FsResult<InodeRange> {
-        Remote::alloc_inodes(self, count)
+    fn take_inode(&self, in_use: &mut Bitmap) -> FsResult<u64> {
+        self.pool.take(&self.leases, in_use, |n| Remote::alloc_inodes(self, n))
+    }
+
+    fn give_back_inode(&self, ino: u64) {
+        self.pool.give_back(&self.leases, ino)
+    }
+
+    fn own_inodes(&self) -> u64 {
+        self.pool.len()
+    }
+
+    fn space_margin(&self) -> u64 {
+        // nicfs keeps the node's margin for publication's metadata.
+        0
     }
 
     fn reserve_blocks(&self, count: u64) -> FsResult<()> {
@@ -488,7 +512,7 @@ impl NodeLink for Remote {
         Remote::fsync(self, lsn)
     }
 
-    fn statfs(&self) -> FsResult<Space> {
+    fn statfs(&self, _in_use: &Bitmap) -> FsResult<Space> {
         Remote::statfs(self)
     }
 
@@ -508,15 +532,18 @@ impl NodeLink for Remote {
         Remote::chunk_ready(self, lsn)
     }
 
-    fn take_progress(&self) -> Progress {
-        let mut p = self.progress.lock();
-        Progress {
-            published: p.published,
-            reclaim: p.reclaim,
-            touched: std::mem::take(&mut p.touched),
-            touched_all: std::mem::take(&mut p.touched_all),
-            failed: p.failed.clone(),
-        }
+    fn follow(&self, publication: &Publication) {
+        let progress = {
+            let mut p = self.progress.lock();
+            Progress {
+                published: p.published,
+                reclaim: p.reclaim,
+                touched: std::mem::take(&mut p.touched),
+                touched_all: std::mem::take(&mut p.touched_all),
+                failed: p.failed.clone(),
+            }
+        };
+        publication.follow(progress);
     }
 
     fn failed(&self) -> bool {

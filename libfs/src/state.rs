@@ -14,6 +14,7 @@
 
 use crate::api::*;
 use crate::error::{FsError, FsResult};
+use crate::link::Link;
 use crate::perm;
 use crate::publication::Publication;
 use crate::time::from_ts;
@@ -29,6 +30,8 @@ use std::thread::JoinHandle;
 /// The front end: the view and the log tail. Updates hold it exclusively, reads share it.
 pub(crate) struct Front {
     pub(crate) publication: Arc<Publication>,
+    /// The node (host-only: this client itself; offload: its nicfs).
+    pub(crate) link: Link,
     pub(crate) view: View,
     /// Where the next entry is appended.
     pub(crate) tail: u64,
@@ -39,8 +42,6 @@ pub(crate) struct Front {
     pub(crate) reserved: u64,
     pub(crate) chunk_size: u64,
     pub(crate) next_generation: u32,
-    /// Offload: inode numbers nicfs granted and not yet used (taken from the end).
-    pub(crate) ino_pool: Vec<u64>,
     pub(crate) appended: u64,
     pub(crate) recovered: u64,
     pub(crate) shut: bool,
@@ -50,6 +51,7 @@ pub(crate) struct Front {
 pub(crate) struct Client {
     pub(crate) front: RwLock<Front>,
     pub(crate) publication: Arc<Publication>,
+    pub(crate) link: Link,
     pub(crate) wakeup: Arc<Wakeup>,
 }
 
@@ -177,10 +179,9 @@ impl Fs {
     /// adapter drops the kernel's caches of it. Nothing happens in the host-only mode, where
     /// nothing but this client changes the node.
     pub fn observe_leases(&self, observer: Arc<dyn LeaseObserver>) {
-        let Some(remote) = self.client.publication.link() else { return };
         let (c1, c2) = (Arc::downgrade(&self.client), Arc::downgrade(&self.client));
         let (o1, o2) = (observer.clone(), observer);
-        remote.set_observer(crate::link::Observer {
+        self.client.link.set_observer(crate::link::Observer {
             before: Arc::new(move |ino| {
                 // Without waiting: a call holding the front end's lock may itself wait.
                 let dir = c1.upgrade().and_then(|c| {
@@ -204,9 +205,10 @@ impl Fs {
         });
     }
 
-    /// Whether nicfs publishes for this client (offload) rather than the client itself.
+    /// Whether nicfs publishes for this client (offload) rather than the client itself:
+    /// the node is shared, other clients may change it.
     pub fn offloaded(&self) -> bool {
-        self.client.publication.link().is_some()
+        self.client.link.shared()
     }
 
     pub(crate) fn rlock(&self) -> RwLockReadGuard<'_, Front> {

@@ -5,7 +5,6 @@
 use crate::state::Fs;
 use linefs_pm::region::{Backing, PersistMethod};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::Ordering;
 
 /// What [`Fs::status`] reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,11 +42,16 @@ pub struct FsStatus {
 
 impl Fs {
     pub fn status(&self) -> FsStatus {
-        // Offload: the node's space and inode numbers are nicfs's, asked before any lock is
+        // The node's space and inode numbers (offload: nicfs's), asked before any lock is
         // taken (statfs takes the view's lock itself).
-        let node = self.client.publication.link().map(|_| self.statfs());
+        let node = self.statfs();
+        let link = &self.client.link;
         let front = self.rlock();
         let publication = &self.client.publication;
+        // Before `public` is taken: a host-only link reads it for reading again, and a
+        // publisher queued for writing between the two reads would deadlock all three (the
+        // status thread, the publisher, and every call waiting for `front`).
+        let publish_error = link.failure();
         let ps = publication.public.read();
         let region = &publication.public_region;
         FsStatus {
@@ -62,29 +66,20 @@ impl Fs {
             published_lsn: ps.published,
             tail_lsn: front.tail,
             data_blocks: publication.geo.data_blocks,
-            // Offload: the node's free blocks as nicfs counts them (plus this client's unspent
-            // reservation), as statfs reports them.
-            free_blocks: match (&node, ps.area()) {
-                (Some(sf), _) => sf.bfree,
-                (None, Some(a)) => a.free_blocks(),
-                (None, None) => publication.free_blocks.load(Ordering::Acquire),
-            },
+            // The public area's free blocks where this client publishes into it; else the
+            // node's as nicfs counts them (plus this client's unspent reservation), as statfs
+            // reports them.
+            free_blocks: ps.area().map_or(node.bfree, |a| a.free_blocks()),
             inodes: publication.geo.inode_count - 1,
-            free_inodes: node.as_ref().map_or(front.view.inos.free(), |sf| sf.ffree),
+            free_inodes: node.ffree,
             entries_appended: front.appended,
             entries_published: ps.entries,
             publish_batches: ps.batches,
             recovered_entries: front.recovered,
-            // Not publication.failure(): in the host-only mode it takes `public` for reading
-            // again, and a publisher queued for writing between the two reads deadlocks all
-            // three (the status thread, the publisher, and every call waiting for `front`).
-            publish_error: match publication.link() {
-                Some(r) => r.failure(),
-                None => ps.failed.clone(),
-            },
-            offload: publication.link().is_some(),
-            read_leases: publication.link().map_or(0, |r| r.leases().counts().0),
-            write_leases: publication.link().map_or(0, |r| r.leases().counts().1),
+            publish_error,
+            offload: link.shared(),
+            read_leases: link.leases().counts().0,
+            write_leases: link.leases().counts().1,
         }
     }
 

@@ -1,7 +1,9 @@
 //! libfs in the offload mode against a real nicfs process: publication in the background
 //! and on sync, the node's space and inode numbers handed out by nicfs (ENOSPC and their
 //! return), statfs, what a client sees when nicfs dies, recovery by a new nicfs, and writes
-//! through a descriptor opened for writing that the mode no longer allows.
+//! through a descriptor opened for writing that the mode no longer allows, and a refusal
+//! injected in front of nicfs (`libfs::testing`). What libfs does with an answer alone is
+//! tested against a fake node, with no nicfs process (`node_link.rs`).
 //! (The reference-model property runs through nicfs too: `reftest.rs`.)
 
 #[path = "support/nicfs.rs"]
@@ -493,4 +495,30 @@ fn untrusted_attach() {
     assert!(text.contains("uid 65534 may not read the node's public area: use a mount"), "{text}");
     assert!(text.ends_with("Permission denied (os error 13)"), "{text}");
     println!("refused: {text}");
+}
+
+/// A refusal injected in front of a real nicfs (`libfs::testing::attach_with_faults`):
+/// the sync that nicfs was not let answer fails with the injected errno, nothing the
+/// client logged is lost, and once the link lets the fsync through nicfs publishes it all
+/// — a second client reads it.
+#[test]
+fn an_fsync_refused_in_front_of_nicfs_is_published_once_let_through() {
+    let n = Nicfs::start();
+    let opts = FsOptions {
+        pm_path: n.node.clone(),
+        nicfs: Some(n.socket.clone()),
+        background_publish: false,
+        ..Default::default()
+    };
+    let (fs, faults) = libfs::testing::attach_with_faults(&n.socket, opts).unwrap();
+    let ino = create(&fs, "f").unwrap();
+    fs.write(&root(), ino, 0, b"kept through a refused sync").unwrap();
+    faults.refuse(libfs::testing::Call::Fsync, libfs::testing::RemoteError::ShuttingDown, 1);
+    assert_eq!(fs.sync_all().unwrap_err().errno(), libc::ESHUTDOWN);
+    assert!(fs.status().published_lsn < fs.status().tail_lsn, "nothing published");
+    fs.sync_all().unwrap();
+    let s = fs.status();
+    assert_eq!((s.publish_error, s.published_lsn), (None, s.tail_lsn));
+    let other = n.attach(FsOptions::default());
+    assert_eq!(other.read(ino, 0, 27).unwrap(), b"kept through a refused sync");
 }

@@ -174,6 +174,18 @@ proptest! {
             prop_assert!(false, "{}", e);
         }
     }
+
+    /// The same property in the offload mode against an in-process fake node
+    /// (`libfs::testing::FakeNode`): libfs's side of the mode — leases, inode numbers and
+    /// space handed out by the node, the view re-read under leases, publication by the
+    /// node, every remount re-attaching — at the speed of the host-only property. What
+    /// nicfs adds (its pipeline, its checks, several clients) is the next block's.
+    #[test]
+    fn libfs_on_a_fake_node_agrees_with_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+        if let Err(e) = run_on(Harness::fake(), &ops) {
+            prop_assert!(false, "{}", e);
+        }
+    }
 }
 
 proptest! {

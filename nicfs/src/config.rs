@@ -5,6 +5,7 @@
 //!
 //! Imports: [`crate::limits`] (what the limits resolve to) and the node's constants.
 
+use crate::host::link::HostTimeouts;
 use crate::limits::Limits;
 use linefs_pm::cpus::CpuList;
 use linefs_pm::layout::Geometry;
@@ -85,11 +86,18 @@ pub struct Timeouts {
     pub write: Duration,
     /// How long shutdown waits for one session to settle.
     pub settle: Duration,
+    /// How long the kworker has to answer a copy list, and to be gone once killed.
+    pub host: HostTimeouts,
 }
 
 impl Default for Timeouts {
     fn default() -> Timeouts {
-        Timeouts { hello: Duration::from_secs(5), write: Duration::from_secs(5), settle: Duration::from_secs(60) }
+        Timeouts {
+            hello: Duration::from_secs(5),
+            write: Duration::from_secs(5),
+            settle: Duration::from_secs(60),
+            host: HostTimeouts::default(),
+        }
     }
 }
 

@@ -56,7 +56,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let listener = bind(&args.socket)?;
     tracing::info!(socket = %args.socket.display(), pid = std::process::id(), "serving");
     let sessions = Arc::new(Sessions::default());
-    let host = Arc::new(HostLink::new(args.node.clone(), args.kworker_heartbeat));
+    let host = Arc::new(HostLink::with_timeouts(args.node.clone(), args.kworker_heartbeat, args.timeouts.host));
     let leases = Arc::new(Leases::new(&sessions, Some(node.leases.clone()), args.lease_timeout_ms));
     let limits = args.limits.resolve(&node.geometry);
     tracing::info!(?limits, kworker_uid = ?args.kworker_uid, "per-user limits");

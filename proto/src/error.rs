@@ -36,6 +36,14 @@ pub enum DecodeError {
     BadUtf8 { field: &'static str },
     #[error("{extra} bytes after the end of a {kind} payload")]
     TrailingBytes { kind: Kind, extra: usize },
+    /// The frame fails its integrity check (header byte 13's scheme): garbled on the way or
+    /// forged by someone without the key. The stream cannot be trusted past it.
+    #[error("frame fails its integrity check (scheme {scheme}): garbled or forged")]
+    BadCheck { scheme: u8 },
+    /// An authentic frame that is not the next one its sender sent: replayed, reordered, or
+    /// one before it was dropped.
+    #[error("frame out of sequence: number {found}, expected {expected} (replayed, reordered or dropped)")]
+    OutOfSequence { expected: u64, found: u64 },
 }
 
 impl DecodeError {
@@ -58,7 +66,10 @@ impl DecodeError {
             | DecodeError::ReservedNonZero { .. }
             | DecodeError::ListTooLong { .. }
             | DecodeError::BadUtf8 { .. }
-            | DecodeError::TrailingBytes { .. } => RemoteError::Malformed,
+            | DecodeError::TrailingBytes { .. }
+            | DecodeError::BadCheck { .. } => RemoteError::Malformed,
+            // An authentic frame at the wrong place in the stream.
+            DecodeError::OutOfSequence { .. } => RemoteError::Protocol,
         }
     }
 

@@ -5,15 +5,16 @@
 //! ```text
 //! off len field
 //!   0   4 magic        b"LFSP" (linefs socket protocol)
-//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 6)
+//!   4   2 version      protocol version of this frame's encoding (PROTOCOL_VERSION, now 7)
 //!   6   2 kind         the message kind (crate::kind::Kind)
 //!   8   4 payload_len  bytes that follow the header; HEADER_LEN + payload_len <= MAX_FRAME
 //!  12   1 fd_count     file descriptors passed with this frame (SCM_RIGHTS); must equal
 //!                      what the message carries (Attached: 2, or 1 when its `public`
 //!                      byte is 0; 0 for every other kind)
 //!  13   1 check        how the frame's integrity is checked: 0 none (the Unix and the
-//!                      in-process links, whose bytes never leave the machine); other
-//!                      values are kept for links that do (see below)
+//!                      in-process links, whose bytes never leave the machine); 1 a MAC
+//!                      trailer after the payload (the peer link over TCP, version 7);
+//!                      a link accepts only its own scheme (see below)
 //!  14   2 reserved     0
 //!  16   8 id           a request or notice: the sender's own id for it (never 0);
 //!                      a reply: the id of the request it answers (an Error reply may say 0
@@ -33,12 +34,17 @@
 //! No checksum on the links of one machine: a Unix stream socket neither loses, reorders
 //! nor corrupts bytes; what the decoder defends against is a hostile or buggy peer, and it
 //! checks every field instead. A link that leaves the machine (the cluster's TCP link) needs
-//! a checksum or a MAC per frame: byte 13 (`check`) names the scheme, and its value
-//! follows the payload (not counted in `payload_len`, so the payload's layout and its
-//! decoder are the same on every link). This version defines only [`CHECK_NONE`] and
-//! refuses any other value, as version 5 refused the byte as reserved: every frame of
-//! every link so far is byte for byte what it was, so the version stays 5. The version
-//! that defines a scheme bumps it ([`crate::transport`] has where the check goes).
+//! a MAC per frame: byte 13 (`check`) names the scheme, and its bytes follow the payload
+//! (not counted in `payload_len`, so the payload's layout and its decoder are the same on
+//! every link). Two schemes are defined: [`CHECK_NONE`] and, since version 7,
+//! [`CHECK_MAC`] — a 24-byte trailer (the sender's sequence number for this direction and
+//! a truncated HMAC-SHA256 under the session's key, over the sequence number, this header
+//! and the payload), written and verified by crate `linefs-peer`, whose docs have its
+//! bytes. Each link accepts exactly one scheme ([`Header::decode_with_check`]): a frame of
+//! the Unix link that says [`CHECK_MAC`] is refused as before (its trailer would put the
+//! stream out of step), and a frame of the peer link that says none is refused (it would
+//! skip the MAC). Version 7 changes no byte of any other field or payload; it is a new
+//! version because a version 6 peer would refuse byte 13 = 1.
 //!
 //! The offsets are the constants of [`header_off`], used by [`Header::encode`] and
 //! [`Header::decode`] alike (through linefs-bytes's fixed parts, which check them at
@@ -57,7 +63,9 @@ pub const MAGIC: [u8; 4] = *b"LFSP";
 /// descriptor of the public file (a version 4 client would take its log file for it).
 /// 6: typed refusals — the Error payload's bytes 6..8 and Rejected's errno carry a
 /// [`crate::RemoteError`] code (a version 5 peer would read an unknown errno for it).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// 7: the `check` byte's first scheme, [`CHECK_MAC`] (the peer link between nodes; a
+/// version 6 side refuses the byte's value 1).
+pub const PROTOCOL_VERSION: u16 = 7;
 /// Bytes of the frame header.
 pub const HEADER_LEN: usize = 24;
 /// Hard maximum of a whole frame, header included (1 MiB). A header declaring more is
@@ -68,8 +76,15 @@ pub const MAX_FRAME: usize = 1 << 20;
 pub const MAX_PAYLOAD: usize = MAX_FRAME - HEADER_LEN;
 /// Most file descriptors a frame may carry (the receive buffer is sized for this many).
 pub const MAX_FDS: usize = 4;
-/// Header byte 13: the frame carries no integrity check (the only scheme defined so far).
+/// Header byte 13: the frame carries no integrity check (the links of one machine).
 pub const CHECK_NONE: u8 = 0;
+/// Header byte 13: a MAC trailer follows the payload (the peer link over TCP, version 7):
+/// the sender's per-direction sequence number (u64) and HMAC-SHA256 truncated to 16 bytes
+/// under the session key of that direction, over sequence number, header and payload.
+/// Layout, keys and checks are crate `linefs-peer`'s (`seal`).
+pub const CHECK_MAC: u8 = 1;
+/// Bytes of the [`CHECK_MAC`] trailer: sequence number (8) and truncated MAC (16).
+pub const CHECK_MAC_LEN: usize = 24;
 
 /// Byte offsets of the header's fields (the table in the module doc).
 pub mod header_off {
@@ -105,7 +120,7 @@ pub struct Header {
     pub kind: u16,
     pub payload_len: u32,
     pub fd_count: u8,
-    /// The integrity scheme ([`CHECK_NONE`]: none).
+    /// The integrity scheme ([`CHECK_NONE`]: none; [`CHECK_MAC`]: a MAC trailer).
     pub check: u8,
     pub id: u64,
 }
@@ -138,11 +153,18 @@ impl Header {
             .bytes()
     }
 
+    /// Decodes and checks a header of a link without a check (the links of one machine):
+    /// [`Header::decode_with_check`] with [`CHECK_NONE`].
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
+        Header::decode_with_check(b, CHECK_NONE)
+    }
+
     /// Decodes and checks a header: magic, payload length against [`MAX_FRAME`], the check
-    /// scheme, reserved bytes. A version other than ours is returned, not refused, because the caller may
+    /// scheme (exactly `scheme`, the one the link that read it uses), reserved bytes. A
+    /// version other than ours is returned, not refused, because the caller may
     /// still read the payload of a version refusal (the Error kind's layout is frozen);
     /// [`Header::check_version`] refuses it.
-    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, DecodeError> {
+    pub fn decode_with_check(b: &[u8; HEADER_LEN], scheme: u8) -> Result<Header, DecodeError> {
         use header_off as o;
         let f = Fixed::new(b);
         let magic = f.array::<{ o::MAGIC }, 4>();
@@ -167,7 +189,7 @@ impl Header {
             if !f.is_zero::<{ o::RESERVED }, { o::ID }>() {
                 return Err(DecodeError::ReservedNonZero { field: "frame header" });
             }
-            if header.check != CHECK_NONE {
+            if header.check != scheme {
                 return Err(DecodeError::FieldOutOfRange { field: "check", value: header.check as u64 });
             }
             if header.fd_count as usize > MAX_FDS {

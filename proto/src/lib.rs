@@ -103,7 +103,8 @@
 //!   kworker from a busy one.
 //! * No checksums on this machine's links: the socket does not corrupt, and every field is
 //!   checked instead. The header's `check` byte is where a link that leaves the machine
-//!   names its checksum or MAC ([`frame`], [`transport`]).
+//!   names its MAC ([`CHECK_MAC`], version 7: the peer link of crate `linefs-peer`;
+//!   [`frame`], [`transport`]).
 //!
 //! # Transport
 //!
@@ -111,7 +112,8 @@
 //! and peer credentials are the [`LocalLink`] capability of the links of one machine.
 //! Implementations: the Unix stream socket (`UnixStream` itself, with the free functions
 //! [`read_frame`], [`write_frame`], [`recv_frame`], [`send_frame`]) and the in-process
-//! [`MemoryLink`] for simulation and tests. Typed sending and receiving
+//! [`MemoryLink`] for simulation and tests; between nodes, crate `linefs-peer`'s `TcpLink`
+//! (a [`FrameLink`] only, its frames MACed: [`CHECK_MAC`]). Typed sending and receiving
 //! ([`FrameLinkExt`], [`LocalLinkExt`]) is written once over the trait.
 // No unsafe here: descriptors and credentials go through rustix's safe wrappers.
 #![forbid(unsafe_code)]
@@ -125,7 +127,9 @@ pub mod transport;
 
 pub use codec::{decode, decode_payload, encode, encode_into, Codec, EncodeError};
 pub use error::{errno, DecodeError, RemoteError};
-pub use frame::{Header, CHECK_NONE, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION};
+pub use frame::{
+    Header, CHECK_MAC, CHECK_MAC_LEN, CHECK_NONE, HEADER_LEN, MAX_FDS, MAX_FRAME, MAX_PAYLOAD, PROTOCOL_VERSION,
+};
 pub use kind::{Class, Kind, Link, Party};
 pub use messages::*;
 pub use transport::memory::{Fault, MemoryLink};

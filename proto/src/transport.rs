@@ -19,16 +19,18 @@
 //! which keeps frame boundaries, passes descriptors, states the peer's credentials, and can
 //! drop, delay or reorder frames on purpose.
 //!
-//! # Where a link that leaves the machine fits
+//! # The link that leaves the machine
 //!
-//! A TCP link (the cluster issue's) implements [`FrameLink`] and nothing else: its
-//! `send_raw` sets the header's `check` byte to its scheme and appends the checksum or MAC
-//! of header and payload after the payload; its `recv_raw` reads them, verifies, and
-//! returns the frame without them (a frame that fails is a [`ReadError::Decode`] that is
-//! not `in_step`: the stream cannot be trusted past it). Its handshake (the cluster key)
-//! happens when the link is made, before the first frame. Nothing above `recv_raw` and
-//! `send_raw` changes: [`FrameLinkExt`], [`answer_bad_frame`] and every caller stay as
-//! they are.
+//! The cluster's TCP link (crate `linefs-peer`, `TcpLink`) implements [`FrameLink`] and
+//! nothing else: its `send_raw` sets the header's `check` byte to
+//! [`CHECK_MAC`](crate::CHECK_MAC) and appends a trailer (a per-direction sequence number
+//! and a MAC of it, header and payload under the session key) after the payload; its
+//! `recv_raw` checks the header with [`Header::decode_with_check`], reads and verifies the
+//! trailer, and returns the frame without it (a frame that fails is a
+//! [`ReadError::Decode`] that is not `in_step`, and the link closes: the stream cannot be
+//! trusted past it). Its handshake (the cluster key) happens when the link is made, before
+//! the first frame. Nothing above `recv_raw` and `send_raw` changes: [`FrameLinkExt`],
+//! [`answer_bad_frame`] and every caller stay as they are.
 //!
 //! # Timeouts and errors
 //!

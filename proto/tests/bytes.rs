@@ -23,14 +23,34 @@ fn header_bytes() {
     pin(
         Frame { id: 0x0102_0304_0506_0708, msg: Control::Ping },
         Party::Client,
-        "4c465350 | 0600 | 1001 | 00000000 | 00 | 000000 | 0807060504030201",
+        "4c465350 | 0700 | 1001 | 00000000 | 00 | 000000 | 0807060504030201",
     );
     let h = Header { version: 1, kind: 0x0302, payload_len: 0x50, fd_count: 0, check: CHECK_NONE, id: 5 };
     assert_eq!(h.encode().to_vec(), hex("4c465350 0100 0203 50000000 00 000000 0500000000000000"));
     assert_eq!(Header::decode(&h.encode()), Ok(h));
-    // The check scheme is byte 13 (0 on every link so far: the bytes above).
+    // The check scheme is byte 13 (0 on the links of one machine: the bytes above).
     let c = Header { check: 0xa5, ..h };
     assert_eq!(c.encode().to_vec(), hex("4c465350 0100 0203 50000000 00 a5 0000 0500000000000000"));
+}
+
+#[test]
+fn check_schemes_and_version() {
+    // Version 7 defined the MAC scheme (the peer link's): 1, with a 24-byte trailer.
+    assert_eq!((PROTOCOL_VERSION, CHECK_NONE, CHECK_MAC, CHECK_MAC_LEN), (7, 0, 1, 24));
+    let none = Header::new(Kind::Ping, 0, 3);
+    let mac = Header { check: CHECK_MAC, ..none };
+    assert_eq!(mac.encode().to_vec(), hex("4c465350 0700 1001 00000000 00 01 0000 0300000000000000"));
+    // Each link takes its own scheme only.
+    assert_eq!(Header::decode(&none.encode()), Ok(none));
+    assert_eq!(Header::decode_with_check(&mac.encode(), CHECK_MAC), Ok(mac));
+    assert_eq!(Header::decode(&mac.encode()), Err(DecodeError::FieldOutOfRange { field: "check", value: 1 }));
+    assert_eq!(
+        Header::decode_with_check(&none.encode(), CHECK_MAC),
+        Err(DecodeError::FieldOutOfRange { field: "check", value: 0 })
+    );
+    // What a peer is told of a frame that fails its check or its place in the sequence.
+    assert_eq!(DecodeError::BadCheck { scheme: 1 }.remote(), RemoteError::Malformed);
+    assert_eq!(DecodeError::OutOfSequence { expected: 1, found: 0 }.remote(), RemoteError::Protocol);
 }
 
 #[test]
@@ -41,7 +61,7 @@ fn hello_bytes() {
             msg: Bulk::Hello(Hello { channel: Channel::Bulk, role: Role::MountDaemon, session: 0x1122_3344_5566_7788 }),
         },
         Party::Client,
-        "4c465350 0600 0100 10000000 00 000000 0500000000000000
+        "4c465350 0700 0100 10000000 00 000000 0500000000000000
          01 | 00 | 000000000000 | 8877665544332211",
     );
 }
@@ -59,7 +79,7 @@ fn lease_request_bytes() {
             }),
         },
         Party::Client,
-        "4c465350 0600 0201 30000000 00 000000 0900000000000000
+        "4c465350 0700 0201 30000000 00 000000 0900000000000000
          0700000000000000 | 0010000000000000 | 01 | 00000000000000
          e8030000 | 64000000 | 02000000 | 00000000 | 04000000 1b000000",
     );
@@ -84,7 +104,7 @@ fn attached_bytes_declare_two_descriptors() {
             }),
         },
         Party::Nicfs,
-        "4c465350 0600 0101 40000000 02 000000 0100000000000000
+        "4c465350 0700 0101 40000000 02 000000 0100000000000000
          0200000000000000 | 03000000 | 01 | 000000 | 0010000000000000 | 0000000400000000
          4000000000000000 | 0000400000000000 | 0001000000000000 | 4000000000000000",
     );
@@ -109,7 +129,7 @@ fn attached_without_the_public_file_declares_one_descriptor() {
             }),
         },
         Party::Nicfs,
-        "4c465350 0600 0101 40000000 01 000000 0100000000000000
+        "4c465350 0700 0101 40000000 01 000000 0100000000000000
          0200000000000000 | 03000000 | 00 | 000000 | 0010000000000000 | 0000000400000000
          4000000000000000 | 0000400000000000 | 0001000000000000 | 4000000000000000",
     );
@@ -129,7 +149,7 @@ fn copy_list_bytes() {
             }),
         },
         Party::Nicfs,
-        "4c465350 0600 0203 50000000 00 000000 0500000000000000
+        "4c465350 0700 0203 50000000 00 000000 0500000000000000
          0500000000000000 | 02000000 | 00000000
          ffffffff | 00000000 | 0000000000000000 | 0000004000000000 | 0010000000000000
          03000000 | 00000000 | 4010000000000000 | 0000004000000000 | 6400000000000000",
@@ -141,14 +161,14 @@ fn error_bytes() {
     pin(
         Frame { id: 0, msg: Control::Error(ErrorReply { code: RemoteError::AccessDenied, message: "no".into() }) },
         Party::Nicfs,
-        "4c465350 0600 0300 0a000000 00 000000 0000000000000000
+        "4c465350 0700 0300 0a000000 00 000000 0000000000000000
          0d000000 | 0200 | 0700 | 6e6f",
     );
     // The version refusal: code 0, so bytes 6..8 are the zeros version 5 had there.
     pin(
         Frame { id: 0, msg: Control::Error(ErrorReply { code: RemoteError::VersionMismatch, message: "v".into() }) },
         Party::Nicfs,
-        "4c465350 0600 0300 09000000 00 000000 0000000000000000
+        "4c465350 0700 0300 09000000 00 000000 0000000000000000
          5d000000 | 0100 | 0000 | 76",
     );
 }
@@ -161,7 +181,7 @@ fn rejected_bytes() {
             msg: Control::Rejected(Rejected { lsn: 0x1000, code: RemoteError::Fenced, reason: "t".into() }),
         },
         Party::Nicfs,
-        "4c465350 0600 0e01 11000000 00 000000 0300000000000000
+        "4c465350 0700 0e01 11000000 00 000000 0300000000000000
          0010000000000000 | 0f00 | 0000 | 0100 | 0000 | 74",
     );
 }
@@ -243,17 +263,17 @@ fn space_bytes() {
     pin(
         Frame { id: 9, msg: Control::Space(Space { free_blocks: 0x0102_0304, free_inodes: 0x0a0b }) },
         Party::Nicfs,
-        "4c465350 | 0600 | 1301 | 10000000 | 00 | 000000 | 0900000000000000 |
+        "4c465350 | 0700 | 1301 | 10000000 | 00 | 000000 | 0900000000000000 |
          0403020100000000 | 0b0a000000000000",
     );
     pin(
         Frame { id: 4, msg: Control::Opened(InodeRef { inode: 0x0102 }) },
         Party::Client,
-        "4c465350 | 0600 | 1401 | 08000000 | 00 | 000000 | 0400000000000000 | 0201000000000000",
+        "4c465350 | 0700 | 1401 | 08000000 | 00 | 000000 | 0400000000000000 | 0201000000000000",
     );
     pin(
         Frame { id: 3, msg: Control::StatFs },
         Party::Client,
-        "4c465350 | 0600 | 1201 | 00000000 | 00 | 000000 | 0300000000000000",
+        "4c465350 | 0700 | 1201 | 00000000 | 00 | 000000 | 0300000000000000",
     );
 }

@@ -275,19 +275,22 @@ fn another_version_is_refused_in_our_version_and_a_refusal_is_understood() {
     let header = Header::decode(reply[..].try_into().unwrap()).unwrap();
     assert_eq!((header.version, header.kind, header.id), (PROTOCOL_VERSION, Kind::Error as u16, 1));
 
-    // A server of version 7 refuses us: its Error frame (frozen layout) still reads.
+    // A server of a later version refuses us: its Error frame (frozen layout) still reads.
+    let future = PROTOCOL_VERSION + 1;
+    let said = format!("I speak version {future}");
     let (ours, theirs) = UnixStream::pair().unwrap();
     let mut refusal = encode(&Frame {
         id: 1,
-        msg: Control::Error(ErrorReply { code: RemoteError::VersionMismatch, message: "I speak version 7".into() }),
+        msg: Control::Error(ErrorReply { code: RemoteError::VersionMismatch, message: said.clone() }),
     })
     .unwrap();
-    refusal[4..6].copy_from_slice(&7u16.to_le_bytes());
+    refusal[4..6].copy_from_slice(&future.to_le_bytes());
     (&theirs).write_all(&refusal).unwrap();
     match read_frame::<Control>(&ours, Party::Nicfs, WAIT) {
-        Err(ReadError::Decode { error: DecodeError::VersionRefused { version: 7, errno, message }, .. }) => {
+        Err(ReadError::Decode { error: DecodeError::VersionRefused { version, errno, message }, .. }) => {
+            assert_eq!(version, future);
             assert_eq!(errno, errno::EPROTONOSUPPORT);
-            assert_eq!(message, "I speak version 7");
+            assert_eq!(message, said);
         }
         other => panic!("unexpected {other:?}"),
     }

@@ -189,17 +189,15 @@ impl Fs {
 
     pub fn statfs(&self) -> StatFs {
         let front = self.rlock();
-        let (free, ffree) = match front.publication.link() {
-            None => (front.space_available(), front.view.inos.free()),
-            // The node's space is nicfs's: what it could still reserve, plus this client's
-            // unspent credit and its unused inode numbers.
-            Some(remote) => match remote.statfs() {
-                Ok(s) => (s.free_blocks + front.space_available(), s.free_inodes + front.ino_pool.len() as u64),
-                Err(e) => {
-                    tracing::warn!(error = %e, "statfs: nicfs did not say; reporting this client's share");
-                    (front.space_available(), front.ino_pool.len() as u64)
-                }
-            },
+        // What the node could still reserve, plus this client's unspent credit and its
+        // unused inode numbers (host-only: the node's space is all the client's count).
+        let link = &front.link;
+        let (free, ffree) = match link.statfs(&front.view.inos) {
+            Ok(s) => (s.free_blocks + front.space_available(), s.free_inodes + link.own_inodes()),
+            Err(e) => {
+                tracing::warn!(error = %e, "statfs: nicfs did not say; reporting this client's share");
+                (front.space_available(), link.own_inodes())
+            }
         };
         let bfree = data_capacity(free);
         StatFs {

@@ -1,20 +1,23 @@
 //! How a call holds the leases it needs for its duration ([`Fs::leased`]), on top of the
 //! lease table ([`crate::leases`]) and the node's link: acquire what is missing, have the
-//! view re-read what is newly held, pin them all. Nothing to do in the host-only mode.
+//! view re-read what is newly held, pin them all. In the host-only mode every lease is
+//! held for good ([`crate::leases::Leases::sole`]): nothing is missing, nothing to pin.
 
 use crate::error::FsResult;
 use crate::leases::{Need, Pinned};
 use crate::state::{Front, Fs};
 
 impl Fs {
-    /// Holds the leases a call needs for its duration (offload mode; nothing to do in the
-    /// host-only mode): acquires what is missing, has the view re-read what is newly held,
-    /// pins them all.
+    /// Holds the leases a call needs for its duration: acquires what is missing, has the
+    /// view re-read what is newly held, pins them all.
     pub(crate) fn leased(&self, need: &[Need]) -> FsResult<Pinned<'_>> {
-        let Some(remote) = self.client.publication.link() else {
-            return Ok(Pinned { leases: None, need: Vec::new() });
-        };
+        let remote = &self.client.link;
         let leases = remote.leases();
+        if leases.holds_everything() {
+            // Nothing to acquire, load or pin (the host-only mode's calls cost what they did
+            // before there were leases).
+            return Ok(Pinned { leases, need: Vec::new() });
+        }
         let mut need: Vec<Need> = need.iter().filter(|n| n.ino != 0).copied().collect();
         need.sort_by_key(|n| (n.ino, !n.write));
         need.dedup_by_key(|n| n.ino);
@@ -35,7 +38,7 @@ impl Fs {
                 }
             }
             if leases.try_pin(&need) {
-                return Ok(Pinned { leases: Some(leases), need });
+                return Ok(Pinned { leases, need });
             }
             // A revoke came in between: start over.
         }
@@ -45,8 +48,9 @@ impl Fs {
     /// held (a name's target: its inode is known only from the directory). Starts over if
     /// what `more` finds changed while its leases were being acquired.
     pub(crate) fn leased_with(&self, base: &[Need], more: impl Fn(&Front) -> Vec<Need>) -> FsResult<Pinned<'_>> {
-        if self.client.publication.link().is_none() {
-            return Ok(Pinned { leases: None, need: Vec::new() });
+        if self.client.link.leases().holds_everything() {
+            // Whatever `more` finds is held too.
+            return self.leased(base);
         }
         let mut extra: Vec<Need> = Vec::new();
         loop {

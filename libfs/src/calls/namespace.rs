@@ -11,7 +11,6 @@ use crate::time::now;
 use crate::view::Node;
 use linefs_pm::public::dtype_of_mode;
 use linefs_pm::record::{valid_name, EntryBuilder, InodeImage, Timespec};
-use linefs_proto::RemoteError;
 use std::sync::atomic::Ordering;
 
 /// Most links one inode may have.
@@ -37,16 +36,15 @@ pub(crate) fn child_need(f: &Front, parent: Ino, name: &[u8], write: bool) -> Ve
 }
 
 impl Fs {
-    /// Offload: the write lease that freeing `ino` needs if it is an orphan (its last
-    /// name gone) — release and forget may free it. None otherwise, or if nicfs cannot be
-    /// asked (the free then fails and recovery frees it later).
+    /// The write lease that freeing `ino` needs if it is an orphan (its last name gone) —
+    /// release and forget may free it. None otherwise, or if nicfs cannot be asked (the
+    /// free then fails and recovery frees it later). Host-only: always held.
     ///
     /// Whether it is an orphan is decided on a current view of it: if another client
     /// unlinked it, this client lost its lease on it and re-reads it here (a read lease
     /// first). So the last client holding an inode open frees it, in its own log after
     /// whatever else it logged about it (nicfs keeps such orphans until then).
     pub(crate) fn orphan_lease(&self, ino: Ino) -> Option<crate::leases::Pinned<'_>> {
-        self.client.publication.link()?;
         if !self.rlock().view.nodes.contains_key(&ino) {
             return None;
         }
@@ -57,9 +55,6 @@ impl Fs {
         orphan.then(|| self.leased(&[Need::write(ino)]).ok()).flatten()
     }
 }
-
-/// Inode numbers asked of nicfs at a time.
-const INODE_GRANT: u32 = 256;
 
 impl Front {
     pub(crate) fn new_inode(&mut self, cred: &Cred, parent: &InodeImage, mode: u32, rdev: u32) -> FsResult<InodeImage> {
@@ -148,78 +143,41 @@ impl Front {
         Ok(img.ino)
     }
 
-    /// A free inode number: from the view (host-only), or from the ranges nicfs granted
-    /// this client (offload: the node's numbers are nicfs's to hand out).
+    /// A free inode number, from the node: the lowest free one in the view (host-only),
+    /// or one of the ranges nicfs granted this client (offload: the node's numbers are
+    /// nicfs's to hand out). Pinned for writing until the create is logged
+    /// ([`Front::created_here`]) or fails ([`Front::give_back_ino`]).
     pub(crate) fn alloc_ino(&mut self) -> FsResult<u64> {
-        let Some(remote) = self.publication.link().cloned() else {
-            return self.view.inos.alloc(None).ok_or(FsError::NoSpace("no free inode"));
-        };
-        loop {
-            while let Some(ino) = self.ino_pool.pop() {
-                // Pinned until the create is logged (`created_here`) or fails
-                // (`give_back_ino`); a number a revoke took is dropped.
-                if !remote.leases().claim(ino) {
-                    continue;
-                }
-                if self.view.inos.set(ino) {
-                    return Ok(ino);
-                }
-                remote.leases().unpin(&[Need::write(ino)]);
-            }
-            match remote.alloc_inodes(INODE_GRANT) {
-                Ok(r) => self.grant_inodes(r.first, r.count),
-                Err(FsError::Refused { code: RemoteError::NoSpace, .. }) => {
-                    return Err(FsError::NoSpace("no free inode"))
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.link.take_inode(&mut self.view.inos)
     }
 
-    /// Adds inode numbers nicfs granted to the pool (lowest handed out first).
-    pub(crate) fn grant_inodes(&mut self, first: u64, count: u64) {
-        let end = first.saturating_add(count).min(self.view.inos.len());
-        self.ino_pool.extend((first..end).rev());
-        if let Some(remote) = self.publication.link() {
-            for ino in first..end {
-                remote.leases().pool(ino);
-            }
-        }
-    }
-
-    /// Offload: an inode this client just created is held for writing (the number came
+    /// An inode this client just created is held for writing (offload: the number came
     /// from nicfs's grant, which is a write lease on it, or was freed here under one); the
     /// pin [`Front::alloc_ino`] took goes now that the creation is logged.
     pub(crate) fn created_here(&self, ino: u64) {
-        if let Some(remote) = self.publication.link() {
-            remote.leases().created(ino);
-            remote.leases().unpin(&[Need::write(ino)]);
-        }
+        let leases = self.link.leases();
+        leases.created(ino);
+        leases.unpin(&[Need::write(ino)]);
     }
 
     /// Returns a number taken by [`Front::alloc_ino`] whose entry failed.
     pub(crate) fn give_back_ino(&mut self, ino: u64) {
         self.view.inos.clear(ino);
-        if let Some(remote) = self.publication.link() {
-            self.ino_pool.push(ino);
-            remote.leases().unpin(&[Need::write(ino)]);
-        }
+        self.link.give_back_inode(ino);
     }
 
-    /// One more open of `ino`. Offload: the first is told to nicfs, which then keeps the
-    /// inode if another client frees it while it is open here (sent while the caller's
+    /// One more open of `ino`. The first is told to the node (offload: nicfs then keeps
+    /// the inode if another client frees it while it is open here; sent while the caller's
     /// lease is pinned, so before this client can answer a revoke of it).
     pub(crate) fn opened(&mut self, ino: Ino) {
         let Some(n) = self.view.node_mut(ino) else { return };
         n.opens += 1;
         if n.opens == 1 {
-            if let Some(remote) = self.publication.link() {
-                remote.opened(ino);
-            }
+            self.link.opened(ino);
         }
     }
 
-    /// One open of `ino` fewer; the last is told to nicfs (offload).
+    /// One open of `ino` fewer; the last is told to the node.
     pub(crate) fn closed(&mut self, ino: Ino) {
         let Some(n) = self.view.node_mut(ino) else { return };
         if n.opens == 0 {
@@ -227,9 +185,7 @@ impl Front {
         }
         n.opens -= 1;
         if n.opens == 0 {
-            if let Some(remote) = self.publication.link() {
-                remote.closed(ino);
-            }
+            self.link.closed(ino);
         }
     }
 

@@ -1,34 +1,53 @@
 //! A link that injects the node's refusals in front of another ([`FaultLink`]), as
 //! mountpoint-s3's failure client wraps its client: a test decides which call the node
-//! refuses, with which [`RemoteError`], and how many times, and checks what the
-//! application sees. Everything else goes through to the link it wraps.
+//! refuses, with which [`RemoteError`], and how many times (a node fenced, shutting down,
+//! timing out), or cuts the link altogether (the node died between two calls: every call
+//! fails from then on, the session failed), and checks what the application sees. Everything else
+//! goes through to the link it wraps, which must be one whose node publishes (the default
+//! [`NodeLink::publish`] runs here, so an injected fsync refusal is seen where a real one
+//! would be).
 
-use super::{InodeRange, Link, NodeLink, Observer, Progress, Space};
+use super::{Link, NodeLink, Observer, Space};
 use crate::error::{FsError, FsResult};
 use crate::leases::{Leases, Need};
+use crate::publication::Publication;
+use linefs_pm::bitmap::Bitmap;
 use linefs_proto::RemoteError;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
 /// The calls of a link that can be refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Call {
+pub enum Call {
+    /// A lease request (every call on an inode not held).
     Lease,
+    /// Free inode numbers (a create).
     AllocInodes,
+    /// A block reservation (a write, a create).
     ReserveBlocks,
+    /// Publication up to an LSN (fsync, sync, a full log, unmount).
     Fsync,
+    /// The node's free space (statfs, status).
     StatFs,
+}
+
+impl Call {
+    /// Every call that can be refused.
+    pub const ALL: [Call; 5] = [Call::Lease, Call::AllocInodes, Call::ReserveBlocks, Call::Fsync, Call::StatFs];
 }
 
 /// Wraps `inner`; each armed call is refused with its code while its count lasts.
 pub(crate) struct FaultLink {
     inner: Link,
     armed: Mutex<HashMap<Call, (RemoteError, u32)>>,
+    /// Cut: the node is gone (every call fails as on a closed connection, the session
+    /// failed).
+    cut: std::sync::atomic::AtomicBool,
 }
 
 impl FaultLink {
     pub(crate) fn new(inner: Link) -> FaultLink {
-        FaultLink { inner, armed: Mutex::new(HashMap::new()) }
+        FaultLink { inner, armed: Mutex::new(HashMap::new()), cut: std::sync::atomic::AtomicBool::new(false) }
     }
 
     /// The next `times` calls of `call` are refused with `code` (`u32::MAX`: every one).
@@ -41,8 +60,25 @@ impl FaultLink {
         self.armed.lock().remove(&call);
     }
 
-    /// Refuses `call` if it is armed.
+    /// From now on the node is gone, as `remote` sees nicfs die or hang up: every call
+    /// fails as on a closed connection, notices are dropped, the session counts as failed
+    /// and its leases are dropped.
+    pub(crate) fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::Release);
+        self.inner.leases().drop_all();
+    }
+
+    fn is_cut(&self) -> bool {
+        self.cut.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Refuses `call` if it is armed; fails it if the link is cut.
     fn check(&self, call: Call) -> FsResult<()> {
+        if self.is_cut() {
+            let source =
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the node is gone (injected by FaultLink)");
+            return Err(FsError::Io { what: format!("{call:?}"), source });
+        }
         let mut armed = self.armed.lock();
         let Some((code, left)) = armed.get_mut(&call) else { return Ok(()) };
         let code = *code;
@@ -55,6 +91,10 @@ impl FaultLink {
 }
 
 impl NodeLink for FaultLink {
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+
     fn leases(&self) -> &Leases {
         self.inner.leases()
     }
@@ -64,9 +104,23 @@ impl NodeLink for FaultLink {
         self.inner.request_lease(need)
     }
 
-    fn alloc_inodes(&self, count: u32) -> FsResult<InodeRange> {
+    /// Refused as the node's `AllocInodes` would be (whether or not the wrapped link has
+    /// numbers left from an earlier grant).
+    fn take_inode(&self, in_use: &mut Bitmap) -> FsResult<u64> {
         self.check(Call::AllocInodes)?;
-        self.inner.alloc_inodes(count)
+        self.inner.take_inode(in_use)
+    }
+
+    fn give_back_inode(&self, ino: u64) {
+        self.inner.give_back_inode(ino)
+    }
+
+    fn own_inodes(&self) -> u64 {
+        self.inner.own_inodes()
+    }
+
+    fn space_margin(&self) -> u64 {
+        self.inner.space_margin()
     }
 
     fn reserve_blocks(&self, count: u64) -> FsResult<()> {
@@ -75,7 +129,9 @@ impl NodeLink for FaultLink {
     }
 
     fn release_blocks(&self, count: u64) {
-        self.inner.release_blocks(count)
+        if !self.is_cut() {
+            self.inner.release_blocks(count)
+        }
     }
 
     fn fsync(&self, lsn: u64) -> FsResult<u64> {
@@ -83,17 +139,25 @@ impl NodeLink for FaultLink {
         self.inner.fsync(lsn)
     }
 
-    fn statfs(&self) -> FsResult<Space> {
+    fn follow(&self, publication: &Publication) {
+        self.inner.follow(publication)
+    }
+
+    fn statfs(&self, in_use: &Bitmap) -> FsResult<Space> {
         self.check(Call::StatFs)?;
-        self.inner.statfs()
+        self.inner.statfs(in_use)
     }
 
     fn opened(&self, ino: u64) {
-        self.inner.opened(ino)
+        if !self.is_cut() {
+            self.inner.opened(ino)
+        }
     }
 
     fn closed(&self, ino: u64) {
-        self.inner.closed(ino)
+        if !self.is_cut() {
+            self.inner.closed(ino)
+        }
     }
 
     fn set_committed(&self, lsn: u64) {
@@ -101,18 +165,19 @@ impl NodeLink for FaultLink {
     }
 
     fn chunk_ready(&self, lsn: u64) {
-        self.inner.chunk_ready(lsn)
-    }
-
-    fn take_progress(&self) -> Progress {
-        self.inner.take_progress()
+        if !self.is_cut() {
+            self.inner.chunk_ready(lsn)
+        }
     }
 
     fn failed(&self) -> bool {
-        self.inner.failed()
+        self.is_cut() || self.inner.failed()
     }
 
     fn failure(&self) -> Option<String> {
+        if self.is_cut() {
+            return Some("the node is gone (injected by FaultLink)".into());
+        }
         self.inner.failure()
     }
 
@@ -121,65 +186,8 @@ impl NodeLink for FaultLink {
     }
 
     fn detach(&self) {
-        self.inner.detach()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{Cred, ROOT_INO};
-    use crate::link::fake::FakeLink;
-    use crate::options::FsOptions;
-    use crate::state::Fs;
-    use linefs_pm::layout::FormatParams;
-    use std::sync::Arc;
-
-    /// A client of an in-process fake node, its calls going through a fault link.
-    fn client() -> (Fs, Arc<FaultLink>) {
-        let (fake, session) =
-            FakeLink::new(&FormatParams { size: 32 << 20, log_size: 4 << 20, log_slots: 2, inodes: 1024 });
-        let fault = Arc::new(FaultLink::new(Arc::new(fake)));
-        let opts = FsOptions { background_publish: false, ..Default::default() };
-        let fs = Fs::offload(session, fault.clone(), InodeRange { first: 0, count: 0 }, "(fake)".into(), opts).unwrap();
-        (fs, fault)
-    }
-
-    /// Whatever the node refuses a block reservation or an fsync with, the application's
-    /// write or sync fails with that refusal's errno — every code the wire has, including
-    /// those a real nicfs cannot be made to send on demand (fenced, shutting down, …).
-    #[test]
-    fn every_refusal_reaches_the_application_as_its_errno() {
-        let (fs, fault) = client();
-        let root = Cred::root();
-        let (a, fh) = fs.create(&root, ROOT_INO, b"f", 0o644, 0o022, libc::O_RDWR).unwrap();
-        for (i, code) in RemoteError::ALL.into_iter().enumerate() {
-            let off = (2 * i as u64) << 16;
-            fault.refuse(Call::ReserveBlocks, code, u32::MAX);
-            let e = fs.write(&root, a.ino, off, &[7u8; 4096]).unwrap_err();
-            assert_eq!(e.errno(), code.errno(), "{code:?} on ReserveBlocks: {e}");
-            fault.disarm(Call::ReserveBlocks);
-            fs.write(&root, a.ino, off, &[7u8; 4096]).unwrap();
-            fault.refuse(Call::Fsync, code, 1);
-            let e = fs.sync_all().unwrap_err();
-            assert_eq!(e.errno(), code.errno(), "{code:?} on Fsync: {e}");
-            fs.sync_all().unwrap();
+        if !self.is_cut() {
+            self.inner.detach()
         }
-        fs.release(a.ino, fh);
-        assert_eq!(fs.read(a.ino, 0, 4096).unwrap(), vec![7u8; 4096], "the writes that went through are there");
-    }
-
-    /// A refused lease fails the call that needed it with the refusal's errno; the
-    /// node's inode numbers refused, a create fails with it.
-    #[test]
-    fn a_refused_lease_or_inode_grant_reaches_the_application() {
-        let (fs, fault) = client();
-        let root = Cred::root();
-        fault.refuse(Call::Lease, RemoteError::AccessDenied, 1);
-        assert_eq!(fs.lookup(&root, ROOT_INO, b"x").unwrap_err().errno(), libc::EACCES);
-        fault.refuse(Call::AllocInodes, RemoteError::QuotaExceeded, 1);
-        assert_eq!(fs.mkdir(&root, ROOT_INO, b"d", 0o755, 0).unwrap_err().errno(), libc::EDQUOT);
-        let d = fs.mkdir(&root, ROOT_INO, b"d", 0o755, 0).unwrap();
-        assert_eq!(fs.lookup(&root, ROOT_INO, b"d").unwrap().ino, d.ino);
     }
 }

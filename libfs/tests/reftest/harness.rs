@@ -94,6 +94,10 @@ pub(crate) enum Backend {
     Region(Arc<PmRegion>),
     /// Offload: a node directory served by a real nicfs process; libfs attaches to it.
     Nicfs(Nicfs),
+    /// Offload against an in-process fake node (`libfs::testing`): libfs's side of the
+    /// offload mode (leases, inode numbers and space from the node, publication by the
+    /// node, a remount re-attaching), with no nicfs process.
+    Fake(libfs::testing::FakeNode),
 }
 
 impl Backend {
@@ -103,6 +107,11 @@ impl Backend {
             // The harness states each caller's credentials, as a mount daemon does.
             Backend::Nicfs(n) => {
                 n.attach(FsOptions { mount_daemon: true, background_publish: false, ..Default::default() })
+            }
+            Backend::Fake(node) => {
+                node.attach(FsOptions { background_publish: false, ..Default::default() })
+                    .expect("attach to the fake node")
+                    .0
             }
         }
     }
@@ -144,6 +153,12 @@ impl Harness {
     pub(crate) fn offload(clients: usize) -> Harness {
         let params = FormatParams { size: 64 << 20, log_size: 8 << 20, log_slots: 4, inodes: 4096 };
         Harness::on(Backend::Nicfs(Nicfs::start_with(&params)), clients)
+    }
+
+    /// The same, with one client of an in-process fake node (offload mode, no nicfs).
+    pub(crate) fn fake() -> Harness {
+        let params = FormatParams { size: 64 << 20, log_size: 8 << 20, log_slots: 4, inodes: 4096 };
+        Harness::on(Backend::Fake(libfs::testing::FakeNode::format(&params).expect("format a fake node")), 1)
     }
 
     fn on(backend: Backend, clients: usize) -> Harness {

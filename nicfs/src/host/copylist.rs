@@ -12,7 +12,7 @@
 //! Destinations are byte offsets of the public file that pm computed from the validated
 //! records and the block maps; kworker refuses any outside the data area.
 
-use crate::host::link::{Copied, HostLink, COPY_TIMEOUT};
+use crate::host::link::{Copied, HostLink};
 use linefs_pm::public::{Collector, DataMover, Move};
 use linefs_proto::{CopyEntry, CopySource};
 
@@ -32,7 +32,7 @@ pub(crate) fn entry(slot: u32, m: &Move) -> CopyEntry {
 pub(crate) fn mover<'a>(host: &'a HostLink, slot: u32, log_len: u64, copied: &'a mut Copied) -> impl DataMover + 'a {
     Collector::new(log_len, move |moves: &[Move]| {
         let entries: Vec<CopyEntry> = moves.iter().map(|m| entry(slot, m)).collect();
-        let c = host.copy(&entries, COPY_TIMEOUT).map_err(|e| e.to_string())?;
+        let c = host.copy(&entries, host.copy_timeout()).map_err(|e| e.to_string())?;
         tracing::debug!(
             slot,
             entries = entries.len(),

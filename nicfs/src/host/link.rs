@@ -51,10 +51,20 @@ use std::time::{Duration, Instant};
 pub const MISSED_BEATS: u32 = 3;
 /// How often the watchdog looks at the last heartbeat.
 pub const WATCH_PERIOD: Duration = Duration::from_millis(50);
-/// How long [`HostLink::copy`] waits for the kworker's answer before redoing a list itself.
-pub const COPY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long nicfs waits for a kworker it killed to be gone.
-pub const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the link waits on the kworker: set from nicfs's `Config` (its `Timeouts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostTimeouts {
+    /// How long a copy list's answer is awaited before nicfs redoes the list itself.
+    pub copy: Duration,
+    /// How long nicfs waits for a kworker it killed to be gone.
+    pub fence: Duration,
+}
+
+impl Default for HostTimeouts {
+    fn default() -> HostTimeouts {
+        HostTimeouts { copy: Duration::from_secs(5), fence: Duration::from_secs(5) }
+    }
+}
 
 /// Who publishes: the kworker (normal) or nicfs alone (isolated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -155,6 +165,7 @@ pub struct HostStatus {
 pub struct HostLink {
     dir: PathBuf,
     interval: Duration,
+    timeouts: HostTimeouts,
     state: Mutex<State>,
     /// nicfs's own executor, opened at first use.
     local: Mutex<Option<NodeFiles>>,
@@ -169,11 +180,19 @@ pub struct HostLink {
 }
 
 impl HostLink {
-    /// The link of the node in `dir`, expecting a heartbeat every `interval`. Starts isolated.
+    /// The link of the node in `dir`, expecting a heartbeat every `interval`, with the
+    /// default timeouts. Starts isolated.
     pub fn new(dir: PathBuf, interval: Duration) -> HostLink {
+        HostLink::with_timeouts(dir, interval, HostTimeouts::default())
+    }
+
+    /// The link of the node in `dir`, expecting a heartbeat every `interval`, waiting on the
+    /// kworker as `timeouts` say. Starts isolated.
+    pub fn with_timeouts(dir: PathBuf, interval: Duration, timeouts: HostTimeouts) -> HostLink {
         HostLink {
             dir,
             interval,
+            timeouts,
             state: Mutex::new(State {
                 mode: Mode::Isolated,
                 reason: "no kworker has connected".into(),
@@ -191,6 +210,11 @@ impl HostLink {
             bytes_by_kworker: AtomicU64::new(0),
             bytes_by_nicfs: AtomicU64::new(0),
         }
+    }
+
+    /// How long a copy list's answer is awaited before nicfs redoes it.
+    pub fn copy_timeout(&self) -> Duration {
+        self.timeouts.copy
     }
 
     /// Where to signal a mode switch (the status writer rewrites the file at once).
@@ -330,7 +354,7 @@ impl HostLink {
                 pid = kw.pid,
                 "kworker given up with copy lists in flight: killed; nicfs redoes them"
             );
-            fence(&kw);
+            fence(&kw, self.timeouts.fence);
         }
         // Dropping its lists' senders wakes their waiters, which redo them.
     }
@@ -474,15 +498,15 @@ impl HostLink {
     }
 }
 
-/// Kills the kworker `kw` and waits (at most [`FENCE_TIMEOUT`]) until it is gone, so that
-/// nothing of a list it had in flight can be written after nicfs redid it.
-fn fence(kw: &Kw) {
+/// Kills the kworker `kw` and waits (at most `wait`) until it is gone, so that nothing of a
+/// list it had in flight can be written after nicfs redid it.
+fn fence(kw: &Kw, wait: Duration) {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     match rustix::process::pidfd_send_signal(&kw.pidfd, rustix::process::Signal::KILL) {
         Ok(()) | Err(rustix::io::Errno::SRCH) => {}
         Err(e) => tracing::error!(pid = kw.pid, error = %e, "cannot kill the kworker"),
     }
-    let timeout = Timespec { tv_sec: FENCE_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
+    let timeout = Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
     let mut fds = [PollFd::new(&kw.pidfd, PollFlags::IN)];
     match poll(&mut fds, Some(&timeout)) {
         Ok(n) if n > 0 => tracing::info!(pid = kw.pid, "the kworker given up is gone"),
