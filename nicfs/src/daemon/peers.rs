@@ -552,3 +552,84 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
         .map(|_| ())
         .map_err(|e| format!("cannot start thread {name}: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linefs_proto::HEADER_LEN;
+
+    /// Node 1's links, a key, and node 0 (this test) in a view of epoch 5.
+    fn node1() -> (tempfile::TempDir, ClusterKey, Peers) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        let key = ClusterKey::generate(&path).unwrap();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let peers = Peers::start(1, &path, any, any).unwrap();
+        let (ll, bulk) = peers.addrs();
+        let nowhere = "127.0.0.1:1".to_string();
+        peers.set_view(5, &[(0, nowhere.clone(), nowhere), (1, ll.to_string(), bulk.to_string())]);
+        (dir, key, peers)
+    }
+
+    fn beat(link: &TcpLink, timeout: Duration) -> Option<Beat> {
+        let f = link.recv_raw(Some(timeout)).ok()?;
+        Beat::decode(f.header.kind, &f.payload).ok()
+    }
+
+    #[test]
+    fn a_ping_is_answered_at_the_current_epoch_and_a_stale_one_is_dropped() {
+        let (_d, key, peers) = node1();
+        let cfg = LinkConfig::default();
+        let link = TcpLink::connect(peers.addrs().0, &key, 0, Class::LowLatency, Some(1), &cfg).unwrap();
+        let st = || peers.status();
+        // Node 1 pings too: skip its Pings, look for the Pong to ours.
+        let pong_to = |seq: u64| {
+            let end = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < end {
+                match beat(&link, Duration::from_millis(200)) {
+                    Some(b) if b.pong && b.seq == seq => return Some(b),
+                    _ => {}
+                }
+            }
+            None
+        };
+        link.send_raw(&Beat { pong: false, epoch: 4, seq: 9, sent_ns: 1 }.encode()).unwrap();
+        assert_eq!(pong_to(9), None, "a Ping of epoch 4 in epoch 5 is dropped");
+        assert_eq!(st().stale_dropped, 1);
+        link.send_raw(&Beat { pong: false, epoch: 5, seq: 10, sent_ns: 77 }.encode()).unwrap();
+        let pong = pong_to(10).expect("a Ping of the current epoch is answered");
+        assert_eq!((pong.epoch, pong.sent_ns), (5, 77));
+        let s = st();
+        assert_eq!((s.peers[0].node, s.peers[0].low_latency.state, s.peers[0].epoch_seen), (0, "connected", 5));
+        // A kind node 1 does not know closes the link.
+        let mut unknown = Beat { pong: false, epoch: 5, seq: 11, sent_ns: 0 }.encode();
+        unknown[6] = 0x55;
+        link.send_raw(&unknown).unwrap();
+        let end = Instant::now() + Duration::from_secs(2);
+        while st().peers[0].low_latency.state == "connected" {
+            assert!(Instant::now() < end, "the link was not closed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(st().peers[0].low_latency.last_error.clone().unwrap_or_default().contains("0x7f55"), "{:?}", st());
+        assert_eq!(unknown.len(), HEADER_LEN + ping::PAYLOAD_LEN);
+        peers.stop();
+    }
+
+    #[test]
+    fn a_link_from_the_higher_id_or_of_the_wrong_class_for_the_port_is_refused() {
+        let (_d, key, peers) = node1();
+        let cfg = LinkConfig::default();
+        // Node 2 is higher than 1: node 1 dials it, not the other way round.
+        let from2 = TcpLink::connect(peers.addrs().0, &key, 2, Class::LowLatency, Some(1), &cfg).unwrap();
+        assert!(from2.recv_raw(Some(Duration::from_secs(2))).is_err(), "closed by node 1");
+        // Node 0 on the bulk port with a low-latency link: the wrong class for the port.
+        let wrong = TcpLink::connect(peers.addrs().1, &key, 0, Class::LowLatency, Some(1), &cfg).unwrap();
+        assert!(wrong.recv_raw(Some(Duration::from_secs(2))).is_err(), "closed by node 1");
+        let end = Instant::now() + Duration::from_secs(2);
+        while peers.status().refused < 2 {
+            assert!(Instant::now() < end, "refusals not counted: {:?}", peers.status());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peers.stop();
+    }
+}
