@@ -6,8 +6,8 @@
 //! * **Who dials**: the lower node id dials the higher, so two nodes never hold two
 //!   connections of one class between them. A connection from a higher id is refused (it
 //!   should have waited for ours). A connection dropped (the peer gone, a bad frame, no beat
-//!   for [`DEAD_AFTER`]) is dialled again after a backoff (from [`BACKOFF_MIN`], doubling to
-//!   [`BACKOFF_MAX`]); a new view with other addresses for a peer redials at once; a peer that
+//!   on the low-latency class for [`DEAD_AFTER`], which closes both) is dialled again after
+//!   a backoff (from [`BACKOFF_MIN`], doubling to [`BACKOFF_MAX`]); a new view with other addresses for a peer redials at once; a peer that
 //!   leaves the view has its connections closed.
 //! * **Handshakes** run on threads of their own (at most [`MAX_HANDSHAKES`] at once; more
 //!   connections are closed unanswered), so a stalled intruder holds up nobody. A failed
@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 /// How often each side pings each low-latency link.
 const BEAT_EVERY: Duration = Duration::from_millis(500);
-/// A low-latency link that has carried nothing for this long is closed (and redialled).
+/// A low-latency link that has carried nothing for this long is closed with the peer's bulk
+/// link (and both are dialled again).
 const DEAD_AFTER: Duration = Duration::from_secs(3);
 /// The first pause before dialling a peer again.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -520,7 +521,8 @@ impl Peers {
         s.last_error = Some(failed);
     }
 
-    /// Pings every low-latency link, and closes one that has been silent past [`DEAD_AFTER`].
+    /// Pings every low-latency link, and closes a peer's links when its low-latency one has
+    /// been silent past [`DEAD_AFTER`].
     fn beat(&self, now: Instant) {
         let epoch = self.inner.epoch.load(Ordering::Acquire);
         let mut out = Vec::new();
@@ -530,8 +532,12 @@ impl Peers {
                 let s = &p.slots[0];
                 let Some(link) = &s.link else { continue };
                 if s.last_heard.is_some_and(|t| now.duration_since(t) > DEAD_AFTER) {
-                    tracing::warn!(node = id, "peer silent for {DEAD_AFTER:?}: closing its low-latency link");
-                    link.close();
+                    // Silent, not closed: the peer (or the path to it) hangs; its bulk link
+                    // is no better, so both are closed and dialled again.
+                    tracing::warn!(node = id, "peer silent for {DEAD_AFTER:?}: closing its links");
+                    for l in p.slots.iter().filter_map(|s| s.link.as_ref()) {
+                        l.close();
+                    }
                     continue;
                 }
                 out.push(link.clone());
