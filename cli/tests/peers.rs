@@ -110,6 +110,7 @@ fn three_nodes_link_both_classes_drop_a_killed_peer_relink_it_and_refuse_intrude
     let (ll2, bulk2) = (port(2, "low_latency_addr"), port(2, "bulk_addr"));
 
     // Intruders at node 2: the wrong key, garbage, and one that says nothing.
+    let pid2 = fs::read_to_string(dir.join("run").join("nicfs-2.pid")).unwrap();
     let silent = TcpStream::connect(ll2).unwrap();
     let wrong = ClusterKey::from_bytes([7; 32]);
     let cfg = LinkConfig { handshake_timeout: Duration::from_secs(5), ..LinkConfig::default() };
@@ -131,17 +132,21 @@ fn three_nodes_link_both_classes_drop_a_killed_peer_relink_it_and_refuse_intrude
     assert!(log.contains(&format!("peer={}", garbage.local_addr().unwrap())), "the address is logged:\n{log}");
     drop(silent);
 
-    // Node 1 killed: the others drop it; restarted: the links come back, node 2 still serving.
+    // Node 1 killed: the others drop it; restarted: the links come back, node 2 still serving
+    // while intruders that say nothing hold handshakes on both its ports.
     ok(&dir, &["kill-nic", "1"]);
     wait_for("nodes 0 and 2 to drop node 1", Duration::from_secs(20), || {
         st = status(&dir);
         linked(&st, 0, &[2]) && linked(&st, 2, &[0])
     });
+    let stalled: Vec<TcpStream> = [ll2, bulk2, ll2, bulk2].iter().map(|a| TcpStream::connect(a).unwrap()).collect();
     ok(&dir, &["restart-nic", "1"]);
     wait_for("the links to node 1 back", Duration::from_secs(20), || {
         st = status(&dir);
         linked(&st, 0, &[1, 2]) && linked(&st, 1, &[0, 2]) && linked(&st, 2, &[0, 1])
     });
+    drop(stalled);
+    assert_eq!(fs::read_to_string(dir.join("run").join("nicfs-2.pid")).unwrap(), pid2, "the same nicfs 2");
     let refused = st["cluster"]["nodes"][2]["peers"]["refused"].as_u64().unwrap();
     assert!(refused >= 3, "node 2 counted the intruders: {refused}");
     for n in 0..3 {
