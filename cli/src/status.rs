@@ -123,6 +123,7 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
         let nicfs = processes.iter().find(|p| p["role"] == json!("nicfs") && p["node"] == json!(n.index));
         let c = nicfs.map(|p| &p["status"]["cluster"]).filter(|c| c.is_object());
         let alive = nicfs.is_some_and(|p| p["alive"] == json!(true));
+        let peers = nicfs.map(|p| &p["status"]["peers"]).filter(|p| alive && p.is_object());
         let session = match c {
             Some(c) if alive => c["session"].clone(),
             _ if alive => json!("no member (nicfs without --zk)"),
@@ -142,6 +143,7 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
             "chain_pos": c.map_or(Value::Null, |c| c["chain_pos"].clone()),
             "joins": c.map_or(Value::Null, |c| c["joins"].clone()),
             "last_error": c.map_or(Value::Null, |c| c["last_error"].clone()),
+            "peers": peers.map_or(Value::Null, peer_links),
         }));
     }
     let chain = newest.map_or(json!([]), |c| c["chain"].clone());
@@ -153,6 +155,33 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
         "chain": chain,
         "members": members,
         "nodes": nodes,
+    })
+}
+
+/// A node's peer links as `status` shows them: its listening addresses and, per peer, each
+/// class's state, the epoch the peer's messages carry and the last round trip.
+fn peer_links(p: &Value) -> Value {
+    let peers: Vec<Value> = p["peers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|q| {
+            json!({
+                "node": q["node"],
+                "low_latency": q["low_latency"]["state"],
+                "bulk": q["bulk"]["state"],
+                "epoch_seen": q["epoch_seen"],
+                "rtt_us": q["rtt_us"],
+                "last_error": q["low_latency"]["last_error"].as_str().or(q["bulk"]["last_error"].as_str()),
+            })
+        })
+        .collect();
+    json!({
+        "low_latency_addr": p["low_latency_addr"],
+        "bulk_addr": p["bulk_addr"],
+        "refused": p["refused"],
+        "stale_dropped": p["stale_dropped"],
+        "links": peers,
     })
 }
 
@@ -390,6 +419,25 @@ pub fn render(v: &Value) -> String {
                 s(&n["chain_pos"]),
                 n["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default()
             ));
+            let p = &n["peers"];
+            if p.is_object() {
+                out.push_str(&format!(
+                    "    peers on {} (low-latency) and {} (bulk), {} refused\n",
+                    s(&p["low_latency_addr"]),
+                    s(&p["bulk_addr"]),
+                    s(&p["refused"])
+                ));
+                for l in p["links"].as_array().into_iter().flatten() {
+                    let rtt = l["rtt_us"].as_u64().map_or("-".to_string(), |us| format!("{us} us"));
+                    out.push_str(&format!(
+                        "      node {}: low-latency {}, bulk {}, epoch seen {}, rtt {rtt}\n",
+                        s(&l["node"]),
+                        s(&l["low_latency"]),
+                        s(&l["bulk"]),
+                        s(&l["epoch_seen"])
+                    ));
+                }
+            }
         }
     } else if !v["zk"].is_null() {
         out.push_str(&format!("zk       {} (recorded)\n", s(&v["zk"])));

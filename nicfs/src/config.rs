@@ -57,6 +57,12 @@ pub struct ClusterConfig {
     pub node_id: u32,
     /// The ZooKeeper connection string, `host:port,host:port,…`.
     pub zk: String,
+    /// The cluster key file (`--cluster-key`), loaded at start.
+    pub key: std::path::PathBuf,
+    /// Where the peer link's low-latency and bulk classes listen (port 0: the kernel's
+    /// choice).
+    pub peer_addr: std::net::SocketAddr,
+    pub bulk_addr: std::net::SocketAddr,
 }
 
 /// How many threads each stage of the pipeline may have (min, max) — the publish stage is

@@ -10,6 +10,7 @@ pub(crate) mod conn;
 pub(crate) mod control;
 pub(crate) mod ctx;
 pub(crate) mod metrics;
+pub(crate) mod peers;
 pub(crate) mod status;
 pub(crate) mod trust;
 
@@ -45,7 +46,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
     let cluster = match &args.cluster {
-        Some(c) => Some(crate::daemon::cluster::start(node.clone(), c.node_id, c.zk.clone())?),
+        Some(c) => Some(crate::daemon::cluster::start(node.clone(), c)?),
         None => None,
     };
     let metrics = args.metrics_addr.map(crate::daemon::metrics::http::bind).transpose()?;

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! nicfs --node DIR --socket PATH [--cpus LIST] [--status-file PATH] [--kworker-heartbeat-ms N]
-//!       [--chunk-bytes N] [--no-coalesce] [--metrics-addr IP:PORT] [--node-id N --zk HOST:PORT,…]
+//!       [--chunk-bytes N] [--no-coalesce] [--metrics-addr IP:PORT] [--node-id N --zk HOST:PORT,…
+//!       --cluster-key PATH [--peer-addr ADDR] [--bulk-addr ADDR]]
 //! ```
 //!
 //! What exists now:
@@ -80,6 +81,12 @@
 //!   (epoch, members, chain position) in its node record before reporting it, never goes
 //!   below the epoch it persisted, and rejoins after a lost session; ZooKeeper lost, it logs
 //!   its retries and serves on. Without the flags it never talks to ZooKeeper.
+//!
+//! * **peer links** (`daemon::peers`): with `--zk`, the node loads the cluster key
+//!   (`--cluster-key`), listens on two loopback TCP ports (the peer link's low-latency and
+//!   bulk classes) registered in its member znode, and keeps one authenticated link of each
+//!   class to every other member of the view (the lower id dials), with Ping/Pong beats that
+//!   carry the epoch and give the round trip. No replication traffic yet.
 //!
 //! * **admission** ([`lease::manager`], [`lease::perms`], [`node::grants`]): an entry is
 //!   published only if its session holds the write lease of every inode it changes and its

@@ -275,7 +275,13 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         };
     };
     let mut started = Vec::new();
-    // With offload, every nicfs is a member of the cluster: ZooKeeper first.
+    // With offload, every nicfs is a member of the cluster: its key and ZooKeeper first.
+    if offload == Offload::On {
+        if let Err(e) = ensure_key(dir) {
+            undo_desc();
+            return Err(e);
+        }
+    }
     let zk = match offload {
         Offload::On => match zookeeper::start(dir, &desc, desc.zk_servers.unwrap_or(1)) {
             Ok(connect) => Some(connect),
@@ -600,6 +606,20 @@ pub fn down(dir: &ClusterDir) -> CliResult<String> {
         msg.push_str(&format!("\n  {n}"));
     }
     Ok(msg)
+}
+
+/// Makes the cluster key if there is none (a key that is there is kept, never overwritten;
+/// nicfs checks its size and mode when it loads it).
+fn ensure_key(dir: &ClusterDir) -> CliResult<()> {
+    let path = dir.key_path();
+    match linefs_peer::ClusterKey::generate(&path) {
+        Ok(_) => {
+            tracing::info!(path = %path.display(), "cluster key made");
+            Ok(())
+        }
+        Err(linefs_peer::KeyError::Exists { .. }) => Ok(()),
+        Err(e) => Err(fail(e.to_string())),
+    }
 }
 
 #[cfg(test)]

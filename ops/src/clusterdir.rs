@@ -9,6 +9,9 @@
 //! - `cluster.json` — the description written by `up`: nodes, their PM directories and sizes,
 //!   whether nicfs and kworker run (`offload`), nicfs's `--cpus` and the base port of nicfs's
 //!   metrics (`metrics_port`: node i serves on 127.0.0.1:BASE+i).
+//! - `cluster.key` — the cluster key (32 random bytes, mode 0600) the nicfs daemons prove to
+//!   each other on the peer link; made by the first `up` with offload, kept across `up`s and
+//!   never overwritten (delete it to change the key, the cluster down).
 //! - `pm/` — the PM files, unless `--pm-dir` put them elsewhere (recorded in the description).
 //! - `logs/` — one log per daemon: `nicfs-<node>.log`, `kworker-<node>.log`,
 //!   `mount-<node>-<id>.log`.
@@ -161,6 +164,11 @@ impl ClusterDir {
     }
     pub fn logs(&self) -> PathBuf {
         self.root.join("logs")
+    }
+    /// The cluster key (`cluster.key`, 0600): made by the first `up`, kept across `up`s,
+    /// never overwritten; every nicfs of the cluster reads it (`--cluster-key`).
+    pub fn key_path(&self) -> PathBuf {
+        self.root.join("cluster.key")
     }
     pub fn up_marker(&self) -> PathBuf {
         self.run().join("up")

@@ -196,6 +196,7 @@ pub fn start_nicfs(dir: &ClusterDir, desc: &ClusterDesc, node: usize) -> CliResu
     // A member of the cluster: its id is its index (crate::zookeeper has the ensemble).
     if let Some(zk) = crate::zookeeper::connect(dir, desc) {
         args.extend(["--node-id".to_string(), node.to_string(), "--zk".to_string(), zk]);
+        args.extend(["--cluster-key".to_string(), dir.key_path().display().to_string()]);
     }
     let log = log_file(dir, Role::Nicfs, node);
     let from = procs::log_len(&log);

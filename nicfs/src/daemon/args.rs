@@ -89,8 +89,19 @@ pub struct Args {
     pub node_id: Option<u32>,
     /// The ZooKeeper ensemble, `HOST:PORT[,HOST:PORT…]` (with `--node-id`). Without it nicfs
     /// is a node on its own and never talks to ZooKeeper.
-    #[arg(long, value_name = "HOST:PORT,…", requires = "node_id", value_parser = parse_zk)]
+    #[arg(long, value_name = "HOST:PORT,…", requires_all = ["node_id", "cluster_key"], value_parser = parse_zk)]
     pub zk: Option<String>,
+    /// The cluster key file (with `--zk`; `linefs up` makes it): 32 bytes, mode 0600 or
+    /// 0400. The peers of the cluster prove it to each other on the peer link.
+    #[arg(long, value_name = "PATH", requires = "zk")]
+    pub cluster_key: Option<PathBuf>,
+    /// Where the peer link's low-latency class listens (with `--zk`); port 0: one the kernel
+    /// chooses. The address is registered in the member's znode.
+    #[arg(long, value_name = "ADDR", requires = "zk", default_value = "127.0.0.1:0")]
+    pub peer_addr: SocketAddr,
+    /// Where the peer link's bulk class listens (with `--zk`), as `--peer-addr`.
+    #[arg(long, value_name = "ADDR", requires = "zk", default_value = "127.0.0.1:0")]
+    pub bulk_addr: SocketAddr,
 }
 
 /// `--zk`: one or more `HOST:PORT`, comma-separated.
@@ -133,7 +144,13 @@ impl Args {
             threads: Threads::default(),
             timeouts: Timeouts::default(),
             cluster: match (self.node_id, self.zk) {
-                (Some(node_id), Some(zk)) => Some(ClusterConfig { node_id, zk }),
+                (Some(node_id), Some(zk)) => Some(ClusterConfig {
+                    node_id,
+                    zk,
+                    key: self.cluster_key.unwrap_or_default(),
+                    peer_addr: self.peer_addr,
+                    bulk_addr: self.bulk_addr,
+                }),
                 _ => None,
             },
         }
@@ -202,16 +219,38 @@ mod tests {
         .unwrap();
         assert_eq!((a.kworker_uid, a.root_reserved_slots), (Some(7), Some(0)));
         assert_eq!(a.into_config().cluster, None, "no ZooKeeper unless asked for");
-        let a = Args::try_parse_from(["nicfs", "--node", "n", "--socket", "s", "--node-id", "2", "--zk", "h:1,k:2"]);
-        let want = ClusterConfig { node_id: 2, zk: "h:1,k:2".into() };
+        let a = Args::try_parse_from([
+            "nicfs",
+            "--node",
+            "n",
+            "--socket",
+            "s",
+            "--node-id",
+            "2",
+            "--zk",
+            "h:1,k:2",
+            "--cluster-key",
+            "k",
+            "--bulk-addr",
+            "127.0.0.1:7001",
+        ]);
+        let want = ClusterConfig {
+            node_id: 2,
+            zk: "h:1,k:2".into(),
+            key: "k".into(),
+            peer_addr: "127.0.0.1:0".parse().unwrap(),
+            bulk_addr: "127.0.0.1:7001".parse().unwrap(),
+        };
         assert_eq!(a.unwrap().into_config().cluster, Some(want));
-        for alone in [["--node-id", "2"], ["--zk", "h:1"]] {
+        let no_key = ["nicfs", "--node", "n", "--socket", "s", "--node-id", "2", "--zk", "h:1"];
+        assert!(Args::try_parse_from(no_key).is_err(), "--zk needs --cluster-key");
+        for alone in [["--node-id", "2"], ["--zk", "h:1"], ["--cluster-key", "k"], ["--peer-addr", "127.0.0.1:1"]] {
             let mut argv = vec!["nicfs", "--node", "n", "--socket", "s"];
             argv.extend(alone);
             assert!(Args::try_parse_from(argv).is_err(), "{alone:?} needs the other flag");
         }
         for bad in ["", "h", "h:", ":1", "h:1,", "h:99999"] {
-            let argv = ["nicfs", "--node", "n", "--socket", "s", "--node-id", "0", "--zk", bad];
+            let argv = ["nicfs", "--node", "n", "--socket", "s", "--node-id", "0", "--cluster-key", "k", "--zk", bad];
             assert!(Args::try_parse_from(argv).is_err(), "{bad:?}");
         }
     }

@@ -23,8 +23,11 @@
 //!   bounded by [`LEAVE_WITHIN`].
 //!
 //! The member's addresses for the two peer connection classes (low-latency and bulk) are
-//! placeholders ([`PLACEHOLDER_ADDR`]) until nicfs listens for peers (chain replication).
+//! those its peer listeners ([`crate::daemon::peers`]) are bound to; each view persisted is
+//! then handed to them, so the node links to the view's other members.
 
+use crate::config::ClusterConfig;
+use crate::daemon::peers::{Peers, PeersStatus};
 use crate::node::Node;
 use clustermgr::{Addrs, Config, Member, SessionStatus, View};
 use linefs_pm::noderecord::NodeRecord;
@@ -33,9 +36,6 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The address a member registers for both peer classes until nicfs serves peers: port 0,
-/// "not listening".
-pub(crate) const PLACEHOLDER_ADDR: &str = "127.0.0.1:0";
 /// How long one join attempt tries to reach ZooKeeper and be in a view.
 const JOIN_WITHIN: Duration = Duration::from_secs(10);
 /// The pause between join attempts.
@@ -72,6 +72,7 @@ pub(crate) struct ClusterStatus {
 /// The node's membership; [`start`] runs it, [`Cluster::stop`] ends it.
 pub(crate) struct Cluster {
     state: Arc<Mutex<ClusterStatus>>,
+    peers: Peers,
     stop: tokio::sync::watch::Sender<bool>,
     done: crossbeam_channel::Receiver<()>,
 }
@@ -85,8 +86,10 @@ fn session_name(s: SessionStatus) -> &'static str {
     }
 }
 
-/// Reads the node record, checks it names no other node, and starts the `cluster` thread.
-pub(crate) fn start(node: Arc<Node>, node_id: u32, zk: String) -> Result<Cluster, String> {
+/// Reads the node record, checks it names no other node, starts the peer links (the key
+/// loaded, both ports bound) and the `cluster` thread.
+pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
+    let (node_id, zk) = (c.node_id, c.zk.clone());
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
     if let Some(id) = rec.node_id {
         if id != node_id {
@@ -105,6 +108,7 @@ pub(crate) fn start(node: Arc<Node>, node_id: u32, zk: String) -> Result<Cluster
         joins: 0,
         last_error: None,
     }));
+    let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -112,15 +116,16 @@ pub(crate) fn start(node: Arc<Node>, node_id: u32, zk: String) -> Result<Cluster
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (done_tx, done) = crossbeam_channel::bounded(1);
     let s = state.clone();
+    let p = peers.clone();
     std::thread::Builder::new()
         .name("cluster".into())
         .spawn(move || {
-            rt.block_on(membership(node, node_id, zk, s, stopped));
+            rt.block_on(membership(node, node_id, zk, p, s, stopped));
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
     tracing::info!(node_id, persisted_epoch = rec.epoch, "joining the cluster");
-    Ok(Cluster { state, stop, done })
+    Ok(Cluster { state, peers, stop, done })
 }
 
 impl Cluster {
@@ -128,12 +133,18 @@ impl Cluster {
         self.state.lock().clone()
     }
 
-    /// Leaves the cluster (bounded by [`LEAVE_WITHIN`]).
+    /// The peer links.
+    pub(crate) fn peers(&self) -> PeersStatus {
+        self.peers.status()
+    }
+
+    /// Leaves the cluster (bounded by [`LEAVE_WITHIN`]) and closes the peer links.
     pub(crate) fn stop(&self) {
         let _ = self.stop.send(true);
         if self.done.recv_timeout(LEAVE_WITHIN + Duration::from_millis(500)).is_err() {
             tracing::warn!("the cluster membership did not end in time");
         }
+        self.peers.stop();
     }
 }
 
@@ -142,10 +153,12 @@ async fn membership(
     node: Arc<Node>,
     node_id: u32,
     zk: String,
+    peers: Peers,
     state: Arc<Mutex<ClusterStatus>>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    let addrs = Addrs { low_latency: PLACEHOLDER_ADDR.into(), bulk: PLACEHOLDER_ADDR.into() };
+    let (ll, bulk) = peers.addrs();
+    let addrs = Addrs { low_latency: ll.to_string(), bulk: bulk.to_string() };
     while !*stopped.borrow() {
         let mut cfg = Config::new(&zk);
         cfg.connect_within = JOIN_WITHIN;
@@ -172,7 +185,7 @@ async fn membership(
             }
         };
         state.lock().joins += 1;
-        let ended = follow(&node, &member, &state, &mut stopped).await;
+        let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
         match ended {
             Ended::Stopped => {
                 let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
@@ -201,6 +214,7 @@ enum Ended {
 async fn follow(
     node: &Node,
     member: &Member,
+    peers: &Peers,
     state: &Mutex<ClusterStatus>,
     stopped: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Ended {
@@ -210,7 +224,11 @@ async fn follow(
     loop {
         let view = views.borrow_and_update().clone();
         if let Some(v) = view {
-            persist(node, member.me().node, &v, state);
+            if persist(node, member.me().node, &v, state) {
+                let members: Vec<(u32, String, String)> =
+                    v.chain.iter().map(|m| (m.node, m.addrs.low_latency.clone(), m.addrs.bulk.clone())).collect();
+                peers.set_view(v.epoch, &members);
+            }
         }
         let s = *statuses.borrow_and_update();
         if was != Some(s) {
@@ -242,8 +260,8 @@ async fn follow(
 }
 
 /// Stores `view` in the node record if it is newer than what the record holds, then makes it
-/// the reported view.
-fn persist(node: &Node, me: u32, view: &View, state: &Mutex<ClusterStatus>) {
+/// the reported view. False: it could not be stored (and is not the node's view).
+fn persist(node: &Node, me: u32, view: &View, state: &Mutex<ClusterStatus>) -> bool {
     let chain: Vec<u32> = view.chain.iter().map(|m| m.node).collect();
     let pos = view.position(me).and_then(|p| u32::try_from(p).ok());
     let persisted = state.lock().persisted_epoch;
@@ -272,7 +290,7 @@ fn persist(node: &Node, me: u32, view: &View, state: &Mutex<ClusterStatus>) {
                 // Not reported as current: the status keeps the last persisted view.
                 tracing::error!(epoch = view.epoch, error = %e, "cannot persist the new view in the node record");
                 state.lock().last_error = Some(format!("persisting epoch {}: {e}", view.epoch));
-                return;
+                return false;
             }
         }
     }
@@ -280,4 +298,5 @@ fn persist(node: &Node, me: u32, view: &View, state: &Mutex<ClusterStatus>) {
     st.epoch = view.epoch;
     st.chain = chain;
     st.chain_pos = pos;
+    true
 }

@@ -49,6 +49,10 @@ pub(crate) struct Status {
     /// The node's cluster: ZooKeeper, the session, epoch and chain, the persisted epoch
     /// (null for a node on its own, without `--zk`).
     pub(crate) cluster: Option<crate::daemon::cluster::ClusterStatus>,
+    /// The node's peer links (with `--zk`): its listening addresses and, per other member of
+    /// the view, each class's connection state, the epoch the peer's messages carry and the
+    /// last round trip.
+    pub(crate) peers: Option<crate::daemon::peers::PeersStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -106,6 +110,7 @@ pub(super) fn snapshot(ctx: &Ctx) -> Status {
         unprivileged_connections: ctx.conns.open(),
         refusals: refusals(ctx),
         cluster: ctx.cluster.as_ref().map(|c| c.status()),
+        peers: ctx.cluster.as_ref().map(|c| c.peers()),
     }
 }
 
