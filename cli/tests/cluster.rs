@@ -11,7 +11,7 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -19,37 +19,9 @@ use serde_json::Value;
 #[path = "../../fuse-mount/tests/support/fuse.rs"]
 mod support;
 use support::fuse_available;
-
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
-
-fn linefs(dir: &Path, args: &[&str]) -> Output {
-    // LINEFS_FUSE=self: run the daemon from this very build of `linefs` (its hidden
-    // fuse-daemon verb), never from a stale linefs-fuse left in the target directory.
-    let out =
-        Command::new(LINEFS).env("LINEFS_FUSE", "self").args(args).arg("--dir").arg(dir).output().expect("run linefs");
-    eprintln!(
-        "linefs {args:?} -> {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = linefs(dir, args);
-    assert!(out.status.success(), "linefs {args:?} failed");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn err(dir: &Path, args: &[&str]) -> String {
-    let out = linefs(dir, args);
-    assert!(!out.status.success(), "linefs {args:?} should fail");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one-line reason expected: {stderr:?}");
-    assert!(stderr.starts_with("linefs: "), "{stderr:?}");
-    stderr
-}
+#[path = "common/cli.rs"]
+mod common;
+use common::{err, linefs, ok, status, wait_for, LINEFS};
 
 fn mounted(path: &Path) -> bool {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -147,10 +119,6 @@ fn stat_fields(pid: i32) -> Vec<String> {
     stat.rsplit_once(')').unwrap().1.split_whitespace().map(str::to_string).collect()
 }
 
-fn status(dir: &Path) -> Value {
-    serde_json::from_str(&ok(dir, &["status", "--json"])).expect("status --json")
-}
-
 fn process<'a>(st: &'a Value, role: &str, node: usize) -> &'a Value {
     st["processes"]
         .as_array()
@@ -160,14 +128,6 @@ fn process<'a>(st: &'a Value, role: &str, node: usize) -> &'a Value {
 
 fn mode(dir: &Path) -> String {
     status(dir)["nodes"][0]["mode"].as_str().unwrap_or_default().to_string()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The names in DIR/run.

@@ -13,8 +13,8 @@
 use std::fs;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use linefs_pm::noderecord::NodeRecord;
 use serde_json::Value;
@@ -22,43 +22,14 @@ use serde_json::Value;
 #[path = "../../fuse-mount/tests/support/fuse.rs"]
 mod support;
 use support::fuse_available;
-
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
-
-fn linefs(dir: &Path, args: &[&str]) -> Output {
-    let out =
-        Command::new(LINEFS).env("LINEFS_FUSE", "self").args(args).arg("--dir").arg(dir).output().expect("run linefs");
-    eprintln!(
-        "linefs {args:?} -> {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = linefs(dir, args);
-    assert!(out.status.success(), "linefs {args:?} failed");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[path = "common/cli.rs"]
+mod common;
+use common::{linefs, ok, status, wait_for, LINEFS};
 
 fn need_daemons() {
     for name in ["nicfs", "kworker"] {
         let exe = Path::new(LINEFS).with_file_name(name);
         assert!(exe.is_file(), "{} is missing: build the daemons first (cargo build --bins)", exe.display());
-    }
-}
-
-fn status(dir: &Path) -> Value {
-    serde_json::from_str(&ok(dir, &["status", "--json"])).expect("status --json")
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -13,43 +13,13 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use linefs_peer::{Class, ClusterKey, LinkConfig, TcpLink};
 use serde_json::Value;
-
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
-
-fn linefs(dir: &Path, args: &[&str]) -> Output {
-    let out =
-        Command::new(LINEFS).env("LINEFS_FUSE", "self").args(args).arg("--dir").arg(dir).output().expect("run linefs");
-    eprintln!(
-        "linefs {args:?} -> {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = linefs(dir, args);
-    assert!(out.status.success(), "linefs {args:?} failed");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn status(dir: &Path) -> Value {
-    serde_json::from_str(&ok(dir, &["status", "--json"])).expect("status --json")
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+#[path = "common/cli.rs"]
+mod common;
+use common::{linefs, ok, status, wait_for};
 
 /// Brings the cluster down even when the test fails.
 struct Down<'a>(&'a Path);

@@ -10,25 +10,13 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
 
 #[path = "../../fuse-mount/tests/support/fuse.rs"]
 mod support;
 use support::fuse_available;
-
-const LINEFS: &str = env!("CARGO_BIN_EXE_linefs");
-
-fn linefs(dir: &Path, args: &[&str]) -> Output {
-    let out =
-        Command::new(LINEFS).env("LINEFS_FUSE", "self").args(args).arg("--dir").arg(dir).output().expect("run linefs");
-    eprintln!(
-        "linefs {args:?} -> {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+#[path = "common/cli.rs"]
+mod common;
+use common::{linefs, LINEFS};
 
 /// The stored image (format in pm/tests/format_image.rs): `size N`, then `OFFSET HEX` lines.
 fn read_image(rel: &str) -> Vec<u8> {
