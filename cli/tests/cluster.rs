@@ -21,7 +21,7 @@ mod support;
 use support::fuse_available;
 #[path = "common/cli.rs"]
 mod common;
-use common::{err, linefs, ok, status, wait_for, LINEFS};
+use common::{err, need_daemons, ok, status, wait_for, Down, LINEFS};
 
 fn mounted(path: &Path) -> bool {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -85,15 +85,6 @@ fn cluster_life_cycle() {
 
 // ---- with offload: each node's nicfs and kworker ----
 
-/// Panics unless nicfs and kworker were built beside `linefs` (`linefs up` starts them from
-/// there; `cargo test` builds only this package's binary).
-fn need_daemons() {
-    for name in ["nicfs", "kworker"] {
-        let exe = Path::new(LINEFS).with_file_name(name);
-        assert!(exe.is_file(), "{} is missing: build the daemons first (cargo build --bins)", exe.display());
-    }
-}
-
 fn pid_file(dir: &Path, name: &str) -> PathBuf {
     dir.join("run").join(format!("{name}.pid"))
 }
@@ -137,17 +128,6 @@ fn run_files(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-/// Brings the cluster down even when the test fails, so that no daemon outlives it.
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        if self.0.join("cluster.json").exists() {
-            linefs(self.0, &["down"]);
-        }
-    }
 }
 
 #[test]

@@ -24,14 +24,7 @@ mod support;
 use support::fuse_available;
 #[path = "common/cli.rs"]
 mod common;
-use common::{linefs, ok, status, wait_for, LINEFS};
-
-fn need_daemons() {
-    for name in ["nicfs", "kworker"] {
-        let exe = Path::new(LINEFS).with_file_name(name);
-        assert!(exe.is_file(), "{} is missing: build the daemons first (cargo build --bins)", exe.display());
-    }
-}
+use common::{linefs, need_daemons, ok, status, wait_for, Down, LINEFS};
 
 /// The cluster's view once node 0 is connected in it and has persisted it.
 fn settled(dir: &Path, above: u64) -> Value {
@@ -64,17 +57,6 @@ fn processes_with(needle: &str) -> Vec<i32> {
 /// Java processes of this cluster's ZooKeeper (their config is under DIR/zk).
 fn zk_javas(dir: &Path) -> Vec<i32> {
     processes_with(&dir.join("zk").display().to_string())
-}
-
-/// Brings the cluster down even when the test fails.
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        if self.0.join("cluster.json").exists() {
-            linefs(self.0, &["down"]);
-        }
-    }
 }
 
 fn node_record(dir: &Path) -> NodeRecord {

@@ -19,18 +19,7 @@ use linefs_peer::{Class, ClusterKey, LinkConfig, TcpLink};
 use serde_json::Value;
 #[path = "common/cli.rs"]
 mod common;
-use common::{linefs, ok, status, wait_for};
-
-/// Brings the cluster down even when the test fails.
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        if self.0.join("cluster.json").exists() {
-            linefs(self.0, &["down"]);
-        }
-    }
-}
+use common::{ok, status, wait_for, Down};
 
 /// Node `n`'s links as `status --json` shows them.
 fn links(st: &Value, n: usize) -> Vec<Value> {

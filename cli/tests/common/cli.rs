@@ -1,6 +1,7 @@
 //! What the tests of the `linefs` command share: running the built binary against a cluster
 //! directory (the mount daemon from this very build: `LINEFS_FUSE=self`), its output shown
-//! either way, the one-line error contract, `status --json`, and waiting for a condition.
+//! either way, the one-line error contract, `status --json`, waiting for a condition, the
+//! check that the daemons are built, and a guard that brings a test's cluster down.
 #![allow(dead_code)]
 
 use std::path::Path;
@@ -57,10 +58,22 @@ pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// The daemons the cluster tests start are built beside `linefs`.
-pub fn assert_daemons_built() {
+/// Panics unless nicfs and kworker were built beside `linefs` (`linefs up` starts them from
+/// there; `cargo test` builds only this package's binary).
+pub fn need_daemons() {
     for name in ["nicfs", "kworker"] {
         let exe = Path::new(LINEFS).with_file_name(name);
         assert!(exe.is_file(), "{} is missing: build the daemons first (cargo build --bins)", exe.display());
+    }
+}
+
+/// Brings the cluster in its directory down when dropped, even when the test fails.
+pub struct Down<'a>(pub &'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        if self.0.join("cluster.json").exists() {
+            linefs(self.0, &["down"]);
+        }
     }
 }
