@@ -158,25 +158,50 @@ pub fn write_status_doc(path: &Path, doc: &serde_json::Value) {
     }
 }
 
-/// Runs `linefs-fuse` with `args` until it is told to stop.
-pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+/// Why a mount daemon's flags or mount point were refused before anything started.
+#[derive(Debug, Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Options(#[from] OptionError),
+    #[error("--threads must be between 1 and 256, not {0}")]
+    Threads(usize),
+    #[error(transparent)]
+    Mount(#[from] MountError),
+}
+
+/// The mount configuration `-o` `options` and `--threads` give, once `mountpoint` is checked
+/// to be a directory: what every mount daemon (`linefs-fuse`, `linefs-passthrough`) checks
+/// before it opens its backend.
+pub fn mount_config(options: &[String], threads: Option<usize>, mountpoint: &Path) -> Result<MountConfig, SetupError> {
     let mut cfg = MountConfig::default();
-    cfg.apply_options(&args.options)?;
-    if let Some(n) = args.threads {
+    cfg.apply_options(options)?;
+    if let Some(n) = threads {
         if !(1..=256).contains(&n) {
-            return Err(DaemonError::Threads(n));
+            return Err(SetupError::Threads(n));
         }
         cfg.threads = n;
     }
-    // Fail on a bad mount point before opening (and recovering) the backend.
-    match std::fs::metadata(&args.mountpoint) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(MountError::NotADirectory(args.mountpoint.clone()).into()),
-        Err(source) => {
-            let path = args.mountpoint.clone();
-            return Err(MountError::Io { path, what: "stat mount point", source }.into());
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(cfg),
+        Ok(_) => Err(MountError::NotADirectory(mountpoint.to_path_buf()).into()),
+        Err(source) => Err(MountError::Io { path: mountpoint.to_path_buf(), what: "stat mount point", source }.into()),
+    }
+}
+
+impl From<SetupError> for DaemonError {
+    fn from(e: SetupError) -> DaemonError {
+        match e {
+            SetupError::Options(e) => DaemonError::Options(e),
+            SetupError::Threads(n) => DaemonError::Threads(n),
+            SetupError::Mount(e) => DaemonError::Mount(e),
         }
     }
+}
+
+/// Runs `linefs-fuse` with `args` until it is told to stop.
+pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+    // Fail on a bad mount point before opening (and recovering) the backend.
+    let cfg = mount_config(&args.options, args.threads, &args.mountpoint)?;
     let ready =
         args.ready_fd.map(|fd| ready_fd(fd).map_err(|source| DaemonError::ReadyFd { fd, source })).transpose()?;
     // Before any thread exists, so that every thread inherits the mask.

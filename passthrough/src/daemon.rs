@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use fuse_mount::daemon::{ready_fd, signal_ready, unix_ms, write_status_doc};
+use fuse_mount::daemon::{mount_config, ready_fd, signal_ready, unix_ms, write_status_doc, SetupError};
 use fuse_mount::mount::{self, MountError, MountedSession};
-use fuse_mount::options::{MountConfig, OptionError};
+use fuse_mount::options::OptionError;
 use linefs_pm::signals::SignalSet;
 use thiserror::Error;
 use tracing::{error, info, warn};
@@ -60,24 +60,19 @@ pub enum PassthroughError {
     ReadyFd { fd: i32, source: io::Error },
 }
 
+impl From<SetupError> for PassthroughError {
+    fn from(e: SetupError) -> PassthroughError {
+        match e {
+            SetupError::Options(e) => PassthroughError::Options(e),
+            SetupError::Threads(n) => PassthroughError::Threads(n),
+            SetupError::Mount(e) => PassthroughError::Mount(e),
+        }
+    }
+}
+
 /// Runs `linefs-passthrough` with `args` until it is told to stop.
 pub fn run(args: PassthroughArgs) -> Result<(), PassthroughError> {
-    let mut cfg = MountConfig::default();
-    cfg.apply_options(&args.options)?;
-    if let Some(n) = args.threads {
-        if !(1..=256).contains(&n) {
-            return Err(PassthroughError::Threads(n));
-        }
-        cfg.threads = n;
-    }
-    match std::fs::metadata(&args.mountpoint) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(MountError::NotADirectory(args.mountpoint.clone()).into()),
-        Err(source) => {
-            let path = args.mountpoint.clone();
-            return Err(MountError::Io { path, what: "stat mount point", source }.into());
-        }
-    }
+    let cfg = mount_config(&args.options, args.threads, &args.mountpoint)?;
     let ready =
         args.ready_fd.map(|fd| ready_fd(fd).map_err(|source| PassthroughError::ReadyFd { fd, source })).transpose()?;
     // Before any thread exists, so that every thread inherits the mask.
