@@ -122,4 +122,27 @@ mod tests {
         z[16..24].fill(0);
         assert!(Beat::decode(KIND_PING, &z).is_err());
     }
+
+    proptest::proptest! {
+        /// Any kind and bytes: decoding never panics, and what it takes is canonical (it
+        /// re-encodes to exactly those payload bytes under that kind).
+        #[test]
+        fn decode_is_total_and_canonical(kind: u16, payload in proptest::collection::vec(proptest::num::u8::ANY, 0..48)) {
+            if let Ok(b) = Beat::decode(kind, &payload) {
+                let f = b.encode();
+                let h = Header::decode(f[..HEADER_LEN].try_into().unwrap()).unwrap();
+                proptest::prop_assert_eq!(h.kind, kind);
+                proptest::prop_assert_eq!(&f[HEADER_LEN..], &payload[..]);
+            }
+        }
+
+        /// Valid payloads with bytes flipped: decoded or refused, never a panic; a flip in
+        /// the version or the reserved bytes is always refused.
+        #[test]
+        fn a_flipped_byte_in_the_header_part_is_refused(seq in 1u64.., at in 0usize..8, bit in 0u8..8) {
+            let mut p = Beat { pong: false, epoch: 1, seq, sent_ns: 2 }.encode()[HEADER_LEN..].to_vec();
+            p[at] ^= 1 << bit;
+            proptest::prop_assert!(Beat::decode(KIND_PING, &p).is_err());
+        }
+    }
 }
