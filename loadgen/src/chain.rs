@@ -6,7 +6,7 @@
 //! **Hops.** `linefs-loadgen hop --next ADDR` listens on loopback and prints
 //! `{"listening": "127.0.0.1:PORT"}`. Every connection it accepts gets a connection of its
 //! own to the next hop (if any) and a PM file of its own (`--pm-dir`, a ring of `--pm-size`
-//! bytes mapped with pm's `PmRegion`). Per message, its reader thread forwards the frame
+//! bytes mapped with pm's `PmRegion`, touched once at set-up). Per message, its reader thread forwards the frame
 //! downstream *first* (so the next hop's persist overlaps this one's), then decompresses it
 //! if it is lz4, writes the raw bytes at their ring position, persists and fences them. The
 //! last hop acknowledges each message as soon as it is durable; a middle hop relays the
@@ -34,7 +34,10 @@
 //! ```
 //!
 //! Ack, 16 bytes: `b"LGAK"`, version 1, 3 reserved zero bytes, `seq` (u64): every message up
-//! to `seq` is durable on this hop and every hop after it. A header that breaks any of these
+//! to `seq` is durable on this hop and every hop after it. On a new connection a hop first
+//! sends an ack of `seq` 0 once it and every hop after it are ready (PM file mapped, next hop
+//! connected and ready): [`Link::connect`] waits for it, so that no measured message waits
+//! for a hop's setup. A header that breaks any of these
 //! rules ends the connection (decoding never panics).
 
 use std::collections::VecDeque;
@@ -93,7 +96,12 @@ impl Header {
         let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&h[8..16]);
-        let hd = Header { seq: u64::from_le_bytes(seq), lz4: h[5] & FLAG_LZ4 != 0, raw_len: u32_at(16), wire_len: u32_at(20) };
+        let hd = Header {
+            seq: u64::from_le_bytes(seq),
+            lz4: h[5] & FLAG_LZ4 != 0,
+            raw_len: u32_at(16),
+            wire_len: u32_at(20),
+        };
         if hd.raw_len as usize > MAX_MSG || hd.wire_len as usize > MAX_MSG || (!hd.lz4 && hd.raw_len != hd.wire_len) {
             return Err(format!("bad data frame lengths {hd:?}"));
         }
@@ -235,6 +243,9 @@ fn serve(up: TcpStream, next: Option<&str>, path: &Path, size: u64) -> Result<()
     up.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
     let region = PmRegion::create(path, size).map_err(|e| format!("{}: {e}", path.display()))?;
     let ring = region.len();
+    // Touched once before the hop says it is ready: a page's first store (tmpfs allocating
+    // it) is set-up, not the transport's cost.
+    region.zero(0, ring).map_err(|e| format!("{}: {e}", path.display()))?;
     let durable = Arc::new(Mark::default());
     let mut up_w = up.try_clone().map_err(|e| format!("dup: {e}"))?;
     let mut down = match next {
@@ -242,6 +253,10 @@ fn serve(up: TcpStream, next: Option<&str>, path: &Path, size: u64) -> Result<()
             let d = TcpStream::connect(addr).map_err(|e| format!("connect to the next hop {addr}: {e}"))?;
             d.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
             let mut acks = d.try_clone().map_err(|e| format!("dup: {e}"))?;
+            match read_ack(&mut acks)? {
+                Some(0) => {}
+                other => return Err(format!("the next hop {addr} is not ready: {other:?}")),
+            }
             let mut relay = up.try_clone().map_err(|e| format!("dup: {e}"))?;
             let mine = durable.clone();
             std::thread::spawn(move || {
@@ -257,6 +272,7 @@ fn serve(up: TcpStream, next: Option<&str>, path: &Path, size: u64) -> Result<()
         }
         None => None,
     };
+    up_w.write_all(&encode_ack(0)).map_err(|e| format!("ready: {e}"))?;
     let mut upr = io::BufReader::with_capacity(1 << 20, up);
     let (mut payload, mut raw) = (Vec::new(), Vec::new());
     let mut pos = 0u64;
@@ -350,6 +366,10 @@ impl Link {
         let out = TcpStream::connect(addr).map_err(|e| format!("connect to the chain at {addr}: {e}"))?;
         out.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
         let mut acks = out.try_clone().map_err(|e| format!("dup: {e}"))?;
+        match read_ack(&mut acks)? {
+            Some(0) => {}
+            other => return Err(format!("the chain at {addr} is not ready: {other:?}")),
+        }
         let acked = Arc::new(Mark::default());
         let a = acked.clone();
         std::thread::spawn(move || {
@@ -558,6 +578,7 @@ mod tests {
         std::thread::spawn(move || {
             let (c, _) = l.accept().unwrap();
             let mut w = c.try_clone().unwrap();
+            w.write_all(&encode_ack(0)).unwrap();
             let mut r = io::BufReader::new(c);
             let mut buf = Vec::new();
             while let Ok(Some(h)) = read_frame(&mut r, &mut buf) {

@@ -21,6 +21,8 @@
 //! * `--fsync-end`: an fsync after each file's last write (part of the write phase).
 //! * `--latency`: each write (with its fsync, when one is due) is timed; percentiles in the
 //!   result.
+//! * `--remove`: the files and the directory are removed after the write phase (the drain
+//!   then publishes the removal too), so that long benches do not fill the node.
 //! * `--compressible PCT`: data generated to be PCT % lz4-compressible ([`crate::gen`])
 //!   instead of a fixed pattern.
 
@@ -68,6 +70,10 @@ pub struct WriteArgs {
     /// Time each write (with its fsync when one is due).
     #[arg(long)]
     latency: bool,
+    /// Remove the files and the directory after the write phase (before the drain), so that
+    /// a long bench does not fill the node.
+    #[arg(long)]
+    remove: bool,
     /// Data lz4 can shrink by this many percent (default: a fixed pattern).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
     compressible: Option<u8>,
@@ -283,15 +289,17 @@ pub fn run(a: &WriteArgs) -> Result<Option<Value>, String> {
     let pid = std::process::id();
     let (mut target, slot, offload, tail0) = match (&a.node, &a.path) {
         (Some(node), _) => {
-            let opts = FsOptions { pm_path: node.clone(), nicfs: a.nicfs.clone(), client: a.client, ..Default::default() };
+            let opts =
+                FsOptions { pm_path: node.clone(), nicfs: a.nicfs.clone(), client: a.client, ..Default::default() };
             let fs = Fs::mount(opts).map_err(|e| format!("mount {}: {e}", node.display()))?;
             let cred = Cred {
                 uid: rustix::process::geteuid().as_raw(),
                 gid: rustix::process::getegid().as_raw(),
                 groups: vec![],
             };
-            let dir =
-                fs.mkdir(&cred, ROOT_INO, a.dir.as_bytes(), 0o755, 0o022).map_err(|e| format!("mkdir {}: {e}", a.dir))?;
+            let dir = fs
+                .mkdir(&cred, ROOT_INO, a.dir.as_bytes(), 0o755, 0o022)
+                .map_err(|e| format!("mkdir {}: {e}", a.dir))?;
             let st = fs.status();
             let pusher = match &a.chain {
                 Some(addr) => Some(Box::new(Pusher::open(node, st.client, st.tail_lsn, addr, a.compress)?)),
@@ -329,7 +337,8 @@ pub fn run(a: &WriteArgs) -> Result<Option<Value>, String> {
         while off < size {
             let n = (size - off).min(a.io) as usize;
             let t = Instant::now();
-            file.write(&mut target, off, &data.next()[..n]).map_err(|e| format!("write {}/{name} at {off}: {e}", a.dir))?;
+            file.write(&mut target, off, &data.next()[..n])
+                .map_err(|e| format!("write {}/{name} at {off}: {e}", a.dir))?;
             off += n as u64;
             writes += 1;
             let due = a.fsync_every > 0 && writes.is_multiple_of(a.fsync_every);
@@ -344,6 +353,9 @@ pub fn run(a: &WriteArgs) -> Result<Option<Value>, String> {
         file.close(&mut target);
     }
     let write_seconds = start.elapsed().as_secs_f64();
+    if a.remove {
+        remove(&target, a)?;
+    }
     let drain = Instant::now();
     let (log_bytes, published_all, end_offload, backing, persist, chain) = match target {
         Target::Libfs { fs, dir, pusher, .. } => {
@@ -393,6 +405,20 @@ pub fn run(a: &WriteArgs) -> Result<Option<Value>, String> {
         v["chain"] = c;
     }
     Ok(Some(v))
+}
+
+/// `--remove`: the files and their directory.
+fn remove(t: &Target, a: &WriteArgs) -> Result<(), String> {
+    match t {
+        Target::Libfs { fs, cred, dir, .. } => {
+            for f in 0..a.files {
+                let name = format!("f{f}");
+                fs.unlink(cred, dir.ino, name.as_bytes()).map_err(|e| format!("unlink {}/{name}: {e}", a.dir))?;
+            }
+            fs.rmdir(cred, ROOT_INO, a.dir.as_bytes()).map_err(|e| format!("rmdir {}: {e}", a.dir))
+        }
+        Target::Kernel { dir } => std::fs::remove_dir_all(dir).map_err(|e| format!("remove {}: {e}", dir.display())),
+    }
 }
 
 /// A file being written.
