@@ -200,12 +200,27 @@ impl Env {
             next = Some(v["listening"].as_str().ok_or_else(|| fail(format!("hop {k}: {line}")))?.to_string());
         }
         let chain = next.ok_or_else(|| fail("no hop"))?;
-        // Room for the biggest case at once, twice over, and the latency rows.
-        let size = (plan.bytes.saturating_mul(4 * 3) / 2)
+        // Room for the biggest case at once, one and a half times over, the latency rows and
+        // the logs.
+        let most = plan.clients.iter().copied().max().unwrap_or(1);
+        let slots = (most + 1).max(4) as u64;
+        let size = (plan.bytes.saturating_mul(most as u64 * 3) / 2)
             .saturating_add(plan.count * IO * 2)
-            .saturating_add(1 << 30)
+            .saturating_add(slots * LOG_SIZE)
+            .saturating_add(512 << 20)
             .div_ceil(4096)
             * 4096;
+        // Formatted here rather than by `up`, which gives a node 4 log slots: the FUSE mount
+        // and up to 16 clients each need one on node 0.
+        let params =
+            linefs_pm::layout::FormatParams { size, log_size: LOG_SIZE, log_slots: slots as u32, inodes: INODES };
+        step(|| -> CliResult<()> {
+            for n in 0..3 {
+                let f = nodes.join(format!("node{n}"));
+                mkfs::format_dir(&f, &params).ctx(|| format!("{}: format", f.display()))?;
+            }
+            Ok(())
+        })?;
         let up = UpArgs {
             nodes: 3,
             pm_dir: Some(nodes.clone()),
