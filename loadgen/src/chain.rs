@@ -412,6 +412,10 @@ impl Link {
             return Err(format!("message of {} bytes > {MAX_MSG}", data.len()));
         }
         self.settle();
+        // The network's time for this message includes waiting for the chain to take it:
+        // past the watermark, the acks pace the sender (the socket buffer alone would hide
+        // a slow chain).
+        let waited = Instant::now();
         while self.flow.paused() {
             let next = self.in_flight.front().map_or(self.seq, |&(s, _)| s);
             if !self.acked.wait(next, ACK_WAIT) {
@@ -427,6 +431,7 @@ impl Link {
                 d.compress.then_some(d.probe)
             }
         };
+        let wait_ns = waited.elapsed().as_nanos() as u64;
         let t0 = Instant::now();
         let packed = decision.map(|_| lz4_flex::block::compress(data));
         let compress_ns = t0.elapsed().as_nanos() as u64;
@@ -442,9 +447,9 @@ impl Link {
         self.frame.extend_from_slice(payload);
         let t1 = Instant::now();
         self.out.write_all(&self.frame).map_err(|e| format!("send: {e}"))?;
-        let send_ns = t1.elapsed().as_nanos() as u64;
+        let send_ns = t1.elapsed().as_nanos() as u64 + wait_ns;
         if self.mode == Compress::Adaptive {
-            self.adaptive.observe(&Sample {
+            let switched = self.adaptive.observe(&Sample {
                 raw: data.len() as u64,
                 wire: payload.len() as u64,
                 compressed: decision.is_some(),
@@ -454,6 +459,13 @@ impl Link {
                 compress_queue: 0,
                 send_queue: 0,
             });
+            if let Some(sw) = switched {
+                let st = self.adaptive.stats();
+                tracing::debug!(
+                    seq = self.seq, on = sw.on, reason = ?sw.reason, lz4_ns_per_byte = ?st.lz4_ns_per_byte,
+                    ratio = ?st.ratio, net_ns_per_byte = ?st.net_ns_per_byte, "adaptive compression switched"
+                );
+            }
         }
         let wire = (HEADER + payload.len()) as u64;
         self.flow.admit(wire);
