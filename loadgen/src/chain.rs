@@ -211,7 +211,7 @@ pub struct HopArgs {
     #[arg(long, value_name = "DIR")]
     pm_dir: PathBuf,
     /// Size of each PM file (the ring the messages are stored in).
-    #[arg(long, default_value = "64M", value_parser = crate::write::parse_size)]
+    #[arg(long, default_value = "64M", value_parser = crate::util::parse_size)]
     pm_size: u64,
 }
 
@@ -219,7 +219,7 @@ pub struct HopArgs {
 pub fn hop(a: &HopArgs) -> Result<(), String> {
     let listener = TcpListener::bind(&a.listen).map_err(|e| format!("listen on {}: {e}", a.listen))?;
     let addr = listener.local_addr().map_err(|e| format!("local address: {e}"))?;
-    crate::write::emit(&json!({ "listening": addr.to_string() }))?;
+    crate::util::emit(&json!({ "listening": addr.to_string() }))?;
     let (next, dir, size) = (a.next.clone(), a.pm_dir.clone(), a.pm_size);
     std::thread::spawn(move || {
         for (n, conn) in listener.incoming().enumerate() {

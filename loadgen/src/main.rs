@@ -10,6 +10,7 @@
 //! ([`push`]) sends generated data ([`gen`], of a chosen lz4-compressibility) down such a
 //! chain with no file system, and `write --chain` is a host-only client that replicates its
 //! own log down one, as Assise does.
+//! What the verbs share (sizes, CPU time, the JSON lines, latency percentiles) is [`util`].
 //!
 //! Why a crate of its own: the client must be libfs used directly (no FUSE in the way), and
 //! the dependency direction allows it nowhere else — libfs may not depend on the cli, the cli
@@ -28,6 +29,7 @@
 mod chain;
 mod gen;
 mod push;
+mod util;
 mod write;
 
 use std::io::Read;
@@ -121,7 +123,7 @@ fn main() -> ExitCode {
         Verb::Write(args) => write::main(&args),
         Verb::Hop(args) => chain::hop(&args).map(|()| ExitCode::SUCCESS),
         Verb::Push(args) => match push::run(&args) {
-            Ok(Some(v)) => write::emit(&v).map(|()| ExitCode::SUCCESS),
+            Ok(Some(v)) => util::emit(&v).map(|()| ExitCode::SUCCESS),
             Ok(None) => Ok(ExitCode::from(3)),
             Err(e) => Err(e),
         },

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::chain::{Compress, Link};
 use crate::gen::Gen;
 use crate::pin;
-use crate::write::{cpu_times, emit, latency_json, parse_size};
+use crate::util::{cpu_times, emit, latency_json, parse_size};
 use linefs_pm::cpus::{self, CpuList};
 
 #[derive(Debug, Clone, clap::Args)]

@@ -26,7 +26,7 @@
 //! * `--compressible PCT`: data generated to be PCT % lz4-compressible ([`crate::gen`])
 //!   instead of a fixed pattern.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -40,6 +40,7 @@ use serde_json::{json, Value};
 use crate::chain::{Compress, Link};
 use crate::gen::Gen;
 use crate::pin;
+use crate::util::{cpu_times, emit, latency_json, parse_size};
 use linefs_pm::cpus::{self, CpuList};
 
 /// A host-only client with `--chain` pushes its new log after this many bytes of writes.
@@ -107,42 +108,6 @@ pub struct WriteArgs {
     wait_go: bool,
 }
 
-/// Parses a size such as `16384`, `4M`, `1G` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" => 10,
-        "m" | "mib" => 20,
-        "g" | "gib" => 30,
-        _ => return Err(format!("bad size unit in {s:?} (K, M or G)")),
-    };
-    n.checked_mul(1 << shift).ok_or_else(|| format!("size {s:?} is too large"))
-}
-
-/// This process's CPU time so far: (user, system) seconds, all threads.
-pub fn cpu_times() -> Result<(f64, f64), String> {
-    // SAFETY: rusage is plain old data, for which all-zero bytes are a valid value, and
-    // getrusage only writes the struct it is handed.
-    let (rc, ru) = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        (libc::getrusage(libc::RUSAGE_SELF, &mut ru), ru)
-    };
-    if rc != 0 {
-        return Err(format!("getrusage: {}", std::io::Error::last_os_error()));
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok((secs(ru.ru_utime), secs(ru.ru_stime)))
-}
-
-pub fn emit(v: &Value) -> Result<(), String> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{v}").and_then(|()| out.flush()).map_err(|e| format!("stdout: {e}"))
-}
-
 /// The write verb: see the module note. Prints the result line.
 pub fn main(a: &WriteArgs) -> Result<ExitCode, String> {
     if a.io == 0 || a.files == 0 {
@@ -152,19 +117,6 @@ pub fn main(a: &WriteArgs) -> Result<ExitCode, String> {
         Some(v) => emit(&v).map(|()| ExitCode::SUCCESS),
         None => Ok(ExitCode::from(NO_GO)),
     }
-}
-
-/// Latency percentiles (µs) of a histogram of nanoseconds.
-pub fn latency_json(h: &hdrhistogram::Histogram<u64>) -> Value {
-    let us = |ns: u64| ns as f64 / 1e3;
-    json!({
-        "count": h.len(),
-        "avg": h.mean() / 1e3,
-        "p50": us(h.value_at_quantile(0.5)),
-        "p99": us(h.value_at_quantile(0.99)),
-        "p999": us(h.value_at_quantile(0.999)),
-        "max": us(h.max()),
-    })
 }
 
 /// The data to write: `io` bytes, from a ring of generated buffers or the fixed pattern.
@@ -477,18 +429,5 @@ impl File {
             fs.release(ino, fh);
             fs.forget(ino, 1);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("16384"), Ok(16384));
-        assert_eq!(parse_size("4M"), Ok(4 << 20));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert!(parse_size("1T").is_err());
     }
 }
