@@ -18,7 +18,8 @@
 //!
 //! A row for "linefs host-only, 3 nodes" (libfs publishes and replicates itself, as Assise
 //! does) is printed as pending until that mode exists; add it in [`Target`] and [`run`].
-//! `linefs bench offload` ([`offload`]) compares libfs clients (no FUSE) with and without
+//! `linefs bench replication` ([`replication`]) puts a 3-node cluster beside host-only
+//! replication, the passthrough and a bare TCP chain. `linefs bench offload` ([`offload`]) compares libfs clients (no FUSE) with and without
 //! nicfs on clusters of their own. `seqwrite` and `fsync` ([`syncwrite`]) run `--runs`
 //! interleaved rounds and report medians.
 //!
@@ -31,6 +32,7 @@ mod filebench;
 #[cfg(linefs_leveldb)]
 mod leveldb;
 mod offload;
+mod replication;
 mod syncwrite;
 
 pub use filebench::Personality;
@@ -65,6 +67,10 @@ pub enum BenchName {
     /// 1, 2, 4 libfs clients writing 16 KiB sequentially, offload vs host-only, alone and
     /// beside a CPU-bound co-runner: MB/s and CPU s/GiB of clients, kworker, nicfs.
     Offload,
+    /// A 3-node cluster against host-only replication down a client-driven chain, the FUSE
+    /// passthrough and a bare 3-hop TCP chain: sequential MB/s (1, 2, 4 clients),
+    /// write+fsync latency, lz4 network bytes, client CPU per GiB, the goals met or not.
+    Replication,
 }
 
 impl BenchName {
@@ -76,6 +82,7 @@ impl BenchName {
             BenchName::Filebench => "filebench",
             BenchName::Datapath => "datapath",
             BenchName::Offload => "offload",
+            BenchName::Replication => "replication",
         }
     }
 }
@@ -362,6 +369,7 @@ pub fn run(dir: &ClusterDir, args: &BenchArgs) -> CliResult<String> {
         BenchName::Filebench => filebench::run(dir, args),
         BenchName::Datapath => datapath::run(dir, args),
         BenchName::Offload => offload::run(dir, args),
+        BenchName::Replication => replication::run(dir, args),
         BenchName::Seqwrite | BenchName::Fsync => syncwrite::run(dir, args),
     }
 }

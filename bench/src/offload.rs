@@ -71,14 +71,14 @@ pub(super) const DEFAULT_LOG_SIZE: u64 = 32 << 20;
 /// Per client, unless `--bytes`.
 pub(super) const DEFAULT_BYTES: u64 = 1 << 30;
 pub(super) const DEFAULT_CLIENTS: [usize; 3] = [1, 2, 4];
-const INODES: u64 = 4096;
-const LOADGEN: &str = "linefs-loadgen";
+pub(crate) const INODES: u64 = 4096;
+pub(crate) const LOADGEN: &str = "linefs-loadgen";
 /// How long a client may take to mount and create its directory.
-const READY_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const READY_WAIT: Duration = Duration::from_secs(60);
 /// How long a client may take to write and publish once told to go.
-const RESULT_WAIT: Duration = Duration::from_secs(1800);
+pub(crate) const RESULT_WAIT: Duration = Duration::from_secs(1800);
 /// The co-runner's threads are all spinning by then.
-const CORUNNER_SETTLE: Duration = Duration::from_millis(200);
+pub(crate) const CORUNNER_SETTLE: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -133,14 +133,14 @@ impl Sample {
 
 /// The CPUs: the host's (clients, kworker, co-runner) and the SmartNIC's (nicfs).
 #[derive(Debug, Clone)]
-pub(super) struct Cpus {
+pub(crate) struct Cpus {
     pub host: Vec<usize>,
     pub nic: usize,
 }
 
 impl Cpus {
     /// The CPUs this process may run on: the last for nicfs, the others for the host.
-    fn detect() -> CliResult<Cpus> {
+    pub(crate) fn detect() -> CliResult<Cpus> {
         let set = sched_getaffinity(None).map_err(|e| fail(format!("sched_getaffinity: {e}")))?;
         let all: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect();
         match all.split_last() {
@@ -154,13 +154,13 @@ impl Cpus {
 }
 
 /// `0,2,3`.
-pub(super) fn cpu_list(cpus: &[usize]) -> String {
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
 
 /// Pins every thread `pid` has now to `cpus` (threads it starts later inherit their
 /// creator's affinity). A thread that exits meanwhile is skipped.
-fn pin_process(pid: i32, cpus: &[usize]) -> CliResult<()> {
+pub(crate) fn pin_process(pid: i32, cpus: &[usize]) -> CliResult<()> {
     let mut set = CpuSet::new();
     for &c in cpus {
         set.set(c);
@@ -180,7 +180,7 @@ fn pin_process(pid: i32, cpus: &[usize]) -> CliResult<()> {
 
 /// The CPU time (user + system, every thread, the dead ones included) of `pid` so far, from
 /// `/proc/PID/stat`; None if it is gone.
-pub(super) fn cpu_seconds(pid: i32) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: i32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised name start with the state (field 3); utime and stime
     // are fields 14 and 15.
@@ -192,7 +192,7 @@ pub(super) fn cpu_seconds(pid: i32) -> Option<f64> {
 
 /// A process the bench started (a client or the co-runner): its stdin, its stdout's lines
 /// (read by a thread of their own), its log (stderr).
-struct Kid {
+pub(crate) struct Kid {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -201,8 +201,15 @@ struct Kid {
 }
 
 impl Kid {
+    /// Sends it the go byte.
+    pub(crate) fn go(&mut self) -> CliResult<()> {
+        let what = &self.what;
+        let stdin = self.stdin.as_mut().ok_or_else(|| fail(format!("{what}: no stdin")))?;
+        stdin.write_all(b"g").and_then(|()| stdin.flush()).ctx(|| format!("{what}: send the go"))
+    }
+
     /// The next line it prints, within `wait`; its log's reason if it exits first.
-    fn line(&mut self, wait: Duration) -> CliResult<String> {
+    pub(crate) fn line(&mut self, wait: Duration) -> CliResult<String> {
         match self.lines.recv_timeout(wait) {
             Ok(l) => Ok(l),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(fail(format!(
@@ -234,7 +241,7 @@ fn park_forever() -> ! {
 
 /// Runs a setup step of a case (creating PM files, starting daemons or processes) unless a
 /// signal's teardown has started.
-fn step<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn step<T>(f: impl FnOnce() -> T) -> T {
     let stopping = STOPPING.lock().unwrap_or_else(|p| p.into_inner());
     if *stopping {
         drop(stopping);
@@ -246,15 +253,15 @@ fn step<T>(f: impl FnOnce() -> T) -> T {
 /// Every process a case started. Dropped (on error paths too), it SIGKILLs those still
 /// running and reaps them; on Ctrl-C or SIGTERM [`interrupt`] kills them (first, then the
 /// cluster is torn down).
-struct Kids {
-    kids: Vec<Kid>,
+pub(crate) struct Kids {
+    pub(crate) kids: Vec<Kid>,
     /// Pids not reaped yet, for the signal thread.
     live: Arc<Mutex<Vec<i32>>>,
     reg: u64,
 }
 
 impl Kids {
-    fn new() -> Kids {
+    pub(crate) fn new() -> Kids {
         let live: Arc<Mutex<Vec<i32>>> = Arc::default();
         let l = live.clone();
         let reg = interrupt::register(Box::new(move || {
@@ -267,7 +274,7 @@ impl Kids {
     }
 
     /// Starts `exe args…` with piped stdin and stdout, stderr to `log`; returns its index.
-    fn spawn(&mut self, exe: &Path, args: &[String], log: &Path, what: String) -> CliResult<usize> {
+    pub(crate) fn spawn(&mut self, exe: &Path, args: &[String], log: &Path, what: String) -> CliResult<usize> {
         step(|| self.start(exe, args, log, what))
     }
 
@@ -298,13 +305,13 @@ impl Kids {
         Ok(self.kids.len() - 1)
     }
 
-    fn pid(&self, i: usize) -> i32 {
+    pub(crate) fn pid(&self, i: usize) -> i32 {
         self.kids[i].child.id() as i32
     }
 
     /// Closes its stdin (the co-runner stops; a client that has not had its go exits) and
     /// waits for it; its exit status must be success.
-    fn finish(&mut self, i: usize) -> CliResult<()> {
+    pub(crate) fn finish(&mut self, i: usize) -> CliResult<()> {
         let pid = self.pid(i);
         let k = &mut self.kids[i];
         k.stdin = None;
@@ -505,7 +512,7 @@ fn load_average() -> Option<f64> {
 }
 
 /// Where the PM goes: `--pm-dir`, else /dev/shm (memory speed), else DIR/pm.
-fn pm_parent(dir: &ClusterDir, args: &BenchArgs) -> CliResult<PathBuf> {
+pub(crate) fn pm_parent(dir: &ClusterDir, args: &BenchArgs) -> CliResult<PathBuf> {
     let p = match &args.pm_dir {
         Some(p) => p.clone(),
         None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),

@@ -24,9 +24,16 @@
 //!   messages, crashes, restarts and view changes; [`check`]: the stateright model of a
 //!   small cluster over it.
 //!
+//! Beside the engine, two pure controllers for the replication driver's pipeline:
+//! [`flow`] (a memory watermark over chunks in flight: pause above high, resume at or under
+//! low) and [`compress`] (whether to lz4 the next chunk: off while compression is the
+//! bottleneck, back on when it pays). Neither keeps a clock: times come in as values.
+//!
 //! docs/ARCHITECTURE.md ("Chain replication core") argues the rules.
 
+pub mod compress;
 pub mod engine;
+pub mod flow;
 pub mod msg;
 pub mod ranges;
 pub mod types;

@@ -5,6 +5,13 @@
 //! everything) and prints one JSON line of what it did and what it cost. `spin` is the
 //! CPU-bound co-runner: busy threads until its standard input closes.
 //!
+//! For `linefs bench replication` it also plays the chain baselines ([`chain`]): `hop` is
+//! one hop of a bare loopback TCP chain (store in a PM file, persist, forward, ack), `push`
+//! ([`push`]) sends generated data ([`gen`], of a chosen lz4-compressibility) down such a
+//! chain with no file system, and `write --chain` is a host-only client that replicates its
+//! own log down one, as Assise does.
+//! What the verbs share (sizes, CPU time, the JSON lines, latency percentiles) is [`util`].
+//!
 //! Why a crate of its own: the client must be libfs used directly (no FUSE in the way), and
 //! the dependency direction allows it nowhere else — libfs may not depend on the cli, the cli
 //! drives processes and does not link libfs, and fuse-mount is the FUSE adapter (a load
@@ -19,6 +26,10 @@
 //! `--cpus LIST` pins the process before any thread starts, so every thread (libfs's
 //! publisher, reader threads) inherits it.
 
+mod chain;
+mod gen;
+mod push;
+mod util;
 mod write;
 
 use std::io::Read;
@@ -45,6 +56,10 @@ enum Verb {
     /// Mount (or attach), write `--bytes` into `--files` files of a new directory in `--io`
     /// writes, shut down (publishes everything), print one JSON line.
     Write(write::WriteArgs),
+    /// One hop of a bare loopback TCP chain: store, persist, forward, ack (until stdin closes).
+    Hop(chain::HopArgs),
+    /// Send `--bytes` of generated data down a chain with acks, no file system.
+    Push(push::PushArgs),
     /// Busy-loop `--threads` threads until standard input closes (or a signal).
     Spin {
         #[arg(long, default_value_t = 1)]
@@ -106,6 +121,12 @@ fn main() -> ExitCode {
     linefs_logging::init("warn");
     let res = match cli.verb {
         Verb::Write(args) => write::main(&args),
+        Verb::Hop(args) => chain::hop(&args).map(|()| ExitCode::SUCCESS),
+        Verb::Push(args) => match push::run(&args) {
+            Ok(Some(v)) => util::emit(&v).map(|()| ExitCode::SUCCESS),
+            Ok(None) => Ok(ExitCode::from(3)),
+            Err(e) => Err(e),
+        },
         Verb::Spin { threads, cpus, session } => spin(threads, cpus.as_ref(), session).map(|()| ExitCode::SUCCESS),
     };
     match res {
