@@ -136,14 +136,23 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
         }
         nodes.push(json!({
             "node": n.index,
+            "mode": node_mode(desc, n.index, processes),
             "session": session,
             "may_be_expired": c.map_or(Value::Null, |c| c["may_be_expired"].clone()),
             "epoch": c.map_or(Value::Null, |c| c["epoch"].clone()),
             "persisted_epoch": c.map_or(Value::Null, |c| c["persisted_epoch"].clone()),
             "chain_pos": c.map_or(Value::Null, |c| c["chain_pos"].clone()),
             "joins": c.map_or(Value::Null, |c| c["joins"].clone()),
+            "session_timeout_ms": c.map_or(Value::Null, |c| c["session_timeout_ms"].clone()),
             "last_error": c.map_or(Value::Null, |c| c["last_error"].clone()),
             "peers": peers.map_or(Value::Null, peer_links),
+            // Per client slot, how far each member of the chain holds it (repl-driver's
+            // `replication` object of nicfs's status file, as it is; null while absent).
+            "replication": nicfs
+                .map(|p| &p["status"]["replication"])
+                .filter(|r| alive && !r.is_null())
+                .cloned()
+                .unwrap_or(Value::Null),
         }));
     }
     let chain = newest.map_or(json!([]), |c| c["chain"].clone());
@@ -373,6 +382,132 @@ fn latency_table(st: &Value) -> String {
     out
 }
 
+/// `v` as text: a string as it is, null as `-`, anything else as JSON.
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// One node of the cluster view (an entry of `cluster.nodes`): its session, epoch, chain
+/// position and mode on one line, then its peer links, one compact line per peer, then how
+/// far each client slot is replicated.
+fn cluster_node_lines(n: &Value) -> String {
+    let s = text;
+    let epoch = |e: &Value| if e.as_u64() == Some(0) { "none yet".to_string() } else { s(e) };
+    let mut out = String::new();
+    let expiring = if n["may_be_expired"] == json!(true) { ", may be expired" } else { "" };
+    let head = if n["chain_pos"].as_u64() == Some(0) { " (head)" } else { "" };
+    let timeout = n["session_timeout_ms"].as_u64().map(|ms| format!(", session timeout {ms} ms")).unwrap_or_default();
+    let mode = n["mode"].as_str().map(|m| format!(", mode {m}")).unwrap_or_default();
+    out.push_str(&format!(
+        "  node {}: session {}{expiring}, epoch {} (persisted {}), chain position {}{head}{mode}{timeout}{}\n",
+        s(&n["node"]),
+        s(&n["session"]),
+        epoch(&n["epoch"]),
+        s(&n["persisted_epoch"]),
+        s(&n["chain_pos"]),
+        n["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default()
+    ));
+    let p = &n["peers"];
+    if p.is_object() {
+        out.push_str(&format!(
+            "    peers on {} (low-latency) and {} (bulk), {} refused, {} stale dropped\n",
+            s(&p["low_latency_addr"]),
+            s(&p["bulk_addr"]),
+            s(&p["refused"]),
+            s(&p["stale_dropped"])
+        ));
+        for l in p["links"].as_array().into_iter().flatten() {
+            let rtt = l["rtt_us"].as_u64().map_or("-".to_string(), |us| format!("{us} us"));
+            let error = l["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default();
+            out.push_str(&format!(
+                "      node {}: low-latency {}, bulk {}, epoch seen {}, rtt {rtt}{error}\n",
+                s(&l["node"]),
+                s(&l["low_latency"]),
+                s(&l["bulk"]),
+                s(&l["epoch_seen"])
+            ));
+        }
+    }
+    // ---- Replication lag (repl-driver's `replication` object of nicfs's status file) ----
+    for line in replication_lines(&n["replication"]) {
+        out.push_str(&format!("    {line}\n"));
+    }
+    out
+}
+
+/// The first of `keys` that `v` has (not null).
+fn first<'a>(v: &'a Value, keys: &[&str]) -> &'a Value {
+    keys.iter().map(|k| &v[*k]).find(|x| !x.is_null()).unwrap_or(&Value::Null)
+}
+
+/// How far each client slot of a node is replicated, from the `replication` object its nicfs
+/// reports (written by the replication driver; absent or null: nothing). Read defensively,
+/// whatever its exact shape: the per-slot entries are the array under `slots` or `streams`
+/// (or the value itself if it is an array); each names its slot (`slot`), its primary
+/// (`primary`/`origin`), how far it is published/committed there, and per member of the
+/// chain (`members`/`replicas`) the LSN that member acknowledged (`acked_lsn`/`durable`) and
+/// its lag (`lag_bytes`, `lag_ms`). One line per slot; anything else is shown as `key value`
+/// lines.
+fn replication_lines(r: &Value) -> Vec<String> {
+    let s = text;
+    if r.is_null() {
+        return Vec::new();
+    }
+    let entries = match r {
+        Value::Array(a) => Some(a),
+        _ => first(r, &["slots", "streams"]).as_array(),
+    };
+    let Some(entries) = entries else {
+        let mut leaves = Vec::new();
+        flatten("replication", r, &mut leaves);
+        return leaves.into_iter().map(|(k, v)| format!("{k} {}", s(&v))).collect();
+    };
+    let mut lines = vec![format!("replication ({} slot{})", entries.len(), if entries.len() == 1 { "" } else { "s" })];
+    for e in entries {
+        let mut line = String::from("  slot ");
+        let slot = first(e, &["slot"]);
+        line.push_str(&s(slot));
+        let primary = first(e, &["primary", "origin"]);
+        if !primary.is_null() {
+            line.push_str(&format!(" of node {}", s(primary)));
+        }
+        let published = first(e, &["published_lsn", "published"]);
+        let committed = first(e, &["committed_lsn", "committed"]);
+        if !committed.is_null() {
+            line.push_str(&format!(", committed {}", s(committed)));
+        }
+        if !published.is_null() {
+            line.push_str(&format!(", published {}", s(published)));
+        }
+        let members = first(e, &["members", "replicas"]);
+        let mut parts = Vec::new();
+        for m in members.as_array().into_iter().flatten() {
+            let acked = first(m, &["acked_lsn", "acked", "durable_lsn", "durable"]);
+            let mut p = format!("node {} acked {}", s(first(m, &["node"])), s(acked));
+            let bytes = first(m, &["lag_bytes"]).as_u64().map(human_size);
+            let ms = first(m, &["lag_ms"]).as_u64().map(|ms| format!("{ms} ms"));
+            match (bytes, ms) {
+                (Some(b), Some(t)) => p.push_str(&format!(" (lag {b}, {t})")),
+                (Some(b), None) => p.push_str(&format!(" (lag {b})")),
+                (None, Some(t)) => p.push_str(&format!(" (lag {t})")),
+                (None, None) => {}
+            }
+            parts.push(p);
+        }
+        if parts.is_empty() && !e.is_object() {
+            line = format!("  {}", s(e));
+        } else if !parts.is_empty() {
+            line.push_str(&format!(": {}", parts.join("; ")));
+        }
+        lines.push(line);
+    }
+    lines
+}
+
 /// Renders the status as a human-readable report.
 pub fn render(v: &Value) -> String {
     let s = |v: &Value| match v {
@@ -409,35 +544,7 @@ pub fn render(v: &Value) -> String {
             ids(&c["members"])
         ));
         for n in c["nodes"].as_array().into_iter().flatten() {
-            let expiring = if n["may_be_expired"] == json!(true) { ", may be expired" } else { "" };
-            out.push_str(&format!(
-                "  node {}: session {}{expiring}, epoch {} (persisted {}), chain position {}{}\n",
-                s(&n["node"]),
-                s(&n["session"]),
-                epoch(&n["epoch"]),
-                s(&n["persisted_epoch"]),
-                s(&n["chain_pos"]),
-                n["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default()
-            ));
-            let p = &n["peers"];
-            if p.is_object() {
-                out.push_str(&format!(
-                    "    peers on {} (low-latency) and {} (bulk), {} refused\n",
-                    s(&p["low_latency_addr"]),
-                    s(&p["bulk_addr"]),
-                    s(&p["refused"])
-                ));
-                for l in p["links"].as_array().into_iter().flatten() {
-                    let rtt = l["rtt_us"].as_u64().map_or("-".to_string(), |us| format!("{us} us"));
-                    out.push_str(&format!(
-                        "      node {}: low-latency {}, bulk {}, epoch seen {}, rtt {rtt}\n",
-                        s(&l["node"]),
-                        s(&l["low_latency"]),
-                        s(&l["bulk"]),
-                        s(&l["epoch_seen"])
-                    ));
-                }
-            }
+            out.push_str(&cluster_node_lines(n));
         }
     } else if !v["zk"].is_null() {
         out.push_str(&format!("zk       {} (recorded)\n", s(&v["zk"])));

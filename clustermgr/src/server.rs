@@ -26,8 +26,14 @@ pub const SLF4J_JAR: &str = "/usr/share/java/slf4j-simple.jar";
 /// The file under the caller's directory that records the servers' connection string.
 pub const CONNECT_FILE: &str = "zookeeper.connect";
 
-/// The tick: session timeouts may be 2–20 ticks (1–10 s).
-pub const TICK_MS: u32 = 500;
+/// The tick: session timeouts may be 2–20 ticks (0.5–5 s), and a session expires at the
+/// first tick past its timeout, so a short tick keeps the detection of a crashed member
+/// close to the session timeout ([`crate::driver::DEFAULT_SESSION_TIMEOUT`]).
+pub const TICK_MS: u32 = 250;
+/// The ensemble's limits in ticks: 10 s for a follower to connect and sync with the leader,
+/// 2 s for it to answer (as 20 and 4 ticks of 500 ms were).
+const INIT_LIMIT_TICKS: u32 = 40;
+const SYNC_LIMIT_TICKS: u32 = 8;
 
 const HINT: &str = "install the Debian packages zookeeper and libslf4j-java (scripts/install-deps.sh)";
 
@@ -309,6 +315,16 @@ impl ZkServer {
     /// directory started): SIGTERM, then SIGKILL after `grace`. A recorded pid that is no
     /// longer a ZooKeeper of this directory is left alone. Returns how many were stopped.
     pub fn stop_recorded(dir: &Path, grace: Duration) -> Result<usize, ServerError> {
+        Self::signal_recorded(dir, Signal::SIGTERM, grace)
+    }
+
+    /// Kills the servers whose pids are recorded under `dir` with SIGKILL, as a crash, and
+    /// waits until they are gone (as [`ZkServer::stop_recorded`] otherwise).
+    pub fn kill_recorded(dir: &Path) -> Result<usize, ServerError> {
+        Self::signal_recorded(dir, Signal::SIGKILL, Duration::from_secs(5))
+    }
+
+    fn signal_recorded(dir: &Path, first: Signal, grace: Duration) -> Result<usize, ServerError> {
         let mut stopped = 0;
         let Ok(dir) = dir.canonicalize() else { return Ok(0) };
         let Ok(entries) = fs::read_dir(&dir) else { return Ok(0) };
@@ -319,16 +335,16 @@ impl ZkServer {
             let cfg = e.path().join("zoo.cfg");
             if is_our_server(pid, &cfg) {
                 let pid = Pid::from_raw(pid);
-                let _ = kill(pid, Signal::SIGTERM);
+                let _ = kill(pid, first);
                 let deadline = Instant::now() + grace;
-                while kill(pid, None).is_ok() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(50));
+                while is_our_server(pid.as_raw(), &cfg) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                if kill(pid, None).is_ok() {
+                if is_our_server(pid.as_raw(), &cfg) {
                     let _ = kill(pid, Signal::SIGKILL);
                 }
                 stopped += 1;
-                tracing::info!(pid = pid.as_raw(), "ZooKeeper stopped");
+                tracing::info!(pid = pid.as_raw(), signal = ?first, "ZooKeeper stopped");
             }
             let _ = fs::remove_file(&pidfile);
         }
@@ -353,7 +369,7 @@ fn write_config(p: &Proc, all: &[Ports]) -> Result<(), ServerError> {
     let data = p.dir.join("data");
     fs::create_dir_all(&data).map_err(io(format!("creating {}", data.display())))?;
     let mut cfg = format!(
-        "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit=4\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\n\
+        "tickTime={TICK_MS}\ninitLimit={INIT_LIMIT_TICKS}\nsyncLimit={SYNC_LIMIT_TICKS}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\n\
          admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\nmaxClientCnxns=0\n",
         data.display(),
         p.ports.client

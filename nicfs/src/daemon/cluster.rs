@@ -65,6 +65,9 @@ pub(crate) struct ClusterStatus {
     /// Joins completed since start (more than 1: the session expired and the node joined
     /// again).
     pub(crate) joins: u64,
+    /// The session timeout asked for (`--zk-session-ms`) until a join, then the one
+    /// ZooKeeper granted, in ms: a crashed member leaves the view about this long after it.
+    pub(crate) session_timeout_ms: u64,
     /// The last failure (a join that did not complete, a record that could not be stored).
     pub(crate) last_error: Option<String>,
 }
@@ -89,7 +92,7 @@ fn session_name(s: SessionStatus) -> &'static str {
 /// Reads the node record, checks it names no other node, starts the peer links (the key
 /// loaded, both ports bound) and the `cluster` thread.
 pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
-    let (node_id, zk) = (c.node_id, c.zk.clone());
+    let (node_id, zk, session_timeout) = (c.node_id, c.zk.clone(), c.session_timeout);
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
     if let Some(id) = rec.node_id {
         if id != node_id {
@@ -106,6 +109,7 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
         chain_pos: None,
         persisted_epoch: rec.epoch,
         joins: 0,
+        session_timeout_ms: u64::try_from(session_timeout.as_millis()).unwrap_or(u64::MAX),
         last_error: None,
     }));
     let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
@@ -120,7 +124,7 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
     std::thread::Builder::new()
         .name("cluster".into())
         .spawn(move || {
-            rt.block_on(membership(node, node_id, zk, p, s, stopped));
+            rt.block_on(membership(node, node_id, zk, session_timeout, p, s, stopped));
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
@@ -153,6 +157,7 @@ async fn membership(
     node: Arc<Node>,
     node_id: u32,
     zk: String,
+    session_timeout: Duration,
     peers: Peers,
     state: Arc<Mutex<ClusterStatus>>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
@@ -161,6 +166,7 @@ async fn membership(
     let addrs = Addrs { low_latency: ll.to_string(), bulk: bulk.to_string() };
     while !*stopped.borrow() {
         let mut cfg = Config::new(&zk);
+        cfg.session_timeout = session_timeout;
         cfg.connect_within = JOIN_WITHIN;
         cfg.op_within = JOIN_WITHIN;
         cfg.epoch_floor = state.lock().persisted_epoch;
@@ -184,7 +190,11 @@ async fn membership(
                 }
             }
         };
-        state.lock().joins += 1;
+        {
+            let mut st = state.lock();
+            st.joins += 1;
+            st.session_timeout_ms = u64::try_from(member.session_timeout().as_millis()).unwrap_or(u64::MAX);
+        }
         let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
         match ended {
             Ended::Stopped => {
