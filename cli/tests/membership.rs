@@ -24,7 +24,7 @@ mod support;
 use support::fuse_available;
 #[path = "common/cli.rs"]
 mod common;
-use common::{linefs, need_daemons, ok, status, wait_for, Down, LINEFS};
+use common::{err, linefs, need_daemons, ok, status, wait_for, Down, LINEFS};
 
 /// The cluster's view once node 0 is connected in it and has persisted it.
 fn settled(dir: &Path, above: u64) -> Value {
@@ -214,7 +214,7 @@ fn a_zookeeper_nobody_answers_no_java_or_a_wrong_server_count_is_refused_in_one_
     let dir = tmp.path().join("cluster");
     let _down = Down(&dir);
     for (args, why) in [
-        (&["up", "--nodes", "1", "--pm-size", "64M", "--zk", "127.0.0.1:1"][..], "unreachable"),
+        (&["up", "--nodes", "3", "--pm-size", "64M", "--zk", "127.0.0.1:1"][..], "unreachable"),
         (&["up", "--nodes", "1", "--pm-size", "64M", "--zk-servers", "2"][..], "--zk-servers 2"),
     ] {
         let out = linefs(&dir, args);
@@ -222,6 +222,7 @@ fn a_zookeeper_nobody_answers_no_java_or_a_wrong_server_count_is_refused_in_one_
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr:?}");
         assert!(stderr.contains(why), "{stderr}");
+        assert!(!dir.exists(), "nothing is created");
     }
     // No java on the PATH: ZooKeeper cannot start, and up says so in one line.
     need_daemons();
@@ -235,6 +236,17 @@ fn a_zookeeper_nobody_answers_no_java_or_a_wrong_server_count_is_refused_in_one_
     assert!(!out.status.success());
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr:?}");
     assert!(stderr.contains("cannot start ZooKeeper: java not found"), "{stderr}");
+    assert!(!dir.join("run").join("up").exists(), "nothing is up");
+    assert!(!dir.join("cluster.json").exists(), "nothing recorded");
+    assert!(processes_with(&dir.display().to_string()).is_empty(), "nothing left running");
+    // A ZooKeeper that exits during start-up (its data directory is garbage): up names the
+    // reason from its log in one line.
+    let data = dir.join("zk").join("zk1").join("data").join("version-2");
+    fs::create_dir_all(&data).unwrap();
+    fs::write(data.join("log.1"), [0x5a; 4096]).unwrap();
+    let stderr = err(&dir, &["up", "--nodes", "3", "--pm-size", "64M"]);
+    assert!(stderr.contains("cannot start ZooKeeper: ZooKeeper server 1 exited during start-up"), "{stderr}");
+    assert!(stderr.contains("Exception: ") && stderr.contains("zookeeper.log"), "the reason and the log: {stderr}");
     assert!(!dir.join("run").join("up").exists(), "nothing is up");
     assert!(!dir.join("cluster.json").exists(), "nothing recorded");
     assert!(processes_with(&dir.display().to_string()).is_empty(), "nothing left running");

@@ -46,8 +46,8 @@ pub enum ServerError {
     JarMissing(&'static str),
     #[error("ZooKeeper port 127.0.0.1:{0} is already in use")]
     PortInUse(u16),
-    #[error("ZooKeeper server {server} exited during start-up ({status}); last log line: {last_line}")]
-    Exited { server: usize, status: String, last_line: String },
+    #[error("ZooKeeper server {server} exited during start-up ({status}): {reason} (see {log})")]
+    Exited { server: usize, status: String, reason: String, log: String },
     #[error("ZooKeeper server {server} not serving after {waited:?} (see {log})")]
     NotReady { server: usize, waited: Duration, log: String },
     #[error("ZooKeeper: {what}: {err}")]
@@ -238,7 +238,8 @@ impl ZkServer {
                     return Err(ServerError::Exited {
                         server: p.id,
                         status: status.to_string(),
-                        last_line: last_log_line(&p.dir.join("zookeeper.log")),
+                        reason: last_log_line(&p.dir.join("zookeeper.log")),
+                        log: p.dir.join("zookeeper.log").display().to_string(),
                     });
                 }
                 if four_letter(p.ports.client, "ruok") == "imok"
@@ -360,9 +361,18 @@ fn is_our_server(pid: i32, cfg: &Path) -> bool {
     args.iter().any(|a| a.ends_with(b"java")) && args.contains(&cfg)
 }
 
+/// The line of a server's log that says why it exited: the last exception message (`java.io.
+/// IOException: …`), else the last ERROR line other than the JVM's exit, else the last line.
 fn last_log_line(log: &Path) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
-    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(empty log)").trim().to_string()
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let exception = |l: &&&str| {
+        l.split_once(": ")
+            .is_some_and(|(head, _)| !head.contains(' ') && (head.ends_with("Exception") || head.ends_with("Error")))
+    };
+    let error = |l: &&&str| l.contains(" ERROR ") && !l.contains("Exiting JVM");
+    let line = lines.iter().rev().find(exception).or_else(|| lines.iter().rev().find(error)).or(lines.last());
+    line.copied().unwrap_or("(empty log)").to_string()
 }
 
 fn write_config(p: &Proc, all: &[Ports]) -> Result<(), ServerError> {
@@ -418,6 +428,31 @@ mod tests {
         assert_eq!(ZkServer::stop_recorded(dir.path(), Duration::from_millis(10)).unwrap(), 0);
         assert!(!zk.join("zookeeper.pid").exists(), "the stale pid file is removed");
         assert_eq!(ZkServer::stop_recorded(&dir.path().join("absent"), Duration::ZERO).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_reason_a_server_exited_is_its_last_exception() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("zookeeper.log");
+        let say = |text: &str| {
+            fs::write(&log, text).unwrap();
+            last_log_line(&log)
+        };
+        let exited =
+            "[main] INFO x - starting\njava.io.IOException: log.1 has invalid magic number\n\tat a.b(C.java:1)\n\
+                      [main] ERROR o.a.z.s.ZooKeeperServerMain - Unexpected exception, exiting abnormally\n\
+                      java.io.IOException: No snapshot found, but there are log entries. Something is broken!\n\
+                      \tat o.a.z.s.FileTxnSnapLog.restore(FileTxnSnapLog.java:290)\n\
+                      [main] ERROR o.a.z.util.ServiceUtils - Exiting JVM with code 1\n";
+        assert_eq!(
+            say(exited),
+            "java.io.IOException: No snapshot found, but there are log entries. Something is broken!"
+        );
+        let error = "[main] INFO x - a\n[main] ERROR x - Invalid config, exiting abnormally\n[main] ERROR o.a.z.util.ServiceUtils - Exiting JVM with code 2\n";
+        assert_eq!(say(error), "[main] ERROR x - Invalid config, exiting abnormally");
+        assert_eq!(say("Error: Could not find or load main class X\n\n"), "Error: Could not find or load main class X");
+        assert_eq!(say("one\ntwo\n"), "two");
+        assert_eq!(say(""), "(empty log)");
     }
 
     #[test]

@@ -213,10 +213,20 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     }
     // Refuse what cannot start before anything is created (the description read here
     // unlocked is only a hint; it is read again under the lock).
-    let recorded = dir.desc_path().exists().then(|| dir.load().ok().and_then(|d| d.offload)).flatten();
+    let hint = dir.desc_path().exists().then(|| dir.load().ok()).flatten();
+    let recorded = hint.as_ref().and_then(|d| d.offload);
     if args.offload.or(recorded).unwrap_or(Offload::On) == Offload::On {
         daemons::check_socket_paths(dir, args.nodes)?;
         daemons::check_executables()?;
+        // An ensemble nobody answers is refused before any node is formatted (and again by
+        // zookeeper::start, under the lock).
+        if let Some(zk) = args.zk.as_ref().or(hint.as_ref().and_then(|d| d.zk.as_ref())) {
+            if !zookeeper::reachable(zk) {
+                return Err(fail(format!(
+                    "ZooKeeper at {zk} (--zk) is unreachable: start it, or drop --zk and let up start one"
+                )));
+            }
+        }
     }
     std::fs::create_dir_all(&dir.root).ctx(|| format!("{}: create", dir.root.display()))?;
     let _lock = dir.lock()?;
