@@ -674,6 +674,34 @@ mod tests {
     }
 
     #[test]
+    fn up_without_nodes_takes_the_recorded_count_else_the_default() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(&tmp.path().join("c")).unwrap();
+        assert_eq!(default_nodes(&dir), DEFAULT_NODES, "no cluster yet");
+        std::fs::create_dir_all(&dir.root).unwrap();
+        let node = |index| NodeDesc { index, pm_path: PathBuf::from("/pm"), pm_size: 1 };
+        let desc = ClusterDesc {
+            version: 1,
+            created: String::new(),
+            created_unix: 0,
+            pm_dir: PathBuf::from("/pm"),
+            zk: None,
+            nodes: (0..5).map(node).collect(),
+            offload: Some(Offload::On),
+            nic_cpus: None,
+            metrics_port: None,
+            trusted_group: None,
+            nicfs_limits: Vec::new(),
+            zk_servers: None,
+        };
+        write_desc(&dir, &desc).unwrap();
+        assert_eq!(default_nodes(&dir), 5);
+        std::fs::write(dir.desc_path(), "not json").unwrap();
+        assert_eq!(default_nodes(&dir), DEFAULT_NODES, "an unreadable description: the default");
+        assert!(nodes_help().contains(&format!("else {DEFAULT_NODES})")), "{}", nodes_help());
+    }
+
+    #[test]
     fn limit_flags_become_nicfs_flags() {
         assert_eq!(LimitFlags::default().to_args(), None);
         let l = LimitFlags { max_slots_per_uid: Some(2), kworker_uid: Some(1000), ..Default::default() };
