@@ -636,6 +636,72 @@ pub fn render(v: &Value) -> String {
 mod tests {
     use super::*;
 
+    /// A real `status --json` of a three-node cluster (node 1's host killed: isolated), with
+    /// `replication` objects added as the replication driver will report them: a known shape
+    /// on node 0, an unknown one on node 2.
+    const THREE_NODES: &str = include_str!("../tests/data/status-3-nodes.json");
+
+    #[test]
+    fn the_cluster_view_shows_members_epoch_chain_modes_peers_and_replication() {
+        let v: Value = serde_json::from_str(THREE_NODES).unwrap();
+        let text = render(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |prefix: &str| {
+            lines.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in\n{text}"))
+        };
+        assert_eq!(lines[at("cluster  epoch")], "cluster  epoch 3, chain 0 1 2 (head first), members 0 1 2");
+        assert!(lines[at("zk ")].contains("(reachable; started by up, pid 30987)"), "{text}");
+        let n0 = at("  node 0: ");
+        assert_eq!(
+            lines[n0],
+            "  node 0: session connected, epoch 3 (persisted 3), chain position 0 (head), mode normal, session \
+             timeout 1500 ms"
+        );
+        assert!(lines[n0 + 1].starts_with("    peers on 127.0.0.1:45603 (low-latency) and 127.0.0.1:44711 (bulk)"));
+        assert_eq!(
+            lines[n0 + 2],
+            "      node 1: low-latency connected, bulk connected, epoch seen 3, rtt 580 us",
+            "{text}"
+        );
+        assert!(lines[n0 + 3].starts_with("      node 2: "), "{text}");
+        // Node 0's replication: one line per slot, per member its acked LSN and lag.
+        assert_eq!(lines[n0 + 4], "    replication (2 slots)", "{text}");
+        assert_eq!(
+            lines[n0 + 5],
+            "      slot 0 of node 0, committed 8192, published 8192: node 1 acked 8192 (lag 0 B, 0 ms); node 2 \
+             acked 4096 (lag 4.0 KiB, 3 ms)"
+        );
+        assert_eq!(lines[n0 + 6], "      slot 2 of node 0, published 0", "{text}");
+        let n1 = at("  node 1: ");
+        assert!(lines[n1].contains("chain position 1, mode isolated"), "{text}");
+        // A shape this build does not know is shown as it is, never dropped or misread.
+        let n2 = at("  node 2: ");
+        assert_eq!(n2, n1 + 4, "no replication object, no lines (peers and two links only): {text}");
+        assert_eq!(
+            &lines[n2 + 4..n2 + 6],
+            ["    replication.note a shape this build does not know", "    replication.streams_open 2"]
+        );
+        // The nodes table and the process table say the same modes.
+        assert!(lines[at("1     ")].ends_with("isolated"), "{text}");
+        assert!(lines[at("nicfs    1")].contains("mode isolated"), "{text}");
+    }
+
+    #[test]
+    fn replication_is_read_defensively() {
+        assert!(replication_lines(&Value::Null).is_empty());
+        assert_eq!(replication_lines(&json!({"slots": []})), ["replication (0 slots)"]);
+        // An array at the top, other field names, members without lag.
+        let r = json!([{"slot": 1, "origin": 2, "replicas": [{"node": 0, "durable": 77}]}, 5]);
+        assert_eq!(replication_lines(&r), ["replication (2 slots)", "  slot 1 of node 2: node 0 acked 77", "  5"]);
+        let r =
+            json!({"streams": [{"slot": 0, "members": [{"node": 1, "lag_ms": 9}, {"node": 2, "lag_bytes": 2048}]}]});
+        assert_eq!(
+            replication_lines(&r),
+            ["replication (1 slot)", "  slot 0: node 1 acked - (lag 9 ms); node 2 acked - (lag 2.0 KiB)"]
+        );
+        assert_eq!(replication_lines(&json!(3)), ["replication 3"]);
+    }
+
     #[test]
     fn durations_take_the_unit_that_suits_them() {
         assert_eq!(

@@ -81,7 +81,12 @@ fn up_joins_nicfs_and_a_restarted_nicfs_raises_the_persisted_epoch() {
     assert!(first >= 1);
     let human = ok(&dir, &["status"]);
     assert!(human.contains(&format!("cluster  epoch {first}, chain 0")), "{human}");
-    assert!(human.contains("node 0: session connected"), "{human}");
+    assert!(
+        human.contains("node 0: session connected, epoch ")
+            && human.contains("chain position 0 (head), mode normal, session timeout 1500 ms"),
+        "{human}"
+    );
+    assert_eq!((&c["nodes"][0]["mode"], &c["nodes"][0]["session_timeout_ms"]), (&"normal".into(), &1500.into()));
     let javas = zk_javas(&dir);
     assert_eq!(javas.len(), 1, "one ZooKeeper server: {javas:?}");
 
