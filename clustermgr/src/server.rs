@@ -26,14 +26,17 @@ pub const SLF4J_JAR: &str = "/usr/share/java/slf4j-simple.jar";
 /// The file under the caller's directory that records the servers' connection string.
 pub const CONNECT_FILE: &str = "zookeeper.connect";
 
-/// The tick: session timeouts may be 2–20 ticks (0.5–5 s), and a session expires at the
-/// first tick past its timeout, so a short tick keeps the detection of a crashed member
-/// close to the session timeout ([`crate::driver::DEFAULT_SESSION_TIMEOUT`]).
-pub const TICK_MS: u32 = 250;
+/// The tick. A session expires at the first tick past its timeout, so a short tick keeps the
+/// detection of a crashed member close to the session timeout
+/// ([`crate::driver::DEFAULT_SESSION_TIMEOUT`]).
+pub const TICK_MS: u32 = 100;
+/// The session timeouts a client may ask for (the server clamps into them): 0.2–10 s.
+pub const MIN_SESSION_MS: u32 = 2 * TICK_MS;
+pub const MAX_SESSION_MS: u32 = 10_000;
 /// The ensemble's limits in ticks: 10 s for a follower to connect and sync with the leader,
-/// 2 s for it to answer (as 20 and 4 ticks of 500 ms were).
-const INIT_LIMIT_TICKS: u32 = 40;
-const SYNC_LIMIT_TICKS: u32 = 8;
+/// 2 s for it to answer.
+const INIT_LIMIT_TICKS: u32 = 10_000 / TICK_MS;
+const SYNC_LIMIT_TICKS: u32 = 2_000 / TICK_MS;
 
 const HINT: &str = "install the Debian packages zookeeper and libslf4j-java (scripts/install-deps.sh)";
 
@@ -379,7 +382,8 @@ fn write_config(p: &Proc, all: &[Ports]) -> Result<(), ServerError> {
     let data = p.dir.join("data");
     fs::create_dir_all(&data).map_err(io(format!("creating {}", data.display())))?;
     let mut cfg = format!(
-        "tickTime={TICK_MS}\ninitLimit={INIT_LIMIT_TICKS}\nsyncLimit={SYNC_LIMIT_TICKS}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\n\
+        "tickTime={TICK_MS}\nminSessionTimeout={MIN_SESSION_MS}\nmaxSessionTimeout={MAX_SESSION_MS}\n\
+         initLimit={INIT_LIMIT_TICKS}\nsyncLimit={SYNC_LIMIT_TICKS}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\n\
          admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\nmaxClientCnxns=0\n",
         data.display(),
         p.ports.client

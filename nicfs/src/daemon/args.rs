@@ -104,8 +104,8 @@ pub struct Args {
     pub bulk_addr: SocketAddr,
     /// The ZooKeeper session timeout asked for (with `--zk`), in ms: a crashed node leaves the
     /// others' view about this long after its last message, rounded up to the server's next
-    /// tick. The server grants at most what its tickTime allows (2–20 ticks; 500–5000 ms for
-    /// the server `linefs up` starts). Default: detection within 2 s.
+    /// tick. The server clamps it into its bounds (200–10000 ms for the server `linefs up`
+    /// starts). Default: detection within 2 s.
     #[arg(long, value_name = "MS", requires = "zk", default_value_t = DEFAULT_ZK_SESSION_MS,
           value_parser = clap::value_parser!(u64).range(200..=60_000))]
     pub zk_session_ms: u64,
