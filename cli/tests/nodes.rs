@@ -116,7 +116,7 @@ fn mounts_and_node_verbs_act_on_every_node_of_three() {
     assert!(common::linefs(&dir, &["fsck", "--node", "3"]).status.code() != Some(0), "node 3 does not exist");
     // `up` without --nodes brings back as many nodes as were recorded, whatever the default.
     let out = ok(&dir, &["up"]);
-    assert!(out.contains("is up: 3 node"), "{out}");
+    assert!(out.contains("is up: 3 nodes"), "{out}");
     assert_eq!(status(&dir)["nodes"].as_array().map(Vec::len), Some(3));
     ok(&dir, &["down"]);
 }

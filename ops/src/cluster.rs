@@ -341,7 +341,8 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         }
     }
     mark_up(dir)?;
-    let mut msg = format!("cluster in {} is up: {} node", dir.root.display(), desc.nodes.len());
+    let n = desc.nodes.len();
+    let mut msg = format!("cluster in {} is up: {n} node{}", dir.root.display(), if n == 1 { "" } else { "s" });
     for n in &desc.nodes {
         msg.push_str(&format!("\n  node {}: {} ({})", n.index, n.pm_path.display(), human_size(n.pm_size)));
         if let Some((nicfs, kworker)) = started.get(n.index) {
