@@ -107,9 +107,20 @@ fn up_joins_nicfs_and_a_restarted_nicfs_raises_the_persisted_epoch() {
     // A second up goes on above the persisted epoch (ZooKeeper keeps its data under DIR/zk).
     ok(&dir, &["up", "--nodes", "1"]);
     let c = settled(&dir, second);
-    assert!(c["epoch"].as_u64().unwrap() > second, "{c:#}");
+    let third = c["epoch"].as_u64().unwrap();
+    assert!(third > second, "{c:#}");
+    // ZooKeeper crashed on demand (`zk stop --kill`) and started again (`zk start`) at once:
+    // nicfs is connected again (its session resumed, or it joined again above its epoch); the
+    // verbs refuse what is not theirs to do.
+    assert!(ok(&dir, &["zk", "stop", "--kill"]).contains("ZooKeeper killed (1 server)"));
+    assert!(zk_javas(&dir).is_empty(), "the server is gone");
+    assert!(ok(&dir, &["zk", "stop"]).contains("not running; nothing stopped"));
+    assert!(ok(&dir, &["zk", "start"]).contains("ZooKeeper started again"));
+    assert!(ok(&dir, &["zk", "start"]).contains("is running"), "a second start changes nothing");
+    settled(&dir, third - 1);
     ok(&dir, &["down"]);
     assert!(zk_javas(&dir).is_empty());
+    assert!(err(&dir, &["zk", "start"]).contains("no cluster"), "zk start needs an up cluster");
 }
 
 /// When a nicfs log first says, at or after `after`, that it persisted a view whose line holds
