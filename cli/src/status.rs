@@ -150,7 +150,7 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
             // `replication` object of nicfs's status file, as it is; null while absent).
             "replication": nicfs
                 .map(|p| &p["status"]["replication"])
-                .filter(|r| alive && !r.is_null())
+                .filter(|r| alive && r.is_object())
                 .cloned()
                 .unwrap_or(Value::Null),
         }));
@@ -433,79 +433,8 @@ fn cluster_node_lines(n: &Value) -> String {
         }
     }
     // ---- Replication lag (repl-driver's `replication` object of nicfs's status file) ----
-    for line in replication_lines(&n["replication"]) {
-        out.push_str(&format!("    {line}\n"));
-    }
+    out.push_str(&replication_lines(&n["replication"]));
     out
-}
-
-/// The first of `keys` that `v` has (not null).
-fn first<'a>(v: &'a Value, keys: &[&str]) -> &'a Value {
-    keys.iter().map(|k| &v[*k]).find(|x| !x.is_null()).unwrap_or(&Value::Null)
-}
-
-/// How far each client slot of a node is replicated, from the `replication` object its nicfs
-/// reports (written by the replication driver; absent or null: nothing). Read defensively,
-/// whatever its exact shape: the per-slot entries are the array under `slots` or `streams`
-/// (or the value itself if it is an array); each names its slot (`slot`), its primary
-/// (`primary`/`origin`), how far it is published/committed there, and per member of the
-/// chain (`members`/`replicas`) the LSN that member acknowledged (`acked_lsn`/`durable`) and
-/// its lag (`lag_bytes`, `lag_ms`). One line per slot; anything else is shown as `key value`
-/// lines.
-fn replication_lines(r: &Value) -> Vec<String> {
-    let s = text;
-    if r.is_null() {
-        return Vec::new();
-    }
-    let entries = match r {
-        Value::Array(a) => Some(a),
-        _ => first(r, &["slots", "streams"]).as_array(),
-    };
-    let Some(entries) = entries else {
-        let mut leaves = Vec::new();
-        flatten("replication", r, &mut leaves);
-        return leaves.into_iter().map(|(k, v)| format!("{k} {}", s(&v))).collect();
-    };
-    let mut lines = vec![format!("replication ({} slot{})", entries.len(), if entries.len() == 1 { "" } else { "s" })];
-    for e in entries {
-        let mut line = String::from("  slot ");
-        let slot = first(e, &["slot"]);
-        line.push_str(&s(slot));
-        let primary = first(e, &["primary", "origin"]);
-        if !primary.is_null() {
-            line.push_str(&format!(" of node {}", s(primary)));
-        }
-        let published = first(e, &["published_lsn", "published"]);
-        let committed = first(e, &["committed_lsn", "committed"]);
-        if !committed.is_null() {
-            line.push_str(&format!(", committed {}", s(committed)));
-        }
-        if !published.is_null() {
-            line.push_str(&format!(", published {}", s(published)));
-        }
-        let members = first(e, &["members", "replicas"]);
-        let mut parts = Vec::new();
-        for m in members.as_array().into_iter().flatten() {
-            let acked = first(m, &["acked_lsn", "acked", "durable_lsn", "durable"]);
-            let mut p = format!("node {} acked {}", s(first(m, &["node"])), s(acked));
-            let bytes = first(m, &["lag_bytes"]).as_u64().map(human_size);
-            let ms = first(m, &["lag_ms"]).as_u64().map(|ms| format!("{ms} ms"));
-            match (bytes, ms) {
-                (Some(b), Some(t)) => p.push_str(&format!(" (lag {b}, {t})")),
-                (Some(b), None) => p.push_str(&format!(" (lag {b})")),
-                (None, Some(t)) => p.push_str(&format!(" (lag {t})")),
-                (None, None) => {}
-            }
-            parts.push(p);
-        }
-        if parts.is_empty() && !e.is_object() {
-            line = format!("  {}", s(e));
-        } else if !parts.is_empty() {
-            line.push_str(&format!(": {}", parts.join("; ")));
-        }
-        lines.push(line);
-    }
-    lines
 }
 
 /// Renders the status as a human-readable report.
@@ -632,13 +561,68 @@ pub fn render(v: &Value) -> String {
     out
 }
 
+/// A node's chain replication (its nicfs status's `replication`) as `status` lines: the
+/// counters, per own log each chain member's acknowledged LSN and lag, per replica copy how
+/// far it is durable and published; empty without one.
+fn replication_lines(r: &Value) -> String {
+    if !r.is_object() {
+        return String::new();
+    }
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let c = &r["counters"];
+    let mut out = format!(
+        "    replication: {} chunks sent ({} bytes on the wire), {} retransmitted, {} acks in, {} bytes in, {} stale dropped, {} refused, {} fsyncs waiting, {} bytes held\n",
+        n(&c["chunks_sent"]),
+        n(&c["bytes_sent"]),
+        n(&c["retransmits"]),
+        n(&c["acks_received"]),
+        n(&c["bytes_received"]),
+        n(&c["stale_dropped"]),
+        n(&c["refused_entries"]),
+        n(&r["fsyncs_waiting"]),
+        n(&r["memory_bytes"]),
+    );
+    for l in r["logs"].as_array().into_iter().flatten() {
+        let members: Vec<String> = l["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let acked = m["acked_lsn"].as_u64().map_or("-".to_string(), |a| a.to_string());
+                format!(
+                    "node {} acked {acked} (lag {} bytes, {} ms)",
+                    n(&m["node"]),
+                    n(&m["lag_bytes"]),
+                    n(&m["lag_ms"])
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "      slot {}: appended {}, replicated {}; {}\n",
+            n(&l["slot"]),
+            n(&l["appended_lsn"]),
+            n(&l["replicated_lsn"]),
+            if members.is_empty() { "no other member".to_string() } else { members.join(", ") }
+        ));
+    }
+    for c in r["copies"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "      copy of node {} slot {}: durable {}, published {}\n",
+            n(&c["origin"]),
+            n(&c["slot"]),
+            n(&c["durable_lsn"]),
+            n(&c["published_lsn"])
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A real `status --json` of a three-node cluster (node 1's host killed: isolated), with
-    /// `replication` objects added as the replication driver will report them: a known shape
-    /// on node 0, an unknown one on node 2.
+    /// A real `status --json` of a three-node cluster (node 1's host killed: isolated), with a
+    /// `replication` object added to node 0 as the replication driver reports it.
     const THREE_NODES: &str = include_str!("../tests/data/status-3-nodes.json");
 
     #[test]
@@ -664,42 +648,43 @@ mod tests {
             "{text}"
         );
         assert!(lines[n0 + 3].starts_with("      node 2: "), "{text}");
-        // Node 0's replication: one line per slot, per member its acked LSN and lag.
-        assert_eq!(lines[n0 + 4], "    replication (2 slots)", "{text}");
+        // Node 0's replication: the counters, per own log slot each member's acked LSN and
+        // lag, per replica copy how far it is durable and published.
+        assert!(lines[n0 + 4].starts_with("    replication: 4 chunks sent (9000 bytes on the wire)"), "{text}");
         assert_eq!(
             lines[n0 + 5],
-            "      slot 0 of node 0, committed 8192, published 8192: node 1 acked 8192 (lag 0 B, 0 ms); node 2 \
-             acked 4096 (lag 4.0 KiB, 3 ms)"
+            "      slot 0: appended 8192, replicated 4096; node 1 acked 8192 (lag 0 bytes, 0 ms), node 2 acked 4096 \
+             (lag 4096 bytes, 3 ms)"
         );
-        assert_eq!(lines[n0 + 6], "      slot 2 of node 0, published 0", "{text}");
+        assert_eq!(lines[n0 + 6], "      copy of node 2 slot 1: durable 640, published 576", "{text}");
         let n1 = at("  node 1: ");
+        assert_eq!(n1, n0 + 7, "{text}");
         assert!(lines[n1].contains("chain position 1, mode isolated"), "{text}");
-        // A shape this build does not know is shown as it is, never dropped or misread.
+        // No replication object (node 1's; node 2's null): no lines.
         let n2 = at("  node 2: ");
-        assert_eq!(n2, n1 + 4, "no replication object, no lines (peers and two links only): {text}");
-        assert_eq!(
-            &lines[n2 + 4..n2 + 6],
-            ["    replication.note a shape this build does not know", "    replication.streams_open 2"]
-        );
+        assert_eq!(n2, n1 + 4, "peers and two links only: {text}");
+        assert!(lines[n2 + 4].starts_with("offload "), "{text}");
         // The nodes table and the process table say the same modes.
         assert!(lines[at("1     ")].ends_with("isolated"), "{text}");
         assert!(lines[at("nicfs    1")].contains("mode isolated"), "{text}");
     }
 
     #[test]
-    fn replication_is_read_defensively() {
-        assert!(replication_lines(&Value::Null).is_empty());
-        assert_eq!(replication_lines(&json!({"slots": []})), ["replication (0 slots)"]);
-        // An array at the top, other field names, members without lag.
-        let r = json!([{"slot": 1, "origin": 2, "replicas": [{"node": 0, "durable": 77}]}, 5]);
-        assert_eq!(replication_lines(&r), ["replication (2 slots)", "  slot 1 of node 2: node 0 acked 77", "  5"]);
-        let r =
-            json!({"streams": [{"slot": 0, "members": [{"node": 1, "lag_ms": 9}, {"node": 2, "lag_bytes": 2048}]}]});
-        assert_eq!(
-            replication_lines(&r),
-            ["replication (1 slot)", "  slot 0: node 1 acked - (lag 9 ms); node 2 acked - (lag 2.0 KiB)"]
-        );
-        assert_eq!(replication_lines(&json!(3)), ["replication 3"]);
+    fn replication_lines_show_each_member_and_copy() {
+        assert_eq!(replication_lines(&Value::Null), "");
+        let r = json!({
+            "counters": {"chunks_sent": 4, "bytes_sent": 900, "retransmits": 1, "acks_received": 8, "bytes_received": 10, "stale_dropped": 0, "refused_entries": 0},
+            "fsyncs_waiting": 1,
+            "memory_bytes": 4096,
+            "logs": [{"slot": 0, "appended_lsn": 4096, "replicated_lsn": 2048, "members": [
+                {"node": 1, "acked_lsn": 4096, "lag_bytes": 0, "lag_ms": 0},
+                {"node": 2, "acked_lsn": null, "lag_bytes": 2048, "lag_ms": 35}]}],
+            "copies": [{"origin": 1, "slot": 3, "durable_lsn": 640, "published_lsn": 576}],
+        });
+        let text = replication_lines(&r);
+        assert!(text.contains("4 chunks sent (900 bytes on the wire), 1 retransmitted"), "{text}");
+        assert!(text.contains("slot 0: appended 4096, replicated 2048; node 1 acked 4096 (lag 0 bytes, 0 ms), node 2 acked - (lag 2048 bytes, 35 ms)"), "{text}");
+        assert!(text.contains("copy of node 1 slot 3: durable 640, published 576"), "{text}");
     }
 
     #[test]
