@@ -275,8 +275,8 @@ fn a_zookeeper_nobody_answers_no_java_or_a_wrong_server_count_is_refused_in_one_
 }
 
 /// Writes files through `mnt` (at most ~200 a second), each fsynced before it counts as
-/// acknowledged (name, bytes, when), until `stop`.
-fn writer(mnt: &Path, stop: &std::sync::atomic::AtomicBool) -> Vec<(String, Vec<u8>, Instant)> {
+/// acknowledged, until `stop`.
+fn writer(mnt: &Path, stop: &std::sync::atomic::AtomicBool) -> Vec<(String, Vec<u8>)> {
     let mut acked = Vec::new();
     let mut i = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
@@ -285,7 +285,7 @@ fn writer(mnt: &Path, stop: &std::sync::atomic::AtomicBool) -> Vec<(String, Vec<
         let mut f = fs::File::create(mnt.join(&name)).unwrap();
         f.write_all(&data).unwrap();
         f.sync_all().unwrap();
-        acked.push((name, data, Instant::now()));
+        acked.push((name, data));
         i += 1;
         // Paced: a steady load for as long as the outage lasts, well within the node's space.
         std::thread::sleep(Duration::from_millis(5));
@@ -340,10 +340,71 @@ fn zookeeper_killed_under_a_write_load_loses_nothing_acknowledged() {
     assert!(zk_javas(&dir).is_empty(), "down leaves no java of the cluster");
     ok(&dir, &["up", "--nodes", "1"]);
     ok(&dir, &["mount", mnt.to_str().unwrap()]);
-    for (name, data, _) in &acked {
+    for (name, data) in &acked {
         assert_eq!(fs::read(mnt.join(name)).unwrap_or_default(), *data, "{name}");
     }
     ok(&dir, &["down"]);
+}
+
+/// What [`pool_writer`] had acknowledged.
+#[derive(Default)]
+struct Load {
+    /// Per pool file, every append acknowledged (fsynced), in order, and when.
+    appends: Vec<Vec<(Vec<u8>, Instant)>>,
+    /// New files acknowledged (created, written, fsynced): name, bytes.
+    created: Vec<(String, Vec<u8>)>,
+    /// Creations refused (the file is then not acknowledged).
+    create_errors: Vec<std::io::Error>,
+}
+
+/// The pool of files [`pool_writer`] appends to.
+const POOL: usize = 16;
+
+/// A write load through `mnt` until `stop`: appends of 4–8 KiB to the pool files `p00..`
+/// (created first), each fsynced before it counts as acknowledged, and every tenth step a new
+/// file, created, written and fsynced (a creation may be refused while ZooKeeper is away and
+/// the node out of inode numbers: it is counted, never acknowledged).
+fn pool_writer(mnt: &Path, stop: &std::sync::atomic::AtomicBool) -> Load {
+    let mut load = Load { appends: vec![Vec::new(); POOL], ..Load::default() };
+    let mut pool: Vec<fs::File> = (0..POOL)
+        .map(|k| fs::OpenOptions::new().create(true).append(true).open(mnt.join(format!("p{k:02}"))).unwrap())
+        .collect();
+    let mut i = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let data: Vec<u8> = (0..4096 + i as usize % 4096).map(|b| (b as u64 * 31 + i) as u8).collect();
+        if i % 10 == 0 {
+            let name = format!("n{i:05}");
+            let created = fs::File::create(mnt.join(&name)).and_then(|mut f| {
+                f.write_all(&data)?;
+                f.sync_all()
+            });
+            match created {
+                Ok(()) => load.created.push((name, data)),
+                Err(e) => load.create_errors.push(e),
+            }
+        } else {
+            let k = i as usize % POOL;
+            pool[k].write_all(&data).unwrap();
+            pool[k].sync_all().unwrap();
+            load.appends[k].push((data, Instant::now()));
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    load
+}
+
+/// Checks that every file of `load` reads back through `mnt` as acknowledged: each pool file
+/// exactly its appends, each new file its bytes.
+fn check_load(mnt: &Path, load: &Load, when: &str) {
+    for (k, appends) in load.appends.iter().enumerate() {
+        let want: Vec<u8> = appends.iter().flat_map(|(d, _)| d.iter().copied()).collect();
+        let got = fs::read(mnt.join(format!("p{k:02}"))).unwrap_or_default();
+        assert!(got == want, "p{k:02} {when}: {} bytes, {} acknowledged", got.len(), want.len());
+    }
+    for (name, data) in &load.created {
+        assert_eq!(fs::read(mnt.join(name)).unwrap_or_default(), *data, "{name} {when}");
+    }
 }
 
 /// Each node's (epoch, persisted epoch) in a cluster view, None where a node reports none
@@ -403,8 +464,8 @@ fn zookeeper_stopped_under_a_write_load_on_three_nodes_loses_nothing_and_the_mem
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut back = None;
-    let (acked, outage) = std::thread::scope(|s| {
-        let w = s.spawn(|| writer(&mnt, &stop));
+    let (load, outage) = std::thread::scope(|s| {
+        let w = s.spawn(|| pool_writer(&mnt, &stop));
         std::thread::sleep(Duration::from_millis(500));
         let out = ok(&dir, &["zk", "stop"]);
         assert!(out.contains("ZooKeeper stopped (1 server)"), "{out}");
@@ -443,9 +504,19 @@ fn zookeeper_stopped_under_a_write_load_on_three_nodes_loses_nothing_and_the_mem
         stop.store(true, std::sync::atomic::Ordering::Release);
         (w.join().unwrap(), outage)
     });
-    let during = acked.iter().filter(|(_, _, t)| *t > outage.0 && *t < outage.1).count();
-    eprintln!("{} files acknowledged, {during} of them while ZooKeeper was down", acked.len());
-    assert!(during > 10, "the load went on while ZooKeeper was down: {during} files");
+    let during = load.appends.iter().flatten().filter(|(_, t)| *t > outage.0 && *t < outage.1).count();
+    let appends: usize = load.appends.iter().map(Vec::len).sum();
+    eprintln!(
+        "{appends} appends and {} new files acknowledged, {during} appends while ZooKeeper was down; {} creations \
+         refused",
+        load.created.len(),
+        load.create_errors.len()
+    );
+    assert!(during > 10, "the load went on while ZooKeeper was down: {during} appends");
+    for e in &load.create_errors {
+        // Only a clear ENOSPC (no inode numbers to be had without ZooKeeper), never EIO.
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "a creation failed: {e}");
+    }
     for (n, was) in pids.iter().enumerate() {
         let pid = fs::read_to_string(dir.join("run").join(format!("nicfs-{n}.pid"))).unwrap();
         assert_eq!(pid, *was, "node {n}'s nicfs is the same process");
@@ -453,16 +524,12 @@ fn zookeeper_stopped_under_a_write_load_on_three_nodes_loses_nothing_and_the_mem
         assert!(log.contains("retrying"), "nicfs {n} logs its retries");
         assert!(!log.contains("panicked"), "nicfs {n} never panics");
     }
-    for (name, data, _) in &acked {
-        assert_eq!(fs::read(mnt.join(name)).unwrap_or_default(), *data, "{name} through the live mount");
-    }
+    check_load(&mnt, &load, "through the live mount");
     ok(&dir, &["down"]);
     assert!(zk_javas(&dir).is_empty(), "down leaves no java of the cluster");
     ok(&dir, &["up", "--nodes", "3"]);
     ok(&dir, &["mount", "--node", "0", mnt.to_str().unwrap()]);
-    for (name, data, _) in &acked {
-        assert_eq!(fs::read(mnt.join(name)).unwrap_or_default(), *data, "{name} after down and up");
-    }
+    check_load(&mnt, &load, "after down and up");
     wait_for("the members in one view again after up", Duration::from_secs(20), || {
         let c = status(&dir)["cluster"].clone();
         watch(&c);
