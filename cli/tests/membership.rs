@@ -372,7 +372,7 @@ fn pool_writer(mnt: &Path, stop: &std::sync::atomic::AtomicBool) -> Load {
     let mut i = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
         let data: Vec<u8> = (0..4096 + i as usize % 4096).map(|b| (b as u64 * 31 + i) as u8).collect();
-        if i % 10 == 0 {
+        if i.is_multiple_of(10) {
             let name = format!("n{i:05}");
             let created = fs::File::create(mnt.join(&name)).and_then(|mut f| {
                 f.write_all(&data)?;
