@@ -21,7 +21,7 @@ use linefs_bench as bench;
 use linefs_ops::cluster::{self, UpArgs};
 use linefs_ops::clusterdir::{self, ClusterDir};
 use linefs_ops::util::{fail, parse_size, CliResult};
-use linefs_ops::{interrupt, mounts, nodes};
+use linefs_ops::{interrupt, mounts, nodes, zookeeper};
 
 #[derive(Parser)]
 #[command(name = "linefs", version, about = "Run a linefs cluster: up, mount, status, bench, down")]
@@ -41,11 +41,8 @@ struct DirArg {
 enum Verb {
     /// Format each node's PM once, start each node's nicfs and kworker, bring the cluster up.
     Up {
-        /// Number of nodes, 1 to 64. Until replication is built each node is a file system of
-        /// its own (its mounts see only its files); the nodes are members of one cluster
-        /// (ZooKeeper, epoch, chain). Default 1 until replication lands.
-        #[arg(long, default_value_t = 1)]
-        nodes: usize,
+        #[arg(long, value_name = "N", help = cluster::nodes_help())]
+        nodes: Option<usize>,
         /// Where the PM files live (default DIR/pm; /dev/shm/... for memory speed).
         #[arg(long, value_name = "PMDIR")]
         pm_dir: Option<PathBuf>,
@@ -132,6 +129,14 @@ enum Verb {
     /// Restart node I's nicfs (it recovers the node); returns once it serves.
     RestartNic {
         node: usize,
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Stop or start the cluster's ZooKeeper (the servers up started) while the cluster stays
+    /// up: a ZooKeeper outage on demand. Members are suspended meanwhile, nicfs serves on.
+    Zk {
+        #[command(subcommand)]
+        action: ZkAction,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -263,6 +268,17 @@ enum Verb {
     PassthroughDaemon(bench::passthrough::daemon::PassthroughArgs),
 }
 
+#[derive(Subcommand)]
+enum ZkAction {
+    /// Stop the servers (SIGTERM; --kill: SIGKILL, a crash); their data directory stays.
+    Stop {
+        #[arg(long)]
+        kill: bool,
+    },
+    /// Start them again on the same ports and data directory; returns once they serve.
+    Start,
+}
+
 impl Verb {
     fn name(&self) -> &'static str {
         match self {
@@ -274,6 +290,8 @@ impl Verb {
             Verb::RestartHost { .. } => "restart-host",
             Verb::KillNic { .. } => "kill-nic",
             Verb::RestartNic { .. } => "restart-nic",
+            Verb::Zk { action: ZkAction::Stop { .. }, .. } => "zk stop",
+            Verb::Zk { action: ZkAction::Start, .. } => "zk start",
             Verb::Down { .. } => "down",
             Verb::Upgrade { .. } => "upgrade",
             Verb::Bench { .. } => "bench",
@@ -304,7 +322,7 @@ fn run(verb: Verb) -> CliResult<String> {
             let d = ClusterDir::new(&dir.dir)?;
             let nicfs_limits = limits.to_args();
             let up = UpArgs {
-                nodes,
+                nodes: nodes.unwrap_or_else(|| cluster::default_nodes(&d)),
                 pm_dir,
                 pm_size,
                 zk,
@@ -329,6 +347,14 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::RestartHost { node, dir } => nodes::restart_host(&ClusterDir::new(&dir.dir)?, node),
         Verb::KillNic { node, dir } => nodes::kill_nic(&ClusterDir::new(&dir.dir)?, node),
         Verb::RestartNic { node, dir } => nodes::restart_nic(&ClusterDir::new(&dir.dir)?, node),
+        Verb::Zk { action, dir } => {
+            let d = ClusterDir::new(&dir.dir)?;
+            match action {
+                ZkAction::Stop { kill: false } => zookeeper::outage(&d, zookeeper::Outage::Stop),
+                ZkAction::Stop { kill: true } => zookeeper::outage(&d, zookeeper::Outage::Kill),
+                ZkAction::Start => zookeeper::start_again(&d),
+            }
+        }
         Verb::Down { dir } => cluster::down(&ClusterDir::new(&dir.dir)?),
         Verb::Upgrade { dir } => cluster::upgrade(&ClusterDir::new(&dir.dir)?),
         Verb::Bench {

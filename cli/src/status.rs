@@ -136,14 +136,23 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
         }
         nodes.push(json!({
             "node": n.index,
+            "mode": node_mode(desc, n.index, processes),
             "session": session,
             "may_be_expired": c.map_or(Value::Null, |c| c["may_be_expired"].clone()),
             "epoch": c.map_or(Value::Null, |c| c["epoch"].clone()),
             "persisted_epoch": c.map_or(Value::Null, |c| c["persisted_epoch"].clone()),
             "chain_pos": c.map_or(Value::Null, |c| c["chain_pos"].clone()),
             "joins": c.map_or(Value::Null, |c| c["joins"].clone()),
+            "session_timeout_ms": c.map_or(Value::Null, |c| c["session_timeout_ms"].clone()),
             "last_error": c.map_or(Value::Null, |c| c["last_error"].clone()),
             "peers": peers.map_or(Value::Null, peer_links),
+            // Per client slot, how far each member of the chain holds it (repl-driver's
+            // `replication` object of nicfs's status file, as it is; null while absent).
+            "replication": nicfs
+                .map(|p| &p["status"]["replication"])
+                .filter(|r| alive && r.is_object())
+                .cloned()
+                .unwrap_or(Value::Null),
         }));
     }
     let chain = newest.map_or(json!([]), |c| c["chain"].clone());
@@ -373,6 +382,61 @@ fn latency_table(st: &Value) -> String {
     out
 }
 
+/// `v` as text: a string as it is, null as `-`, anything else as JSON.
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// One node of the cluster view (an entry of `cluster.nodes`): its session, epoch, chain
+/// position and mode on one line, then its peer links, one compact line per peer, then how
+/// far each client slot is replicated.
+fn cluster_node_lines(n: &Value) -> String {
+    let s = text;
+    let epoch = |e: &Value| if e.as_u64() == Some(0) { "none yet".to_string() } else { s(e) };
+    let mut out = String::new();
+    let expiring = if n["may_be_expired"] == json!(true) { ", may be expired" } else { "" };
+    let head = if n["chain_pos"].as_u64() == Some(0) { " (head)" } else { "" };
+    let timeout = n["session_timeout_ms"].as_u64().map(|ms| format!(", session timeout {ms} ms")).unwrap_or_default();
+    let mode = n["mode"].as_str().map(|m| format!(", mode {m}")).unwrap_or_default();
+    out.push_str(&format!(
+        "  node {}: session {}{expiring}, epoch {} (persisted {}), chain position {}{head}{mode}{timeout}{}\n",
+        s(&n["node"]),
+        s(&n["session"]),
+        epoch(&n["epoch"]),
+        s(&n["persisted_epoch"]),
+        s(&n["chain_pos"]),
+        n["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default()
+    ));
+    let p = &n["peers"];
+    if p.is_object() {
+        out.push_str(&format!(
+            "    peers on {} (low-latency) and {} (bulk), {} refused, {} stale dropped\n",
+            s(&p["low_latency_addr"]),
+            s(&p["bulk_addr"]),
+            s(&p["refused"]),
+            s(&p["stale_dropped"])
+        ));
+        for l in p["links"].as_array().into_iter().flatten() {
+            let rtt = l["rtt_us"].as_u64().map_or("-".to_string(), |us| format!("{us} us"));
+            let error = l["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default();
+            out.push_str(&format!(
+                "      node {}: low-latency {}, bulk {}, epoch seen {}, rtt {rtt}{error}\n",
+                s(&l["node"]),
+                s(&l["low_latency"]),
+                s(&l["bulk"]),
+                s(&l["epoch_seen"])
+            ));
+        }
+    }
+    // ---- Replication lag (repl-driver's `replication` object of nicfs's status file) ----
+    out.push_str(&replication_lines(&n["replication"]));
+    out
+}
+
 /// Renders the status as a human-readable report.
 pub fn render(v: &Value) -> String {
     let s = |v: &Value| match v {
@@ -409,35 +473,7 @@ pub fn render(v: &Value) -> String {
             ids(&c["members"])
         ));
         for n in c["nodes"].as_array().into_iter().flatten() {
-            let expiring = if n["may_be_expired"] == json!(true) { ", may be expired" } else { "" };
-            out.push_str(&format!(
-                "  node {}: session {}{expiring}, epoch {} (persisted {}), chain position {}{}\n",
-                s(&n["node"]),
-                s(&n["session"]),
-                epoch(&n["epoch"]),
-                s(&n["persisted_epoch"]),
-                s(&n["chain_pos"]),
-                n["last_error"].as_str().map(|e| format!(", last error: {e}")).unwrap_or_default()
-            ));
-            let p = &n["peers"];
-            if p.is_object() {
-                out.push_str(&format!(
-                    "    peers on {} (low-latency) and {} (bulk), {} refused\n",
-                    s(&p["low_latency_addr"]),
-                    s(&p["bulk_addr"]),
-                    s(&p["refused"])
-                ));
-                for l in p["links"].as_array().into_iter().flatten() {
-                    let rtt = l["rtt_us"].as_u64().map_or("-".to_string(), |us| format!("{us} us"));
-                    out.push_str(&format!(
-                        "      node {}: low-latency {}, bulk {}, epoch seen {}, rtt {rtt}\n",
-                        s(&l["node"]),
-                        s(&l["low_latency"]),
-                        s(&l["bulk"]),
-                        s(&l["epoch_seen"])
-                    ));
-                }
-            }
+            out.push_str(&cluster_node_lines(n));
         }
     } else if !v["zk"].is_null() {
         out.push_str(&format!("zk       {} (recorded)\n", s(&v["zk"])));
@@ -525,9 +561,131 @@ pub fn render(v: &Value) -> String {
     out
 }
 
+/// A node's chain replication (its nicfs status's `replication`) as `status` lines: the
+/// counters, per own log each chain member's acknowledged LSN and lag, per replica copy how
+/// far it is durable and published; empty without one.
+fn replication_lines(r: &Value) -> String {
+    if !r.is_object() {
+        return String::new();
+    }
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let c = &r["counters"];
+    let mut out = format!(
+        "    replication: {} chunks sent ({} bytes on the wire), {} retransmitted, {} acks in, {} bytes in, {} stale dropped, {} refused, {} fsyncs waiting, {} bytes held\n",
+        n(&c["chunks_sent"]),
+        n(&c["bytes_sent"]),
+        n(&c["retransmits"]),
+        n(&c["acks_received"]),
+        n(&c["bytes_received"]),
+        n(&c["stale_dropped"]),
+        n(&c["refused_entries"]),
+        n(&r["fsyncs_waiting"]),
+        n(&r["memory_bytes"]),
+    );
+    for l in r["logs"].as_array().into_iter().flatten() {
+        let members: Vec<String> = l["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let acked = m["acked_lsn"].as_u64().map_or("-".to_string(), |a| a.to_string());
+                format!(
+                    "node {} acked {acked} (lag {} bytes, {} ms)",
+                    n(&m["node"]),
+                    n(&m["lag_bytes"]),
+                    n(&m["lag_ms"])
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "      slot {}: appended {}, replicated {}; {}\n",
+            n(&l["slot"]),
+            n(&l["appended_lsn"]),
+            n(&l["replicated_lsn"]),
+            if members.is_empty() { "no other member".to_string() } else { members.join(", ") }
+        ));
+    }
+    for c in r["copies"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "      copy of node {} slot {}: durable {}, published {}\n",
+            n(&c["origin"]),
+            n(&c["slot"]),
+            n(&c["durable_lsn"]),
+            n(&c["published_lsn"])
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real `status --json` of a three-node cluster (node 1's host killed: isolated), with a
+    /// `replication` object added to node 0 as the replication driver reports it.
+    const THREE_NODES: &str = include_str!("../tests/data/status-3-nodes.json");
+
+    #[test]
+    fn the_cluster_view_shows_members_epoch_chain_modes_peers_and_replication() {
+        let v: Value = serde_json::from_str(THREE_NODES).unwrap();
+        let text = render(&v);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |prefix: &str| {
+            lines.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in\n{text}"))
+        };
+        assert_eq!(lines[at("cluster  epoch")], "cluster  epoch 3, chain 0 1 2 (head first), members 0 1 2");
+        assert!(lines[at("zk ")].contains("(reachable; started by up, pid 30987)"), "{text}");
+        let n0 = at("  node 0: ");
+        assert_eq!(
+            lines[n0],
+            "  node 0: session connected, epoch 3 (persisted 3), chain position 0 (head), mode normal, session \
+             timeout 1500 ms"
+        );
+        assert!(lines[n0 + 1].starts_with("    peers on 127.0.0.1:45603 (low-latency) and 127.0.0.1:44711 (bulk)"));
+        assert_eq!(
+            lines[n0 + 2],
+            "      node 1: low-latency connected, bulk connected, epoch seen 3, rtt 580 us",
+            "{text}"
+        );
+        assert!(lines[n0 + 3].starts_with("      node 2: "), "{text}");
+        // Node 0's replication: the counters, per own log slot each member's acked LSN and
+        // lag, per replica copy how far it is durable and published.
+        assert!(lines[n0 + 4].starts_with("    replication: 4 chunks sent (9000 bytes on the wire)"), "{text}");
+        assert_eq!(
+            lines[n0 + 5],
+            "      slot 0: appended 8192, replicated 4096; node 1 acked 8192 (lag 0 bytes, 0 ms), node 2 acked 4096 \
+             (lag 4096 bytes, 3 ms)"
+        );
+        assert_eq!(lines[n0 + 6], "      copy of node 2 slot 1: durable 640, published 576", "{text}");
+        let n1 = at("  node 1: ");
+        assert_eq!(n1, n0 + 7, "{text}");
+        assert!(lines[n1].contains("chain position 1, mode isolated"), "{text}");
+        // No replication object (node 1's; node 2's null): no lines.
+        let n2 = at("  node 2: ");
+        assert_eq!(n2, n1 + 4, "peers and two links only: {text}");
+        assert!(lines[n2 + 4].starts_with("offload "), "{text}");
+        // The nodes table and the process table say the same modes.
+        assert!(lines[at("1     ")].ends_with("isolated"), "{text}");
+        assert!(lines[at("nicfs    1")].contains("mode isolated"), "{text}");
+    }
+
+    #[test]
+    fn replication_lines_show_each_member_and_copy() {
+        assert_eq!(replication_lines(&Value::Null), "");
+        let r = json!({
+            "counters": {"chunks_sent": 4, "bytes_sent": 900, "retransmits": 1, "acks_received": 8, "bytes_received": 10, "stale_dropped": 0, "refused_entries": 0},
+            "fsyncs_waiting": 1,
+            "memory_bytes": 4096,
+            "logs": [{"slot": 0, "appended_lsn": 4096, "replicated_lsn": 2048, "members": [
+                {"node": 1, "acked_lsn": 4096, "lag_bytes": 0, "lag_ms": 0},
+                {"node": 2, "acked_lsn": null, "lag_bytes": 2048, "lag_ms": 35}]}],
+            "copies": [{"origin": 1, "slot": 3, "durable_lsn": 640, "published_lsn": 576}],
+        });
+        let text = replication_lines(&r);
+        assert!(text.contains("4 chunks sent (900 bytes on the wire), 1 retransmitted"), "{text}");
+        assert!(text.contains("slot 0: appended 4096, replicated 2048; node 1 acked 4096 (lag 0 bytes, 0 ms), node 2 acked - (lag 2048 bytes, 35 ms)"), "{text}");
+        assert!(text.contains("copy of node 1 slot 3: durable 640, published 576"), "{text}");
+    }
 
     #[test]
     fn durations_take_the_unit_that_suits_them() {

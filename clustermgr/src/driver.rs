@@ -31,7 +31,9 @@ pub struct Config {
     /// The cluster's root znode (`/linefs`).
     pub root: String,
     /// The session timeout: a crashed node leaves the view this long after its last
-    /// heartbeat (ZooKeeper bounds it to 2–20 ticks).
+    /// message, rounded up to the server's next tick (the server clamps it into its bounds,
+    /// 0.2–10 s for the loopback server, [`crate::server::MAX_SESSION_MS`]). Default
+    /// [`DEFAULT_SESSION_TIMEOUT`].
     pub session_timeout: Duration,
     /// How long `join` tries to reach ZooKeeper before it gives up.
     pub connect_within: Duration,
@@ -47,12 +49,20 @@ pub struct Config {
     pub close_on_drop: bool,
 }
 
+/// The session timeout members ask for unless told otherwise. A crashed member leaves the
+/// others' view within 2 s (issue 24): the client sends something at least every 3/20 of the
+/// timeout (its pings), the server expires the session at the first tick past its last
+/// message + the timeout, and the others' next round takes milliseconds — so detection lies
+/// in (timeout − 3/20 timeout, timeout + tick], 1.3–1.6 s with 1.5 s and the loopback
+/// server's 100 ms tick ([`crate::server::TICK_MS`]).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_millis(1500);
+
 impl Config {
     pub fn new(connect: &str) -> Config {
         Config {
             connect: connect.to_string(),
             root: "/linefs".to_string(),
-            session_timeout: Duration::from_secs(2),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
             connect_within: Duration::from_secs(10),
             op_within: Duration::from_secs(30),
             first_inode: 2,

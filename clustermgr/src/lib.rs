@@ -64,7 +64,7 @@ pub mod lease;
 pub mod membership;
 pub mod server;
 
-pub use driver::{Config, Member, SessionStatus};
+pub use driver::{Config, Member, SessionStatus, DEFAULT_SESSION_TIMEOUT};
 pub use error::Error;
 pub use format::{Addrs, Delegation, MemberEntry, NodeId, View};
 pub use inodes::InodeRange;

@@ -26,8 +26,17 @@ pub const SLF4J_JAR: &str = "/usr/share/java/slf4j-simple.jar";
 /// The file under the caller's directory that records the servers' connection string.
 pub const CONNECT_FILE: &str = "zookeeper.connect";
 
-/// The tick: session timeouts may be 2–20 ticks (1–10 s).
-pub const TICK_MS: u32 = 500;
+/// The tick. A session expires at the first tick past its timeout, so a short tick keeps the
+/// detection of a crashed member close to the session timeout
+/// ([`crate::driver::DEFAULT_SESSION_TIMEOUT`]).
+pub const TICK_MS: u32 = 100;
+/// The session timeouts a client may ask for (the server clamps into them): 0.2–10 s.
+pub const MIN_SESSION_MS: u32 = 2 * TICK_MS;
+pub const MAX_SESSION_MS: u32 = 10_000;
+/// The ensemble's limits in ticks: 10 s for a follower to connect and sync with the leader,
+/// 2 s for it to answer.
+const INIT_LIMIT_TICKS: u32 = 10_000 / TICK_MS;
+const SYNC_LIMIT_TICKS: u32 = 2_000 / TICK_MS;
 
 const HINT: &str = "install the Debian packages zookeeper and libslf4j-java (scripts/install-deps.sh)";
 
@@ -40,8 +49,8 @@ pub enum ServerError {
     JarMissing(&'static str),
     #[error("ZooKeeper port 127.0.0.1:{0} is already in use")]
     PortInUse(u16),
-    #[error("ZooKeeper server {server} exited during start-up ({status}); last log line: {last_line}")]
-    Exited { server: usize, status: String, last_line: String },
+    #[error("ZooKeeper server {server} exited during start-up ({status}): {reason} (see {log})")]
+    Exited { server: usize, status: String, reason: String, log: String },
     #[error("ZooKeeper server {server} not serving after {waited:?} (see {log})")]
     NotReady { server: usize, waited: Duration, log: String },
     #[error("ZooKeeper: {what}: {err}")]
@@ -232,7 +241,8 @@ impl ZkServer {
                     return Err(ServerError::Exited {
                         server: p.id,
                         status: status.to_string(),
-                        last_line: last_log_line(&p.dir.join("zookeeper.log")),
+                        reason: last_log_line(&p.dir.join("zookeeper.log")),
+                        log: p.dir.join("zookeeper.log").display().to_string(),
                     });
                 }
                 if four_letter(p.ports.client, "ruok") == "imok"
@@ -309,6 +319,16 @@ impl ZkServer {
     /// directory started): SIGTERM, then SIGKILL after `grace`. A recorded pid that is no
     /// longer a ZooKeeper of this directory is left alone. Returns how many were stopped.
     pub fn stop_recorded(dir: &Path, grace: Duration) -> Result<usize, ServerError> {
+        Self::signal_recorded(dir, Signal::SIGTERM, grace)
+    }
+
+    /// Kills the servers whose pids are recorded under `dir` with SIGKILL, as a crash, and
+    /// waits until they are gone (as [`ZkServer::stop_recorded`] otherwise).
+    pub fn kill_recorded(dir: &Path) -> Result<usize, ServerError> {
+        Self::signal_recorded(dir, Signal::SIGKILL, Duration::from_secs(5))
+    }
+
+    fn signal_recorded(dir: &Path, first: Signal, grace: Duration) -> Result<usize, ServerError> {
         let mut stopped = 0;
         let Ok(dir) = dir.canonicalize() else { return Ok(0) };
         let Ok(entries) = fs::read_dir(&dir) else { return Ok(0) };
@@ -319,16 +339,16 @@ impl ZkServer {
             let cfg = e.path().join("zoo.cfg");
             if is_our_server(pid, &cfg) {
                 let pid = Pid::from_raw(pid);
-                let _ = kill(pid, Signal::SIGTERM);
+                let _ = kill(pid, first);
                 let deadline = Instant::now() + grace;
-                while kill(pid, None).is_ok() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(50));
+                while is_our_server(pid.as_raw(), &cfg) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                if kill(pid, None).is_ok() {
+                if is_our_server(pid.as_raw(), &cfg) {
                     let _ = kill(pid, Signal::SIGKILL);
                 }
                 stopped += 1;
-                tracing::info!(pid = pid.as_raw(), "ZooKeeper stopped");
+                tracing::info!(pid = pid.as_raw(), signal = ?first, "ZooKeeper stopped");
             }
             let _ = fs::remove_file(&pidfile);
         }
@@ -344,16 +364,26 @@ fn is_our_server(pid: i32, cfg: &Path) -> bool {
     args.iter().any(|a| a.ends_with(b"java")) && args.contains(&cfg)
 }
 
+/// The line of a server's log that says why it exited: the last exception message (`java.io.
+/// IOException: …`), else the last ERROR line other than the JVM's exit, else the last line.
 fn last_log_line(log: &Path) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
-    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(empty log)").trim().to_string()
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let exception = |l: &&&str| {
+        l.split_once(": ")
+            .is_some_and(|(head, _)| !head.contains(' ') && (head.ends_with("Exception") || head.ends_with("Error")))
+    };
+    let error = |l: &&&str| l.contains(" ERROR ") && !l.contains("Exiting JVM");
+    let line = lines.iter().rev().find(exception).or_else(|| lines.iter().rev().find(error)).or(lines.last());
+    line.copied().unwrap_or("(empty log)").to_string()
 }
 
 fn write_config(p: &Proc, all: &[Ports]) -> Result<(), ServerError> {
     let data = p.dir.join("data");
     fs::create_dir_all(&data).map_err(io(format!("creating {}", data.display())))?;
     let mut cfg = format!(
-        "tickTime={TICK_MS}\ninitLimit=20\nsyncLimit=4\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\n\
+        "tickTime={TICK_MS}\nminSessionTimeout={MIN_SESSION_MS}\nmaxSessionTimeout={MAX_SESSION_MS}\n\
+         initLimit={INIT_LIMIT_TICKS}\nsyncLimit={SYNC_LIMIT_TICKS}\ndataDir={}\nclientPortAddress=127.0.0.1\nclientPort={}\n\
          admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\nmaxClientCnxns=0\n",
         data.display(),
         p.ports.client
@@ -402,6 +432,31 @@ mod tests {
         assert_eq!(ZkServer::stop_recorded(dir.path(), Duration::from_millis(10)).unwrap(), 0);
         assert!(!zk.join("zookeeper.pid").exists(), "the stale pid file is removed");
         assert_eq!(ZkServer::stop_recorded(&dir.path().join("absent"), Duration::ZERO).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_reason_a_server_exited_is_its_last_exception() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("zookeeper.log");
+        let say = |text: &str| {
+            fs::write(&log, text).unwrap();
+            last_log_line(&log)
+        };
+        let exited =
+            "[main] INFO x - starting\njava.io.IOException: log.1 has invalid magic number\n\tat a.b(C.java:1)\n\
+                      [main] ERROR o.a.z.s.ZooKeeperServerMain - Unexpected exception, exiting abnormally\n\
+                      java.io.IOException: No snapshot found, but there are log entries. Something is broken!\n\
+                      \tat o.a.z.s.FileTxnSnapLog.restore(FileTxnSnapLog.java:290)\n\
+                      [main] ERROR o.a.z.util.ServiceUtils - Exiting JVM with code 1\n";
+        assert_eq!(
+            say(exited),
+            "java.io.IOException: No snapshot found, but there are log entries. Something is broken!"
+        );
+        let error = "[main] INFO x - a\n[main] ERROR x - Invalid config, exiting abnormally\n[main] ERROR o.a.z.util.ServiceUtils - Exiting JVM with code 2\n";
+        assert_eq!(say(error), "[main] ERROR x - Invalid config, exiting abnormally");
+        assert_eq!(say("Error: Could not find or load main class X\n\n"), "Error: Could not find or load main class X");
+        assert_eq!(say("one\ntwo\n"), "two");
+        assert_eq!(say(""), "(empty log)");
     }
 
     #[test]

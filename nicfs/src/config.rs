@@ -63,6 +63,8 @@ pub struct ClusterConfig {
     /// choice).
     pub peer_addr: std::net::SocketAddr,
     pub bulk_addr: std::net::SocketAddr,
+    /// The ZooKeeper session timeout asked for (`--zk-session-ms`).
+    pub session_timeout: std::time::Duration,
 }
 
 /// How many threads each stage of the pipeline may have (min, max) — the publish stage is

@@ -100,6 +100,9 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     if let Some(path) = args.status_file.clone() {
         let (kick, kicked) = crossbeam_channel::bounded(1);
+        if let Some(c) = &ctx.cluster {
+            c.on_change(kick.clone());
+        }
         ctx.host.on_switch(kick);
         let c = ctx.clone();
         spawn("status", move || crate::daemon::status::run(c, path, kicked))?;

@@ -19,6 +19,10 @@ use crate::util::{fail, human_size, unix_now, utc_date, CliResult, Context};
 use crate::zookeeper;
 
 pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
+/// How many nodes `up` brings up when neither `--nodes` nor an earlier `up` says: the one
+/// place the default lives (issue 23 wants 3 once replication lands; every test and script
+/// passes `--nodes` explicitly, so changing it changes nothing else).
+pub const DEFAULT_NODES: usize = 1;
 /// Most nodes `up` brings up (the node record's member set is 64 bits).
 pub const MAX_NODES: usize = 64;
 
@@ -41,6 +45,24 @@ pub fn ensure_node(path: &Path, size: u64) -> CliResult<(u64, bool)> {
     }
     let node = mkfs::format_dir(path, &FormatParams::for_size(size)).ctx(|| format!("{}: format", path.display()))?;
     Ok((node.geometry.node_size(), true))
+}
+
+/// How many nodes `up` without `--nodes` brings up in `dir`: as many as an earlier `up`
+/// recorded, else [`DEFAULT_NODES`].
+pub fn default_nodes(dir: &ClusterDir) -> usize {
+    match dir.desc_path().exists() {
+        true => dir.load().map_or(DEFAULT_NODES, |d| d.nodes.len().max(1)),
+        false => DEFAULT_NODES,
+    }
+}
+
+/// `up --nodes`'s help: the default named from [`DEFAULT_NODES`].
+pub fn nodes_help() -> String {
+    format!(
+        "Number of nodes, 1 to {MAX_NODES} (default: as many as an earlier up recorded, else {DEFAULT_NODES}). Until \
+         replication is built each node is a file system of its own (its mounts see only its files); the nodes \
+         are members of one cluster (ZooKeeper, epoch, chain)"
+    )
 }
 
 /// The options of `up`.
@@ -191,10 +213,20 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
     }
     // Refuse what cannot start before anything is created (the description read here
     // unlocked is only a hint; it is read again under the lock).
-    let recorded = dir.desc_path().exists().then(|| dir.load().ok().and_then(|d| d.offload)).flatten();
+    let hint = dir.desc_path().exists().then(|| dir.load().ok()).flatten();
+    let recorded = hint.as_ref().and_then(|d| d.offload);
     if args.offload.or(recorded).unwrap_or(Offload::On) == Offload::On {
         daemons::check_socket_paths(dir, args.nodes)?;
         daemons::check_executables()?;
+        // An ensemble nobody answers is refused before any node is formatted (and again by
+        // zookeeper::start, under the lock).
+        if let Some(zk) = args.zk.as_ref().or(hint.as_ref().and_then(|d| d.zk.as_ref())) {
+            if !zookeeper::reachable(zk) {
+                return Err(fail(format!(
+                    "ZooKeeper at {zk} (--zk) is unreachable: start it, or drop --zk and let up start one"
+                )));
+            }
+        }
     }
     std::fs::create_dir_all(&dir.root).ctx(|| format!("{}: create", dir.root.display()))?;
     let _lock = dir.lock()?;
@@ -309,7 +341,8 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         }
     }
     mark_up(dir)?;
-    let mut msg = format!("cluster in {} is up: {} node", dir.root.display(), desc.nodes.len());
+    let n = desc.nodes.len();
+    let mut msg = format!("cluster in {} is up: {n} node{}", dir.root.display(), if n == 1 { "" } else { "s" });
     for n in &desc.nodes {
         msg.push_str(&format!("\n  node {}: {} ({})", n.index, n.pm_path.display(), human_size(n.pm_size)));
         if let Some((nicfs, kworker)) = started.get(n.index) {
@@ -639,6 +672,34 @@ mod tests {
         assert!(check_metrics_port(0, 3).is_ok(), "port 0: every node picks one");
         let e = check_metrics_port(65534, 3).unwrap_err().to_string();
         assert!(e.contains("node 2 would need port 65536"), "{e}");
+    }
+
+    #[test]
+    fn up_without_nodes_takes_the_recorded_count_else_the_default() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(&tmp.path().join("c")).unwrap();
+        assert_eq!(default_nodes(&dir), DEFAULT_NODES, "no cluster yet");
+        std::fs::create_dir_all(&dir.root).unwrap();
+        let node = |index| NodeDesc { index, pm_path: PathBuf::from("/pm"), pm_size: 1 };
+        let desc = ClusterDesc {
+            version: 1,
+            created: String::new(),
+            created_unix: 0,
+            pm_dir: PathBuf::from("/pm"),
+            zk: None,
+            nodes: (0..5).map(node).collect(),
+            offload: Some(Offload::On),
+            nic_cpus: None,
+            metrics_port: None,
+            trusted_group: None,
+            nicfs_limits: Vec::new(),
+            zk_servers: None,
+        };
+        write_desc(&dir, &desc).unwrap();
+        assert_eq!(default_nodes(&dir), 5);
+        std::fs::write(dir.desc_path(), "not json").unwrap();
+        assert_eq!(default_nodes(&dir), DEFAULT_NODES, "an unreadable description: the default");
+        assert!(nodes_help().contains(&format!("else {DEFAULT_NODES})")), "{}", nodes_help());
     }
 
     #[test]

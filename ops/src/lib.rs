@@ -10,7 +10,8 @@
 //! - [`tempcluster`]: a cluster that lives as long as a command, torn down on
 //!   Ctrl-C/SIGTERM too ([`interrupt`]).
 //! - [`zookeeper`]: the cluster's ZooKeeper: the local servers `up` starts and `down`
-//!   stops, or the ensemble `up --zk` names; the connection string nicfs is given.
+//!   stops (`zk stop`/`zk start`: an outage on demand), or the ensemble `up --zk` names; the
+//!   connection string nicfs is given.
 //! - [`util`]: the error type of the verbs, sizes, dates, private files.
 #![deny(clippy::undocumented_unsafe_blocks)]
 

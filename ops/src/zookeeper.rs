@@ -1,8 +1,11 @@
 //! The cluster's ZooKeeper as the verbs see it: the servers `up` starts on loopback (clustermgr's
 //! [`ZkServer`], standalone or a 3-server ensemble, under `DIR/zk/`), or the ensemble `up --zk`
 //! names (recorded in the description; never started or stopped by linefs). Owns the
-//! connection string every nicfs is given, the reachability probe, and stopping what `up`
-//! started (`down`). Depends on `clusterdir`, `procs` and `util` only.
+//! connection string every nicfs is given, the reachability probe, stopping what `up`
+//! started (`down`), and `linefs zk stop|start`: an outage of the local servers on demand
+//! while the cluster stays up (the members' sessions are suspended, nicfs serves on; started
+//! again on the same ports and data directory, the members reconnect or join again). Depends
+//! on `clusterdir`, `procs` and `util` only.
 //!
 //! `DIR/zk/` holds `zookeeper.connect` (the connection string, `127.0.0.1:P,…`) and one
 //! `zk<i>/` per server (`zoo.cfg`, `data/`, `zookeeper.log`, `zookeeper.pid`). Its data
@@ -109,4 +112,74 @@ pub fn stop(cdir: &ClusterDir) -> CliResult<usize> {
         return Ok(0);
     }
     ZkServer::stop_recorded(&zdir, STOP_WAIT).map_err(|e| fail(format!("cannot stop ZooKeeper: {e}")))
+}
+
+/// `linefs zk stop [--kill]` and `linefs zk start`: what they act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// SIGTERM (SIGKILL past [`STOP_WAIT`]): ZooKeeper shuts down cleanly.
+    Stop,
+    /// SIGKILL: ZooKeeper crashes.
+    Kill,
+}
+
+/// Refuses the `zk` verbs on a cluster whose ZooKeeper `up` did not start.
+fn need_local(cdir: &ClusterDir, desc: &ClusterDesc) -> CliResult<()> {
+    if desc.offload.is_none_or(|o| o == crate::clusterdir::Offload::Off) {
+        return Err(fail(format!(
+            "the cluster in {} runs host-only (up --offload off): it has no ZooKeeper",
+            cdir.root.display()
+        )));
+    }
+    if let Some(zk) = &desc.zk {
+        return Err(fail(format!(
+            "the cluster's ZooKeeper is the ensemble {zk} (up --zk): not linefs's to stop or start"
+        )));
+    }
+    if ZkServer::recorded_connect(&dir(cdir)).is_none() {
+        return Err(fail(format!("no ZooKeeper was started under {}", dir(cdir).display())));
+    }
+    Ok(())
+}
+
+/// `linefs zk stop`: stops (or kills) the local ZooKeeper servers of an up cluster, which
+/// stays up: its members' sessions are suspended and each nicfs serves on, retrying. Their
+/// data directory stays; `linefs zk start` (or a second `up`) starts them again.
+pub fn outage(cdir: &ClusterDir, how: Outage) -> CliResult<String> {
+    let desc = cdir.load_up()?;
+    need_local(cdir, &desc)?;
+    let _lock = cdir.lock()?;
+    let n = match how {
+        Outage::Stop => ZkServer::stop_recorded(&dir(cdir), STOP_WAIT),
+        Outage::Kill => ZkServer::kill_recorded(&dir(cdir)),
+    }
+    .map_err(|e| fail(format!("cannot stop ZooKeeper: {e}")))?;
+    if n == 0 {
+        return Ok("ZooKeeper was not running; nothing stopped".to_string());
+    }
+    let verb = match how {
+        Outage::Stop => "stopped",
+        Outage::Kill => "killed",
+    };
+    Ok(format!(
+        "ZooKeeper {verb} ({n} server{}); the cluster stays up, its members suspended until linefs zk start",
+        if n == 1 { "" } else { "s" }
+    ))
+}
+
+/// `linefs zk start`: starts the local servers of an up cluster again, on the ports and
+/// data directory they had, once none of them runs; returns once they serve.
+pub fn start_again(cdir: &ClusterDir) -> CliResult<String> {
+    let desc = cdir.load_up()?;
+    need_local(cdir, &desc)?;
+    let _lock = cdir.lock()?;
+    let running = local_pids(cdir);
+    if !running.is_empty() {
+        let pids: Vec<String> = running.iter().map(i32::to_string).collect();
+        return Ok(format!("ZooKeeper is running (pid {}); nothing started", pids.join(" ")));
+    }
+    match restart_if_down(cdir, &desc)? {
+        Some(connect) => Ok(format!("ZooKeeper started again on {connect}; the members reconnect or join again")),
+        None => Err(fail("ZooKeeper could not be started again (no connection string recorded)")),
+    }
 }

@@ -102,7 +102,17 @@ pub struct Args {
     /// Where the peer link's bulk class listens (with `--zk`), as `--peer-addr`.
     #[arg(long, value_name = "ADDR", requires = "zk", default_value = "127.0.0.1:0")]
     pub bulk_addr: SocketAddr,
+    /// The ZooKeeper session timeout asked for (with `--zk`), in ms: a crashed node leaves the
+    /// others' view about this long after its last message, rounded up to the server's next
+    /// tick. The server clamps it into its bounds (200–10000 ms for the server `linefs up`
+    /// starts). Default: detection within 2 s.
+    #[arg(long, value_name = "MS", requires = "zk", default_value_t = DEFAULT_ZK_SESSION_MS,
+          value_parser = clap::value_parser!(u64).range(200..=60_000))]
+    pub zk_session_ms: u64,
 }
+
+/// `--zk-session-ms` by default: clustermgr's.
+const DEFAULT_ZK_SESSION_MS: u64 = clustermgr::DEFAULT_SESSION_TIMEOUT.as_millis() as u64;
 
 /// `--zk`: one or more `HOST:PORT`, comma-separated.
 pub fn parse_zk(s: &str) -> Result<String, String> {
@@ -150,6 +160,7 @@ impl Args {
                     key: self.cluster_key.unwrap_or_default(),
                     peer_addr: self.peer_addr,
                     bulk_addr: self.bulk_addr,
+                    session_timeout: Duration::from_millis(self.zk_session_ms),
                 }),
                 _ => None,
             },
@@ -234,14 +245,24 @@ mod tests {
             "--bulk-addr",
             "127.0.0.1:7001",
         ]);
-        let want = ClusterConfig {
+        let mut want = ClusterConfig {
             node_id: 2,
             zk: "h:1,k:2".into(),
             key: "k".into(),
             peer_addr: "127.0.0.1:0".parse().unwrap(),
             bulk_addr: "127.0.0.1:7001".parse().unwrap(),
+            session_timeout: Duration::from_millis(1500),
         };
+        assert_eq!(a.unwrap().into_config().cluster, Some(want.clone()));
+        let zk = ["nicfs", "--node", "n", "--socket", "s", "--node-id", "2", "--zk", "h:1,k:2", "--cluster-key", "k"];
+        let a = Args::try_parse_from(zk.iter().chain(&["--bulk-addr", "127.0.0.1:7001", "--zk-session-ms", "4000"]));
+        want.session_timeout = Duration::from_secs(4);
         assert_eq!(a.unwrap().into_config().cluster, Some(want));
+        for bad in ["0", "199", "60001", "x"] {
+            assert!(Args::try_parse_from(zk.iter().chain(&["--zk-session-ms", bad])).is_err(), "{bad}");
+        }
+        let no_zk = ["nicfs", "--node", "n", "--socket", "s", "--zk-session-ms", "1000"];
+        assert!(Args::try_parse_from(no_zk).is_err(), "--zk-session-ms needs --zk");
         let no_key = ["nicfs", "--node", "n", "--socket", "s", "--node-id", "2", "--zk", "h:1"];
         assert!(Args::try_parse_from(no_key).is_err(), "--zk needs --cluster-key");
         for alone in [["--node-id", "2"], ["--zk", "h:1"], ["--cluster-key", "k"], ["--peer-addr", "127.0.0.1:1"]] {

@@ -1,6 +1,7 @@
 //! The node's membership of its cluster (`--node-id` and `--zk`): joins through clustermgr's
 //! [`Member`], keeps every view it is delivered in the node record (pm's `noderecord`, block 0
-//! of the public file) and reports the session's state to the status file.
+//! of the public file) and reports the session's state to the status file (rewritten at once
+//! on each change of what it reports, [`Cluster::on_change`]).
 //!
 //! The clustermgr driver is async: it runs on a tokio runtime of its own, on one thread
 //! (`cluster`), so the daemon's threads are untouched. What it does:
@@ -65,13 +66,61 @@ pub(crate) struct ClusterStatus {
     /// Joins completed since start (more than 1: the session expired and the node joined
     /// again).
     pub(crate) joins: u64,
+    /// The session timeout asked for (`--zk-session-ms`) until a join, then the one
+    /// ZooKeeper granted, in ms: a crashed member leaves the view about this long after it.
+    pub(crate) session_timeout_ms: u64,
     /// The last failure (a join that did not complete, a record that could not be stored).
     pub(crate) last_error: Option<String>,
 }
 
+/// The status as reported, and who to tell when it changes (the status file's writer, which
+/// otherwise rewrites the file once a second: a suspended session shows at once).
+struct Reported {
+    status: Mutex<ClusterStatus>,
+    kick: Mutex<Option<crossbeam_channel::Sender<()>>>,
+}
+
+impl Reported {
+    fn lock(&self) -> Changes<'_> {
+        let guard = self.status.lock();
+        let before = guard.clone();
+        Changes { kick: &self.kick, guard, before }
+    }
+}
+
+/// The status held for a change: when dropped, the writer is kicked if anything differs.
+struct Changes<'a> {
+    kick: &'a Mutex<Option<crossbeam_channel::Sender<()>>>,
+    guard: parking_lot::MutexGuard<'a, ClusterStatus>,
+    before: ClusterStatus,
+}
+
+impl std::ops::Deref for Changes<'_> {
+    type Target = ClusterStatus;
+    fn deref(&self) -> &ClusterStatus {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Changes<'_> {
+    fn deref_mut(&mut self) -> &mut ClusterStatus {
+        &mut self.guard
+    }
+}
+
+impl Drop for Changes<'_> {
+    fn drop(&mut self) {
+        if *self.guard != self.before {
+            if let Some(tx) = &*self.kick.lock() {
+                let _ = tx.try_send(());
+            }
+        }
+    }
+}
+
 /// The node's membership; [`start`] runs it, [`Cluster::stop`] ends it.
 pub(crate) struct Cluster {
-    state: Arc<Mutex<ClusterStatus>>,
+    state: Arc<Reported>,
     peers: Peers,
     stop: tokio::sync::watch::Sender<bool>,
     done: crossbeam_channel::Receiver<()>,
@@ -89,25 +138,29 @@ fn session_name(s: SessionStatus) -> &'static str {
 /// Reads the node record, checks it names no other node, starts the peer links (the key
 /// loaded, both ports bound) and the `cluster` thread.
 pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
-    let (node_id, zk) = (c.node_id, c.zk.clone());
+    let (node_id, zk, session_timeout) = (c.node_id, c.zk.clone(), c.session_timeout);
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
     if let Some(id) = rec.node_id {
         if id != node_id {
             return Err(format!("the node record says this is node {id}, not node {node_id} (--node-id)"));
         }
     }
-    let state = Arc::new(Mutex::new(ClusterStatus {
-        node_id,
-        zk: zk.clone(),
-        session: "joining",
-        may_be_expired: false,
-        epoch: 0,
-        chain: Vec::new(),
-        chain_pos: None,
-        persisted_epoch: rec.epoch,
-        joins: 0,
-        last_error: None,
-    }));
+    let state = Arc::new(Reported {
+        kick: Mutex::new(None),
+        status: Mutex::new(ClusterStatus {
+            node_id,
+            zk: zk.clone(),
+            session: "joining",
+            may_be_expired: false,
+            epoch: 0,
+            chain: Vec::new(),
+            chain_pos: None,
+            persisted_epoch: rec.epoch,
+            joins: 0,
+            session_timeout_ms: u64::try_from(session_timeout.as_millis()).unwrap_or(u64::MAX),
+            last_error: None,
+        }),
+    });
     let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -120,7 +173,7 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
     std::thread::Builder::new()
         .name("cluster".into())
         .spawn(move || {
-            rt.block_on(membership(node, node_id, zk, p, s, stopped));
+            rt.block_on(membership(node, node_id, zk, session_timeout, p, s, stopped));
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
@@ -130,7 +183,12 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
 
 impl Cluster {
     pub(crate) fn status(&self) -> ClusterStatus {
-        self.state.lock().clone()
+        self.state.status.lock().clone()
+    }
+
+    /// Sends `()` on `tx` (without blocking) whenever the status changes.
+    pub(crate) fn on_change(&self, tx: crossbeam_channel::Sender<()>) {
+        *self.state.kick.lock() = Some(tx);
     }
 
     /// The peer links.
@@ -153,14 +211,16 @@ async fn membership(
     node: Arc<Node>,
     node_id: u32,
     zk: String,
+    session_timeout: Duration,
     peers: Peers,
-    state: Arc<Mutex<ClusterStatus>>,
+    state: Arc<Reported>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let (ll, bulk) = peers.addrs();
     let addrs = Addrs { low_latency: ll.to_string(), bulk: bulk.to_string() };
     while !*stopped.borrow() {
         let mut cfg = Config::new(&zk);
+        cfg.session_timeout = session_timeout;
         cfg.connect_within = JOIN_WITHIN;
         cfg.op_within = JOIN_WITHIN;
         cfg.epoch_floor = state.lock().persisted_epoch;
@@ -184,7 +244,11 @@ async fn membership(
                 }
             }
         };
-        state.lock().joins += 1;
+        {
+            let mut st = state.lock();
+            st.joins += 1;
+            st.session_timeout_ms = u64::try_from(member.session_timeout().as_millis()).unwrap_or(u64::MAX);
+        }
         let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
         match ended {
             Ended::Stopped => {
@@ -215,7 +279,7 @@ async fn follow(
     node: &Node,
     member: &Member,
     peers: &Peers,
-    state: &Mutex<ClusterStatus>,
+    state: &Reported,
     stopped: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Ended {
     let mut views = member.views();
@@ -261,7 +325,7 @@ async fn follow(
 
 /// Stores `view` in the node record if it is newer than what the record holds, then makes it
 /// the reported view. False: it could not be stored (and is not the node's view).
-fn persist(node: &Node, me: u32, view: &View, state: &Mutex<ClusterStatus>) -> bool {
+fn persist(node: &Node, me: u32, view: &View, state: &Reported) -> bool {
     let chain: Vec<u32> = view.chain.iter().map(|m| m.node).collect();
     let pos = view.position(me).and_then(|p| u32::try_from(p).ok());
     let persisted = state.lock().persisted_epoch;

@@ -345,6 +345,7 @@ mod tests {
                 chain_pos: Some(0),
                 persisted_epoch: 4,
                 joins: 2,
+                session_timeout_ms: 1500,
                 last_error: None,
             }),
         };
