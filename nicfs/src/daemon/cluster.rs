@@ -22,6 +22,14 @@
 //! * **stop** (SIGTERM): the member leaves (its znode removed, a new view for the others),
 //!   bounded by [`LEAVE_WITHIN`].
 //!
+//! * **inode ranges**: before anything attaches, the node's allocator is switched to the
+//!   cluster's ranges (those persisted in the node directory; a list granted to another node
+//!   id refuses the start). A refill task on this runtime asks clustermgr for a new range
+//!   whenever the allocator runs low ([`crate::node::alloc::Alloc::wanted`]), each request
+//!   bounded by [`RANGE_WITHIN`]; with no member (not joined yet, ZooKeeper unreachable) or
+//!   a failed request, the allocator is told at once so that a client waiting for a number
+//!   gets a clear ENOSPC instead of waiting.
+//!
 //! The member's addresses for the two peer connection classes (low-latency and bulk) are
 //! those its peer listeners ([`crate::daemon::peers`]) are bound to; each view persisted is
 //! then handed to them, so the node links to the view's other members.
@@ -42,6 +50,8 @@ const JOIN_WITHIN: Duration = Duration::from_secs(10);
 const REJOIN_PAUSE: Duration = Duration::from_secs(1);
 /// How long a stopping daemon waits for the member to leave.
 const LEAVE_WITHIN: Duration = Duration::from_secs(2);
+/// How long one inode range request may take before the allocator is told it failed.
+const RANGE_WITHIN: Duration = Duration::from_secs(3);
 
 /// The cluster as the status file shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -108,6 +118,7 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
         joins: 0,
         last_error: None,
     }));
+    node.alloc.use_cluster_ranges(&node.dir, node_id)?;
     let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -159,6 +170,8 @@ async fn membership(
 ) {
     let (ll, bulk) = peers.addrs();
     let addrs = Addrs { low_latency: ll.to_string(), bulk: bulk.to_string() };
+    let (current, member_rx) = tokio::sync::watch::channel(None::<Arc<Member>>);
+    let refill = tokio::spawn(refill_ranges(node.clone(), member_rx));
     while !*stopped.borrow() {
         let mut cfg = Config::new(&zk);
         cfg.connect_within = JOIN_WITHIN;
@@ -185,10 +198,21 @@ async fn membership(
             }
         };
         state.lock().joins += 1;
+        let member = Arc::new(member);
+        current.send_replace(Some(member.clone()));
+        node.alloc.want_signal().notify_one();
         let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
+        current.send_replace(None);
         match ended {
             Ended::Stopped => {
-                let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
+                refill.abort();
+                let _ = refill.await;
+                match Arc::try_unwrap(member) {
+                    Ok(member) => {
+                        let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
+                    }
+                    Err(member) => drop(member),
+                }
                 state.lock().session = "closed";
                 tracing::info!("left the cluster");
                 return;
@@ -207,6 +231,36 @@ async fn membership(
 enum Ended {
     Stopped,
     Expired,
+}
+
+/// Asks clustermgr for an inode range each time the allocator runs low, for as long as the
+/// daemon runs; `member` is the joined member (None between joins).
+async fn refill_ranges(node: Arc<Node>, member: tokio::sync::watch::Receiver<Option<Arc<Member>>>) {
+    let want = node.alloc.want_signal();
+    let len = node.alloc.range_len();
+    loop {
+        if !node.alloc.wanted() {
+            want.notified().await;
+            continue;
+        }
+        let m = member.borrow().clone();
+        let failed = match m {
+            None => Some("not joined to the cluster (ZooKeeper unreachable or joining)".to_string()),
+            Some(m) => match tokio::time::timeout(RANGE_WITHIN, m.alloc_inode_range(len)).await {
+                Ok(Ok(r)) => node.alloc.add_range(r).err().inspect(|e| {
+                    tracing::error!(start = r.start, end = r.end, error = %e, "cannot use an inode range");
+                }),
+                Ok(Err(e)) => Some(format!("ZooKeeper: {e}")),
+                Err(_) => Some(format!("ZooKeeper did not grant an inode range within {RANGE_WITHIN:?}")),
+            },
+        };
+        if let Some(why) = failed {
+            tracing::warn!(error = %why, "no new inode range");
+            node.alloc.range_failed(why);
+            // Asked again only when wanted again (a grant running low, a client waiting, a join).
+            want.notified().await;
+        }
+    }
 }
 
 /// Persists and reports every view and session change of `member` until it expires or the
