@@ -106,6 +106,8 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
             return Err(format!("the node record says this is node {id}, not node {node_id} (--node-id)"));
         }
     }
+    // Before anything attaches: inode numbers only from this node's cluster ranges.
+    node.alloc.use_cluster_ranges(&node.dir, node_id)?;
     let state = Arc::new(Mutex::new(ClusterStatus {
         node_id,
         zk: zk.clone(),
@@ -118,7 +120,6 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
         joins: 0,
         last_error: None,
     }));
-    node.alloc.use_cluster_ranges(&node.dir, node_id)?;
     let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -197,14 +198,15 @@ async fn membership(
                 }
             }
         };
-        state.lock().joins += 1;
+        // The refill task asks clustermgr for inode ranges through this member.
         let member = Arc::new(member);
         current.send_replace(Some(member.clone()));
         node.alloc.want_signal().notify_one();
+        state.lock().joins += 1;
         let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
-        current.send_replace(None);
         match ended {
             Ended::Stopped => {
+                current.send_replace(None);
                 refill.abort();
                 let _ = refill.await;
                 match Arc::try_unwrap(member) {
@@ -218,6 +220,7 @@ async fn membership(
                 return;
             }
             Ended::Expired => {
+                current.send_replace(None);
                 tracing::warn!("ZooKeeper session expired: joining the cluster again");
                 drop(member);
                 let mut st = state.lock();
