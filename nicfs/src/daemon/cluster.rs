@@ -101,13 +101,13 @@ fn session_name(s: SessionStatus) -> &'static str {
 pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
     let (node_id, zk) = (c.node_id, c.zk.clone());
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
+    // Before anything attaches: inode numbers only from this node's cluster ranges.
+    node.alloc.use_cluster_ranges(&node.dir, node_id)?;
     if let Some(id) = rec.node_id {
         if id != node_id {
             return Err(format!("the node record says this is node {id}, not node {node_id} (--node-id)"));
         }
     }
-    // Before anything attaches: inode numbers only from this node's cluster ranges.
-    node.alloc.use_cluster_ranges(&node.dir, node_id)?;
     let state = Arc::new(Mutex::new(ClusterStatus {
         node_id,
         zk: zk.clone(),
@@ -183,7 +183,13 @@ async fn membership(
             _ = stopped.changed() => return,
         };
         let member = match joined {
-            Ok(m) => m,
+            Ok(m) => {
+                // The refill task asks clustermgr for inode ranges through this member.
+                let m = Arc::new(m);
+                current.send_replace(Some(m.clone()));
+                node.alloc.want_signal().notify_one();
+                m
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot join the cluster; retrying in {REJOIN_PAUSE:?}");
                 {
@@ -198,10 +204,6 @@ async fn membership(
                 }
             }
         };
-        // The refill task asks clustermgr for inode ranges through this member.
-        let member = Arc::new(member);
-        current.send_replace(Some(member.clone()));
-        node.alloc.want_signal().notify_one();
         state.lock().joins += 1;
         let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
         match ended {
