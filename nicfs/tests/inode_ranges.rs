@@ -6,6 +6,7 @@
 mod support;
 
 use clustermgr::ZkServer;
+use linefs_pm::layout::FormatParams;
 use linefs_proto::{AllocInodes, Control, RemoteError};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -63,10 +64,21 @@ fn three_nodes_hand_out_disjoint_numbers_and_a_restart_repeats_none() {
     let zk = ZkServer::start(zdir.path(), 1, Duration::from_secs(30)).unwrap();
     let connect = zk.connect_string();
     let (_k, key) = key_file();
+    // Nodes of 4096 inodes (ranges of 512), formatted again after a first start on their own.
     let mut nodes: Vec<Daemon> = (0..3)
         .map(|i| {
-            let id = i.to_string();
-            Daemon::start_with(2, &["--node-id", &id, "--zk", &connect, "--cluster-key", &key])
+            let mut d = Daemon::start(2);
+            let (status, _) = d.stop(libc::SIGTERM);
+            assert!(status.success());
+            let params = FormatParams { size: 16 << 20, log_size: 1 << 20, log_slots: 2, inodes: 4096 };
+            std::fs::remove_dir_all(&d.node).unwrap();
+            linefs_pm::mkfs::format_dir(&d.node, &params).unwrap();
+            d.args = ["--node-id", &i.to_string(), "--zk", &connect, "--cluster-key", &key]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            d.launch();
+            d
         })
         .collect();
     for d in &nodes {
@@ -84,7 +96,7 @@ fn three_nodes_hand_out_disjoint_numbers_and_a_restart_repeats_none() {
     }
     for i in 0..3 {
         assert!(got[i].len() >= 16, "node {i} got {:?}", got[i]);
-        assert!(got[i].iter().all(|n| (2..256).contains(n)), "{:?}", got[i]);
+        assert!(got[i].iter().all(|n| (2..4096).contains(n)), "{:?}", got[i]);
         let ranges = persisted_ranges(&nodes[i]);
         assert!(
             got[i].iter().all(|&n| ranges.iter().any(|&(s, e)| (s..e).contains(&n))),
@@ -108,7 +120,7 @@ fn three_nodes_hand_out_disjoint_numbers_and_a_restart_repeats_none() {
     drop(zk);
     nodes[0].launch();
     let mut c = Client::attach(&nodes[0].socket);
-    let (after, refused) = take_numbers(&mut c, 64);
+    let (after, refused) = take_numbers(&mut c, 1000);
     let why = refused.expect("the persisted ranges run out");
     assert!(why.contains("no new range") && why.contains("ZooKeeper"), "{why}");
     assert!(!after.is_empty());

@@ -33,7 +33,7 @@
 //!   a number of another node's range). Every number outside them is *taken* for good, so
 //!   the bitmap's free count is the free numbers of the node's ranges; a number freed in a
 //!   range of another node never comes back here (it is that node's). When fewer than
-//!   half a range are free, a new range is asked for (the `cluster` thread's refill task,
+//!   a range are free, a new range is asked for (the `cluster` thread's refill task,
 //!   [`Alloc::wanted`], [`Alloc::add_range`]); the data path never waits on ZooKeeper
 //!   except in [`Alloc::await_numbers`], bounded, before the lease table's mutex is taken,
 //!   and only when no number is left. ZooKeeper unreachable and the ranges exhausted: the
@@ -179,9 +179,12 @@ impl Alloc {
         }
     }
 
-    /// Numbers asked of clustermgr at a time: a 32nd of the inode table, 8..=4096.
+    /// Numbers asked of clustermgr at a time: an 8th of the inode table, 8..=2^20. A node
+    /// asks for the next range as soon as fewer than this many are free, so it keeps at
+    /// least a range in reserve: creates go on through a ZooKeeper outage of as many files
+    /// (2048 on a 256 MiB node; `cli/tests/membership.rs` kills ZooKeeper under a load).
     pub fn range_len(&self) -> u64 {
-        (self.geo.inode_count / 32).clamp(8, 4096)
+        (self.geo.inode_count / 8).clamp(8, 1 << 20)
     }
 
     /// From now on only numbers of the cluster ranges granted to `node` are handed out: the
@@ -225,11 +228,11 @@ impl Alloc {
         self.want.clone()
     }
 
-    /// In a cluster, whether a new range should be asked for now (fewer than half a range
-    /// free and none asked for yet); if so it counts as asked from now on.
+    /// In a cluster, whether a new range should be asked for now (fewer than a range free
+    /// and none asked for yet); if so it counts as asked from now on.
     pub fn wanted(&self) -> bool {
         let mut inner = self.inner.lock();
-        let low = self.range_len() / 2;
+        let low = self.range_len();
         let free = inner.taken.free();
         match inner.cluster.as_mut() {
             Some(c) if free < low && !c.asked => {
@@ -243,7 +246,7 @@ impl Alloc {
     /// Asks for a range if few numbers are left (called after grants, under the mutex).
     fn maybe_want(&self, inner: &Inner) {
         if let Some(c) = &inner.cluster {
-            if !c.asked && inner.taken.free() < self.range_len() / 2 {
+            if !c.asked && inner.taken.free() < self.range_len() {
                 self.want.notify_one();
             }
         }
