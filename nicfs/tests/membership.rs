@@ -51,7 +51,8 @@ fn with_zookeeper_unreachable_nicfs_serves_while_it_keeps_joining() {
         }
         other => panic!("AllocInodes without a range answered {other:?}"),
     }
-    assert!(asked.elapsed() < Duration::from_secs(2), "answered in {:?}", asked.elapsed());
+    // Bounded: the join is waited for 3 s at most (nicfs's RANGE_WITHIN and AWAIT_NUMBERS).
+    assert!(asked.elapsed() < Duration::from_secs(5), "answered in {:?}", asked.elapsed());
     drop(c);
     assert!(d.alive());
     let asked = Instant::now();

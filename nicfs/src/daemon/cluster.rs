@@ -26,9 +26,9 @@
 //!   cluster's ranges (those persisted in the node directory; a list granted to another node
 //!   id refuses the start). A refill task on this runtime asks clustermgr for a new range
 //!   whenever the allocator runs low ([`crate::node::alloc::Alloc::wanted`]), each request
-//!   bounded by [`RANGE_WITHIN`]; with no member (not joined yet, ZooKeeper unreachable) or
-//!   a failed request, the allocator is told at once so that a client waiting for a number
-//!   gets a clear ENOSPC instead of waiting.
+//!   bounded by [`RANGE_WITHIN`] (a node not joined yet waits that long for its join); with
+//!   no member by then (ZooKeeper unreachable) or a failed request, the allocator is told at
+//!   once so that a client waiting for a number gets a clear ENOSPC instead of waiting.
 //!
 //! The member's addresses for the two peer connection classes (low-latency and bulk) are
 //! those its peer listeners ([`crate::daemon::peers`]) are bound to; each view persisted is
@@ -248,7 +248,20 @@ async fn refill_ranges(node: Arc<Node>, member: tokio::sync::watch::Receiver<Opt
             want.notified().await;
             continue;
         }
-        let m = member.borrow().clone();
+        // Not joined yet (a node just started): the join is waited for, bounded.
+        let now = member.borrow().clone();
+        let m = match now {
+            Some(m) => Some(m),
+            None => {
+                let mut rx = member.clone();
+                let joined = tokio::time::timeout(RANGE_WITHIN, rx.wait_for(Option::is_some)).await.is_ok();
+                if joined {
+                    rx.borrow().clone()
+                } else {
+                    None
+                }
+            }
+        };
         let failed = match m {
             None => Some("not joined to the cluster (ZooKeeper unreachable or joining)".to_string()),
             Some(m) => match tokio::time::timeout(RANGE_WITHIN, m.alloc_inode_range(len)).await {

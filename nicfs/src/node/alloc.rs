@@ -257,51 +257,54 @@ impl Alloc {
     /// taken). A range past the inode table is clipped; one wholly past it, or one
     /// overlapping a range the node has, is refused.
     pub fn add_range(&self, r: InodeRange) -> Result<(), String> {
-        let mut inner = self.inner.lock();
         let r = InodeRange { start: r.start.max(2), end: r.end.min(self.geo.inode_count) };
-        let res = (|| {
-            let c = inner.cluster.as_mut().ok_or("the node is not in a cluster")?;
-            if r.start >= r.end {
-                return Err(
-                    "the cluster's inode numbers are exhausted (the counter is past the inode table)".to_string()
-                );
-            }
-            if c.owned.iter().any(|o| o.start < r.end && r.start < o.end) {
-                return Err(format!("range {}..{} overlaps one the node has", r.start, r.end));
-            }
-            let mut owned = c.owned.clone();
-            owned.push(r);
-            owned.sort();
-            RangeFile { node: c.node, ranges: owned.clone() }
-                .store(&c.dir)
-                .map_err(|e| format!("cannot persist the inode ranges: {e}"))?;
-            c.owned = owned;
-            Ok(())
-        })();
-        match res {
-            Ok(()) => {
-                for ino in r.start..r.end {
-                    if self.unused(ino) {
-                        inner.taken.clear(ino);
-                    }
+        // Decided under the mutex, persisted and read outside it (a grant waits for this
+        // mutex under the lease table's): only the refill task adds ranges, one at a time,
+        // and nobody can use a number of the range before it is the node's.
+        let planned = {
+            let inner = self.inner.lock();
+            match inner.cluster.as_ref() {
+                None => Err("the node is not in a cluster".to_string()),
+                Some(_) if r.start >= r.end => {
+                    Err("the cluster's inode numbers are exhausted (the counter is past the inode table)".to_string())
                 }
-                let free = inner.taken.free();
-                if let Some(c) = inner.cluster.as_mut() {
-                    c.asked = false;
-                    c.failure = None;
-                    c.outcomes += 1;
+                Some(c) if c.owned.iter().any(|o| o.start < r.end && r.start < o.end) => {
+                    Err(format!("range {}..{} overlaps one the node has", r.start, r.end))
                 }
-                tracing::info!(start = r.start, end = r.end, free, "cluster inode range persisted and in use");
-                self.arrived.notify_all();
-                self.maybe_want(&inner);
-                Ok(())
+                Some(c) => {
+                    let mut owned = c.owned.clone();
+                    owned.push(r);
+                    owned.sort();
+                    Ok((RangeFile { node: c.node, ranges: owned.clone() }, c.dir.clone(), owned))
+                }
             }
+        };
+        let stored = planned.and_then(|(file, dir, owned)| {
+            file.store(&dir).map_err(|e| format!("cannot persist the inode ranges: {e}")).map(|()| owned)
+        });
+        let owned = match stored {
+            Ok(owned) => owned,
             Err(why) => {
-                drop(inner);
                 self.range_failed(why.clone());
-                Err(why)
+                return Err(why);
             }
+        };
+        let unused: Vec<u64> = (r.start..r.end).filter(|&ino| self.unused(ino)).collect();
+        let mut inner = self.inner.lock();
+        for ino in unused {
+            inner.taken.clear(ino);
         }
+        let free = inner.taken.free();
+        if let Some(c) = inner.cluster.as_mut() {
+            c.owned = owned;
+            c.asked = false;
+            c.failure = None;
+            c.outcomes += 1;
+        }
+        tracing::info!(start = r.start, end = r.end, free, "cluster inode range persisted and in use");
+        self.arrived.notify_all();
+        self.maybe_want(&inner);
+        Ok(())
     }
 
     /// A range request failed (ZooKeeper unreachable, not joined, numbers exhausted):
