@@ -178,6 +178,8 @@ async fn membership(
         cfg.connect_within = JOIN_WITHIN;
         cfg.op_within = JOIN_WITHIN;
         cfg.epoch_floor = state.lock().persisted_epoch;
+        // Over a ZooKeeper that lost its data, the counter starts above this node's ranges.
+        cfg.first_inode = node.alloc.cluster_ranges().last().map_or(cfg.first_inode, |r| r.end.max(cfg.first_inode));
         let joined = tokio::select! {
             r = Member::join(&cfg, node_id, addrs.clone()) => r,
             _ = stopped.changed() => return,

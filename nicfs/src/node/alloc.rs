@@ -319,8 +319,7 @@ impl Alloc {
         self.arrived.notify_all();
     }
 
-    /// The node's cluster ranges (empty outside a cluster).
-    #[cfg(test)]
+    /// The node's cluster ranges, sorted (empty outside a cluster).
     pub fn cluster_ranges(&self) -> Vec<InodeRange> {
         self.inner.lock().cluster.as_ref().map(|c| c.owned.clone()).unwrap_or_default()
     }
