@@ -18,7 +18,9 @@ use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 use crate::error::Error;
-use crate::format::{encode_member, Addrs, Delegation, MemberEntry, NodeId, Paths, View};
+use crate::format::{
+    decode_range_owner, encode_member, encode_range_owner, Addrs, Delegation, MemberEntry, NodeId, Paths, View,
+};
 use crate::inodes::{cut, CutError, InodeRange};
 use crate::lease::{step, Step};
 use crate::membership::{MemberRead, Membership, ViewRead, Write};
@@ -199,6 +201,7 @@ impl Member {
         }
         ensure(&client, &paths.members()).await?;
         ensure(&client, &paths.leases()).await?;
+        ensure(&client, &paths.inode_ranges()).await?;
         let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let (_, seq) = client.create(&paths.member_prefix(), &data, &opts).await.map_err(|err| Error::Zk {
             op: "create",
@@ -349,8 +352,10 @@ impl Member {
         }
     }
 
-    /// Cuts `n` cluster-wide unique inode numbers. A range returned is never returned again
-    /// to anyone, across ZooKeeper restarts of the same data directory.
+    /// Cuts `n` cluster-wide unique inode numbers for this node. A range returned is never
+    /// returned again to anyone, across ZooKeeper restarts of the same data directory; it is
+    /// recorded with this node as its owner (`inode-ranges/<start>`) in the same
+    /// multi-operation as the counter's write, so [`Member::inode_ranges`] lists it.
     pub async fn alloc_inode_range(&self, n: u64) -> Result<InodeRange, Error> {
         if n == 0 {
             return Err(Error::Invalid("an inode range of 0 numbers"));
@@ -370,19 +375,57 @@ impl Member {
                     CutError::Exhausted => Error::Exhausted,
                     CutError::Format(err) => Error::Format { path: path.clone(), err },
                 })?;
-                let written = match version {
-                    Some(v) => s.client.set_data(&path, &next, Some(v)).await.map(|_| ()),
-                    None => s.client.create(&path, &next, &persistent()).await.map(|_| ()),
-                };
-                match written {
-                    Ok(()) => Ok(Some(range)),
-                    Err(zk::Error::BadVersion | zk::Error::NodeExists) => Ok(None),
-                    Err(e) => Err(zk_err("write", e)),
+                let owner = encode_range_owner(s.me.node, range.start, range.end);
+                let mut w = s.client.new_multi_writer();
+                let added = match version {
+                    Some(v) => w.add_set_data(&path, &next, Some(v)),
+                    None => w.add_create(&path, &next, &persistent()),
+                }
+                .and_then(|()| w.add_create(&s.paths.inode_range(range.start), &owner, &persistent()));
+                added.map_err(|e| zk_err("multi", e))?;
+                match w.commit().await {
+                    Ok(_) => Ok(Some(range)),
+                    Err(zk::MultiWriteError::OperationFailed {
+                        source: zk::Error::BadVersion | zk::Error::NodeExists,
+                        ..
+                    }) => Ok(None),
+                    Err(zk::MultiWriteError::OperationFailed { source, .. })
+                    | Err(zk::MultiWriteError::RequestFailed { source }) => Err(zk_err("write", source)),
                 }
             })
             .await?;
         tracing::debug!(start = range.start, end = range.end, "inode range");
         Ok(range)
+    }
+
+    /// Every inode range cut so far and the node it went to, by start (an owner record that
+    /// does not decode is logged and left out).
+    pub async fn inode_ranges(&self) -> Result<Vec<(NodeId, InodeRange)>, Error> {
+        let s = &self.shared;
+        let dir = s.paths.inode_ranges();
+        self.retry("inode_ranges", || async {
+            let zk_err = |op, path: &str, err| Error::Zk { op, path: path.to_string(), err };
+            let names = match s.client.list_children(&dir).await {
+                Ok(n) => n,
+                Err(zk::Error::NoNode) => return Ok(Some(Vec::new())),
+                Err(e) => return Err(zk_err("list", &dir, e)),
+            };
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                let path = format!("{dir}/{name}");
+                match s.client.get_data(&path).await {
+                    Ok((d, _)) => match decode_range_owner(&d) {
+                        Ok((owner, start, end)) => out.push((owner, InodeRange { start, end })),
+                        Err(err) => tracing::warn!(znode = %path, %err, "ignoring an undecodable inode range record"),
+                    },
+                    Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(zk_err("get", &path, e)),
+                }
+            }
+            out.sort_by_key(|(_, r)| r.start);
+            Ok(Some(out))
+        })
+        .await
     }
 
     /// The lease manager that owns the root lease of the subtree rooted at `subtree`:

@@ -18,6 +18,8 @@ pub const VIEW_MAGIC: u32 = u32::from_le_bytes(*b"LFZV");
 pub const COUNTER_MAGIC: u32 = u32::from_le_bytes(*b"LFZI");
 /// `"LFZL"`: a root-lease delegation.
 pub const DELEGATION_MAGIC: u32 = u32::from_le_bytes(*b"LFZL");
+/// Magic of an inode range's owner record.
+pub const RANGE_MAGIC: u32 = u32::from_le_bytes(*b"LFZR");
 
 /// The longest address a record carries (bytes of UTF-8).
 pub const MAX_ADDR: usize = 255;
@@ -70,6 +72,14 @@ impl Paths {
     /// The delegation of the subtree rooted at `ino`: 16 lowercase hex digits.
     pub fn lease(&self, ino: u64) -> String {
         format!("{}/leases/{ino:016x}", self.root)
+    }
+    /// Parent of the inode ranges' owner records.
+    pub fn inode_ranges(&self) -> String {
+        format!("{}/inode-ranges", self.root)
+    }
+    /// The owner record of the range starting at `start`: 16 lowercase hex digits.
+    pub fn inode_range(&self, start: u64) -> String {
+        format!("{}/inode-ranges/{start:016x}", self.root)
     }
 }
 
@@ -372,10 +382,69 @@ pub fn decode_delegation(data: &[u8]) -> Result<Delegation, FormatError> {
     Ok(Delegation { subtree, owner, owner_seq, epoch })
 }
 
+/// An inode range's owner record (`<root>/inode-ranges/<start as 16 hex digits>`,
+/// persistent, created in the same multi-operation as the counter's write that cut the
+/// range, so every range handed out has exactly one, naming the node it went to):
+///
+/// | off | size | field |
+/// |----:|-----:|-------|
+/// | 0 | 4 | magic `"LFZR"` |
+/// | 4 | 2 | version (1) |
+/// | 6 | 2 | reserved, 0 |
+/// | 8 | 4 | owner node id |
+/// | 12 | 4 | reserved, 0 |
+/// | 16 | 8 | start (repeats the name) |
+/// | 24 | 8 | end (numbers start..end) |
+pub fn encode_range_owner(owner: NodeId, start: u64, end: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    header(&mut out, RANGE_MAGIC);
+    put_u32(&mut out, owner);
+    put_u32(&mut out, 0);
+    put_u64(&mut out, start);
+    put_u64(&mut out, end);
+    out
+}
+
+/// An owner record's owner, start and end.
+pub fn decode_range_owner(data: &[u8]) -> Result<(NodeId, u64, u64), FormatError> {
+    let what = "inode range owner";
+    let mut r = Reader::new(data);
+    check_header(&mut r, what, RANGE_MAGIC)?;
+    let owner = r.u32(what)?;
+    if r.u32(what)? != 0 {
+        return Err(FormatError::Invalid { what, why: "reserved bytes not zero" });
+    }
+    let (start, end) = (r.u64(what)?, r.u64(what)?);
+    if !r.is_empty() {
+        return Err(FormatError::Invalid { what, why: "trailing bytes" });
+    }
+    if start >= end {
+        return Err(FormatError::Invalid { what, why: "an empty range" });
+    }
+    Ok((owner, start, end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn range_owner_bytes_are_the_documented_table() {
+        let b = encode_range_owner(3, 100, 116);
+        assert_eq!(b.len(), 32);
+        assert_eq!(&b[0..8], b"LFZR\x01\x00\x00\x00");
+        assert_eq!(&b[8..16], &[3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[16..24], &100u64.to_le_bytes());
+        assert_eq!(&b[24..32], &116u64.to_le_bytes());
+        assert_eq!(decode_range_owner(&b).unwrap(), (3, 100, 116));
+        assert!(decode_range_owner(&encode_range_owner(3, 5, 5)).is_err());
+        let mut t = b.clone();
+        t.push(0);
+        assert!(decode_range_owner(&t).is_err());
+        assert!(decode_range_owner(&encode_delegation(&Delegation { subtree: 1, owner: 1, owner_seq: 1, epoch: 1 }))
+            .is_err());
+    }
 
     fn addrs(a: &str, b: &str) -> Addrs {
         Addrs { low_latency: a.into(), bulk: b.into() }
@@ -446,6 +515,7 @@ mod tests {
             let _ = decode_view(&data);
             let _ = decode_counter(&data);
             let _ = decode_delegation(&data);
+            let _ = decode_range_owner(&data);
         }
 
         #[test]

@@ -18,6 +18,7 @@
 //! | `view` | persistent, compare-and-set on its version | [`format::encode_view`] |
 //! | `inodes` | persistent, compare-and-set on its version | [`format::encode_counter`] |
 //! | `leases/<16 hex digits>` | persistent, one per delegated subtree | [`format::encode_delegation`] |
+//! | `inode-ranges/<16 hex digits>` | persistent, one per range cut, created with the counter's write | [`format::encode_range_owner`] |
 //!
 //! Every record starts with a 4-byte magic (`LFZM`, `LFZV`, `LFZI`, `LFZL`), a u16
 //! layout version (1) and two reserved zero bytes; all integers are little-endian.
@@ -55,6 +56,9 @@
 //! Delegation (`leases/<subtree inode, 16 hex digits>`): magic `"LFZL"` (4) · version (2) ·
 //! reserved (2) · owner node id (4) · reserved (4) · owner incarnation (8) · epoch it was
 //! granted in (8) · subtree root inode (8) — 40 bytes.
+//!
+//! Range owner (`inode-ranges/<range start, 16 hex digits>`): magic `"LFZR"` (4) · version (2) ·
+//! reserved (2) · owner node id (4) · reserved (4) · start (8) · end (8) — 32 bytes.
 
 pub mod driver;
 pub mod error;

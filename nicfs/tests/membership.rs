@@ -37,11 +37,22 @@ fn with_zookeeper_unreachable_nicfs_serves_while_it_keeps_joining() {
     assert_eq!(peers["peers"], serde_json::json!([]), "{st:#}");
     assert_eq!((&st["cluster"]["node_id"], &st["cluster"]["zk"]), (&3.into(), &"127.0.0.1:1".into()), "{st:#}");
     assert_eq!(st["cluster"]["epoch"], 0, "no view: {st:#}");
-    // Its clients are served meanwhile.
+    // Its clients are served meanwhile. It has no inode range from the cluster yet, so the
+    // client attaches with no numbers and asking for some is a prompt, clear ENOSPC.
     let mut c = Client::attach(&d.socket);
-    let ino = c.attached.inodes.first;
-    c.write_lease(ino);
+    assert_eq!(c.attached.inodes.count, 0, "{:?}", c.attached.inodes);
+    c.write_lease(linefs_pm::record::ROOT_INO);
     c.release_all();
+    let asked = Instant::now();
+    match c.request(linefs_proto::Control::AllocInodes(linefs_proto::AllocInodes { count: 4 })) {
+        linefs_proto::Control::Error(e) => {
+            assert_eq!(e.code, linefs_proto::RemoteError::NoSpace, "{e:?}");
+            assert!(e.message.contains("not joined to the cluster"), "{e:?}");
+        }
+        other => panic!("AllocInodes without a range answered {other:?}"),
+    }
+    // Bounded: the join is waited for 3 s at most (nicfs's RANGE_WITHIN and AWAIT_NUMBERS).
+    assert!(asked.elapsed() < Duration::from_secs(5), "answered in {:?}", asked.elapsed());
     drop(c);
     assert!(d.alive());
     let asked = Instant::now();

@@ -22,6 +22,7 @@
 
 pub mod handshake;
 pub mod key;
+pub mod lease;
 mod mac;
 pub mod seal;
 pub mod tcp;

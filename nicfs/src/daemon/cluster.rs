@@ -23,6 +23,14 @@
 //! * **stop** (SIGTERM): the member leaves (its znode removed, a new view for the others),
 //!   bounded by [`LEAVE_WITHIN`].
 //!
+//! * **inode ranges**: before anything attaches, the node's allocator is switched to the
+//!   cluster's ranges (those persisted in the node directory; a list granted to another node
+//!   id refuses the start). A refill task on this runtime asks clustermgr for a new range
+//!   whenever the allocator runs low ([`crate::node::alloc::Alloc::wanted`]), each request
+//!   bounded by [`RANGE_WITHIN`] (a node not joined yet waits that long for its join); with
+//!   no member by then (ZooKeeper unreachable) or a failed request, the allocator is told at
+//!   once so that a client waiting for a number gets a clear ENOSPC instead of waiting.
+//!
 //! The member's addresses for the two peer connection classes (low-latency and bulk) are
 //! those its peer listeners ([`crate::daemon::peers`]) are bound to; each view persisted is
 //! then handed to them, so the node links to the view's other members.
@@ -43,6 +51,8 @@ const JOIN_WITHIN: Duration = Duration::from_secs(10);
 const REJOIN_PAUSE: Duration = Duration::from_secs(1);
 /// How long a stopping daemon waits for the member to leave.
 const LEAVE_WITHIN: Duration = Duration::from_secs(2);
+/// How long one inode range request may take before the allocator is told it failed.
+const RANGE_WITHIN: Duration = Duration::from_secs(3);
 
 /// The cluster as the status file shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -140,6 +150,8 @@ fn session_name(s: SessionStatus) -> &'static str {
 pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
     let (node_id, zk, session_timeout) = (c.node_id, c.zk.clone(), c.session_timeout);
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
+    // Before anything attaches: inode numbers only from this node's cluster ranges.
+    node.alloc.use_cluster_ranges(&node.dir, node_id)?;
     if let Some(id) = rec.node_id {
         if id != node_id {
             return Err(format!("the node record says this is node {id}, not node {node_id} (--node-id)"));
@@ -218,18 +230,28 @@ async fn membership(
 ) {
     let (ll, bulk) = peers.addrs();
     let addrs = Addrs { low_latency: ll.to_string(), bulk: bulk.to_string() };
+    let (current, member_rx) = tokio::sync::watch::channel(None::<Arc<Member>>);
+    let refill = tokio::spawn(refill_ranges(node.clone(), member_rx));
     while !*stopped.borrow() {
         let mut cfg = Config::new(&zk);
         cfg.session_timeout = session_timeout;
         cfg.connect_within = JOIN_WITHIN;
         cfg.op_within = JOIN_WITHIN;
         cfg.epoch_floor = state.lock().persisted_epoch;
+        // Over a ZooKeeper that lost its data, the counter starts above this node's ranges.
+        cfg.first_inode = node.alloc.cluster_ranges().last().map_or(cfg.first_inode, |r| r.end.max(cfg.first_inode));
         let joined = tokio::select! {
             r = Member::join(&cfg, node_id, addrs.clone()) => r,
             _ = stopped.changed() => return,
         };
         let member = match joined {
-            Ok(m) => m,
+            Ok(m) => {
+                // The refill task asks clustermgr for inode ranges through this member.
+                let m = Arc::new(m);
+                current.send_replace(Some(m.clone()));
+                node.alloc.want_signal().notify_one();
+                m
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot join the cluster; retrying in {REJOIN_PAUSE:?}");
                 {
@@ -252,12 +274,21 @@ async fn membership(
         let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
         match ended {
             Ended::Stopped => {
-                let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
+                current.send_replace(None);
+                refill.abort();
+                let _ = refill.await;
+                match Arc::try_unwrap(member) {
+                    Ok(member) => {
+                        let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
+                    }
+                    Err(member) => drop(member),
+                }
                 state.lock().session = "closed";
                 tracing::info!("left the cluster");
                 return;
             }
             Ended::Expired => {
+                current.send_replace(None);
                 tracing::warn!("ZooKeeper session expired: joining the cluster again");
                 drop(member);
                 let mut st = state.lock();
@@ -271,6 +302,49 @@ async fn membership(
 enum Ended {
     Stopped,
     Expired,
+}
+
+/// Asks clustermgr for an inode range each time the allocator runs low, for as long as the
+/// daemon runs; `member` is the joined member (None between joins).
+async fn refill_ranges(node: Arc<Node>, member: tokio::sync::watch::Receiver<Option<Arc<Member>>>) {
+    let want = node.alloc.want_signal();
+    let len = node.alloc.range_len();
+    loop {
+        if !node.alloc.wanted() {
+            want.notified().await;
+            continue;
+        }
+        // Not joined yet (a node just started): the join is waited for, bounded.
+        let now = member.borrow().clone();
+        let m = match now {
+            Some(m) => Some(m),
+            None => {
+                let mut rx = member.clone();
+                let joined = tokio::time::timeout(RANGE_WITHIN, rx.wait_for(Option::is_some)).await.is_ok();
+                if joined {
+                    rx.borrow().clone()
+                } else {
+                    None
+                }
+            }
+        };
+        let failed = match m {
+            None => Some("not joined to the cluster (ZooKeeper unreachable or joining)".to_string()),
+            Some(m) => match tokio::time::timeout(RANGE_WITHIN, m.alloc_inode_range(len)).await {
+                Ok(Ok(r)) => node.alloc.add_range(r).err().inspect(|e| {
+                    tracing::error!(start = r.start, end = r.end, error = %e, "cannot use an inode range");
+                }),
+                Ok(Err(e)) => Some(format!("ZooKeeper: {e}")),
+                Err(_) => Some(format!("ZooKeeper did not grant an inode range within {RANGE_WITHIN:?}")),
+            },
+        };
+        if let Some(why) = failed {
+            tracing::warn!(error = %why, "no new inode range");
+            node.alloc.range_failed(why);
+            // Asked again only when wanted again (a grant running low, a client waiting, a join).
+            want.notified().await;
+        }
+    }
 }
 
 /// Persists and reports every view and session change of `member` until it expires or the

@@ -97,6 +97,9 @@ pub(super) fn serve(ctx: &Arc<Ctx>, stream: UnixStream, cred: PeerCred, hello_id
                 ctx.leases.feed(input);
             }
             Control::AllocInodes(a) => {
+                // In a cluster with no number left: a new range, waited for (bounded) here,
+                // never under the lease table's mutex.
+                ctx.node.alloc.await_numbers(crate::node::alloc::AWAIT_NUMBERS);
                 let grant = ctx.leases.grant_inodes(session.id, |busy| {
                     ctx.node.alloc.grant_inodes_avoiding(session.slot, u64::from(a.count), busy)
                 });
@@ -344,6 +347,7 @@ fn attach(ctx: &Arc<Ctx>, stream: &UnixStream, cred: &PeerCred, id: u64, hello: 
     ctx.sessions.insert(session.clone());
     drop(one_at_a_time);
     // A first range of inode numbers; a node with none left still attaches (reads work).
+    node.alloc.await_numbers(crate::node::alloc::AWAIT_NUMBERS);
     let grant = ctx
         .leases
         .grant_inodes(sid, |busy| node.alloc.grant_inodes_avoiding(slot, crate::node::alloc::FIRST_GRANT, busy));

@@ -26,26 +26,52 @@
 //! ([`Alloc::grant_inodes_avoiding`], called under the table's mutex by
 //! [`crate::lease::manager::Leases::grant_inodes`]).
 //!
+//! * **In a cluster** (`--zk`, [`Alloc::use_cluster_ranges`]): inode numbers must be unique
+//!   cluster-wide, since every node's public area receives every node's entries. A node
+//!   hands out only numbers of the ranges clustermgr cut for it from ZooKeeper's counter
+//!   ([`ranges`]: persisted in the node directory before use, so a restart never hands out
+//!   a number of another node's range). Every number outside them is *taken* for good, so
+//!   the bitmap's free count is the free numbers of the node's ranges; a number freed in a
+//!   range of another node never comes back here (it is that node's). When fewer than
+//!   a range are free, a new range is asked for (the `cluster` thread's refill task,
+//!   [`Alloc::wanted`], [`Alloc::add_range`]); the data path never waits on ZooKeeper
+//!   except in [`Alloc::await_numbers`], bounded, before the lease table's mutex is taken,
+//!   and only when no number is left. ZooKeeper unreachable and the ranges exhausted: the
+//!   request fails at once with [`AllocError::NoClusterInodes`] (ENOSPC) naming why.
+//!   Without `--zk` every number of the node's table is its own, as before.
+//!
 //! Lock order: the node's public-area mutex or the lease table's, then this module's mutex
 //! (a leaf otherwise).
 
+pub(crate) mod ranges;
+
+use crate::node::alloc::ranges::RangeFile;
+use clustermgr::InodeRange;
 use linefs_pm::bitmap::Bitmap;
 use linefs_pm::layout::Geometry;
 use linefs_pm::public::PublicReader;
 use linefs_proto::RemoteError;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Blocks kept free for publication's own metadata (indirect, directory and xattr blocks).
 pub const META_RESERVE: u64 = 64;
 /// Inode numbers handed to a session when it attaches.
 pub const FIRST_GRANT: u64 = 64;
+/// Longest a request for inode numbers waits for a cluster range when none is left.
+pub const AWAIT_NUMBERS: Duration = Duration::from_secs(3);
 
 /// Why an allocation request is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
     #[error("no free inode number on the node")]
     NoInodes,
+    /// In a cluster: the node's ranges are exhausted and no new one came.
+    #[error("no inode number left in this node's cluster ranges, and no new range: {0}")]
+    NoClusterInodes(String),
     #[error("{asked} blocks asked, {available} available on the node")]
     NoSpace { asked: u64, available: u64 },
     /// An unprivileged uid is at its limit ([`crate::limits`]).
@@ -57,7 +83,7 @@ impl AllocError {
     /// What a client is answered with.
     pub fn remote(&self) -> RemoteError {
         match self {
-            AllocError::NoInodes | AllocError::NoSpace { .. } => RemoteError::NoSpace,
+            AllocError::NoInodes | AllocError::NoClusterInodes(_) | AllocError::NoSpace { .. } => RemoteError::NoSpace,
             AllocError::Limit { .. } => RemoteError::QuotaExceeded,
         }
     }
@@ -73,9 +99,33 @@ struct SlotState {
     reserved: u64,
 }
 
+/// The node's cluster ranges and the refill's state ([`Alloc::use_cluster_ranges`]).
+struct ClusterRanges {
+    node: u32,
+    dir: PathBuf,
+    /// Sorted, disjoint; persisted in [`ranges::RANGES_FILE`].
+    owned: Vec<InodeRange>,
+    /// A range has been asked for and neither arrived nor failed.
+    asked: bool,
+    /// Why the last request failed (cleared by the next range).
+    failure: Option<String>,
+    /// Outcomes (ranges added, failures) so far: what a waiter watches.
+    outcomes: u64,
+}
+
+impl ClusterRanges {
+    fn owns(&self, ino: u64) -> bool {
+        let i = self.owned.partition_point(|r| r.end <= ino);
+        self.owned.get(i).is_some_and(|r| r.contains(ino))
+    }
+}
+
 struct Inner {
-    /// Inode numbers in use in the public area or granted to a session.
+    /// Inode numbers in use in the public area or granted to a session — and, in a
+    /// cluster, every number outside the node's ranges.
     taken: Bitmap,
+    /// In a cluster: the node's ranges (None: every number is the node's).
+    cluster: Option<ClusterRanges>,
     slots: HashMap<u32, SlotState>,
     reserved_total: u64,
     /// Per unprivileged uid: most inode numbers granted and not yet used, most blocks
@@ -89,6 +139,17 @@ pub struct Alloc {
     inner: Mutex<Inner>,
     reader: PublicReader,
     geo: Geometry,
+    /// Signalled when a range arrives or a request fails.
+    arrived: Condvar,
+    /// Woken when a new range is wanted (the cluster thread's refill task waits on it).
+    want: Arc<tokio::sync::Notify>,
+}
+
+impl Inner {
+    /// Whether `ino` may be handed out by this node (its own range, or no cluster).
+    fn mine(&self, ino: u64) -> bool {
+        self.cluster.as_ref().is_none_or(|c| c.owns(ino))
+    }
 }
 
 impl Alloc {
@@ -101,9 +162,195 @@ impl Alloc {
         for ino in in_use {
             taken.set(ino);
         }
-        let inner =
-            Inner { taken, slots: HashMap::new(), reserved_total: 0, max_inodes: u64::MAX, max_blocks: u64::MAX };
-        Alloc { inner: Mutex::new(inner), reader, geo }
+        let inner = Inner {
+            taken,
+            cluster: None,
+            slots: HashMap::new(),
+            reserved_total: 0,
+            max_inodes: u64::MAX,
+            max_blocks: u64::MAX,
+        };
+        Alloc {
+            inner: Mutex::new(inner),
+            reader,
+            geo,
+            arrived: Condvar::new(),
+            want: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Numbers asked of clustermgr at a time: an 8th of the inode table, 8..=2^20. A node
+    /// asks for the next range as soon as fewer than this many are free, so it keeps at
+    /// least a range in reserve: creates go on through a ZooKeeper outage of as many files
+    /// (2048 on a 256 MiB node; `cli/tests/membership.rs` kills ZooKeeper under a load).
+    pub fn range_len(&self) -> u64 {
+        (self.geo.inode_count / 8).clamp(8, 1 << 20)
+    }
+
+    /// From now on only numbers of the cluster ranges granted to `node` are handed out: the
+    /// ranges persisted in `dir` are loaded (a list of another node refuses), and every
+    /// number outside them is taken. Called once, before any session attaches.
+    pub fn use_cluster_ranges(&self, dir: &Path, node: u32) -> Result<(), String> {
+        let file = RangeFile::load(dir)?.unwrap_or(RangeFile { node, ranges: Vec::new() });
+        if file.node != node {
+            return Err(format!(
+                "the inode ranges of {} were granted to node {}, not node {node}",
+                dir.display(),
+                file.node
+            ));
+        }
+        let mut inner = self.inner.lock();
+        let c = ClusterRanges {
+            node,
+            dir: dir.to_path_buf(),
+            owned: file.ranges,
+            asked: false,
+            failure: None,
+            outcomes: 0,
+        };
+        for ino in 2..self.geo.inode_count {
+            if !c.owns(ino) {
+                inner.taken.set(ino);
+            }
+        }
+        tracing::info!(
+            node,
+            ranges = c.owned.len(),
+            free = inner.taken.free(),
+            "inode numbers from the cluster's ranges"
+        );
+        inner.cluster = Some(c);
+        Ok(())
+    }
+
+    /// What the refill task waits on ([`Alloc::wanted`] says whether to ask).
+    pub fn want_signal(&self) -> Arc<tokio::sync::Notify> {
+        self.want.clone()
+    }
+
+    /// In a cluster, whether a new range should be asked for now (fewer than a range free
+    /// and none asked for yet); if so it counts as asked from now on.
+    pub fn wanted(&self) -> bool {
+        let mut inner = self.inner.lock();
+        let low = self.range_len();
+        let free = inner.taken.free();
+        match inner.cluster.as_mut() {
+            Some(c) if free < low && !c.asked => {
+                c.asked = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Asks for a range if few numbers are left (called after grants, under the mutex).
+    fn maybe_want(&self, inner: &Inner) {
+        if let Some(c) = &inner.cluster {
+            if !c.asked && inner.taken.free() < self.range_len() {
+                self.want.notify_one();
+            }
+        }
+    }
+
+    /// A range clustermgr cut for this node: persisted first (a range not in the file is
+    /// never used), then its numbers are free (those of it the public area uses stay
+    /// taken). A range past the inode table is clipped; one wholly past it, or one
+    /// overlapping a range the node has, is refused.
+    pub fn add_range(&self, r: InodeRange) -> Result<(), String> {
+        let r = InodeRange { start: r.start.max(2), end: r.end.min(self.geo.inode_count) };
+        // Decided under the mutex, persisted and read outside it (a grant waits for this
+        // mutex under the lease table's): only the refill task adds ranges, one at a time,
+        // and nobody can use a number of the range before it is the node's.
+        let planned = {
+            let inner = self.inner.lock();
+            match inner.cluster.as_ref() {
+                None => Err("the node is not in a cluster".to_string()),
+                Some(_) if r.start >= r.end => {
+                    Err("the cluster's inode numbers are exhausted (the counter is past the inode table)".to_string())
+                }
+                Some(c) if c.owned.iter().any(|o| o.start < r.end && r.start < o.end) => {
+                    Err(format!("range {}..{} overlaps one the node has", r.start, r.end))
+                }
+                Some(c) => {
+                    let mut owned = c.owned.clone();
+                    owned.push(r);
+                    owned.sort();
+                    Ok((RangeFile { node: c.node, ranges: owned.clone() }, c.dir.clone(), owned))
+                }
+            }
+        };
+        let stored = planned.and_then(|(file, dir, owned)| {
+            file.store(&dir).map_err(|e| format!("cannot persist the inode ranges: {e}")).map(|()| owned)
+        });
+        let owned = match stored {
+            Ok(owned) => owned,
+            Err(why) => {
+                self.range_failed(why.clone());
+                return Err(why);
+            }
+        };
+        let unused: Vec<u64> = (r.start..r.end).filter(|&ino| self.unused(ino)).collect();
+        let mut inner = self.inner.lock();
+        for ino in unused {
+            inner.taken.clear(ino);
+        }
+        let free = inner.taken.free();
+        if let Some(c) = inner.cluster.as_mut() {
+            c.owned = owned;
+            c.asked = false;
+            c.failure = None;
+            c.outcomes += 1;
+        }
+        tracing::info!(start = r.start, end = r.end, free, "cluster inode range persisted and in use");
+        self.arrived.notify_all();
+        self.maybe_want(&inner);
+        Ok(())
+    }
+
+    /// A range request failed (ZooKeeper unreachable, not joined, numbers exhausted):
+    /// waiters are told at once; the next grant that runs low asks again.
+    pub fn range_failed(&self, why: String) {
+        let mut inner = self.inner.lock();
+        if let Some(c) = inner.cluster.as_mut() {
+            c.asked = false;
+            c.outcomes += 1;
+            c.failure = Some(why);
+        }
+        self.arrived.notify_all();
+    }
+
+    /// The node's cluster ranges, sorted (empty outside a cluster).
+    pub fn cluster_ranges(&self) -> Vec<InodeRange> {
+        self.inner.lock().cluster.as_ref().map(|c| c.owned.clone()).unwrap_or_default()
+    }
+
+    /// Whether `ino` is in a cluster range of this node (always true outside a cluster).
+    #[cfg(test)]
+    pub fn owns(&self, ino: u64) -> bool {
+        self.inner.lock().mine(ino)
+    }
+
+    /// In a cluster with no number free: asks for a range and waits for it, at most
+    /// `within` — or less, if the request fails (ZooKeeper unreachable). Called before the
+    /// lease table's mutex is taken, never under it. Returns at once otherwise.
+    pub fn await_numbers(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut inner = self.inner.lock();
+        let Some(c) = inner.cluster.as_ref() else { return };
+        if inner.taken.free() > 0 {
+            return;
+        }
+        let seen = c.outcomes;
+        self.want.notify_one();
+        loop {
+            let Some(c) = inner.cluster.as_ref() else { return };
+            if inner.taken.free() > 0 || c.outcomes != seen {
+                return;
+            }
+            if self.arrived.wait_until(&mut inner, deadline).timed_out() {
+                return;
+            }
+        }
     }
 
     /// Sets the per-uid limits (`--max-inodes-per-uid`, `--max-blocks-per-uid`); root has
@@ -167,8 +414,18 @@ impl Alloc {
         if inner.taken.free() == 0 {
             self.rescan(&mut inner);
         }
+        let none_left = |inner: &Inner| match &inner.cluster {
+            None => AllocError::NoInodes,
+            Some(c) => AllocError::NoClusterInodes(
+                c.failure.clone().unwrap_or_else(|| "a new range is being asked for; try again".into()),
+            ),
+        };
         let first = loop {
-            let ino = inner.taken.alloc(None).ok_or(AllocError::NoInodes)?;
+            let Some(ino) = inner.taken.alloc(None) else {
+                let e = none_left(&inner);
+                self.maybe_want(&inner);
+                return Err(e);
+            };
             if !busy(ino) {
                 break ino;
             }
@@ -179,6 +436,7 @@ impl Alloc {
             n += 1;
         }
         inner.slots.entry(slot).or_default().granted.extend(first..first + n);
+        self.maybe_want(&inner);
         Ok((first, n))
     }
 
@@ -196,7 +454,7 @@ impl Alloc {
         for s in inner.slots.values_mut() {
             s.granted.retain(|&g| g != ino);
         }
-        if ino > linefs_pm::record::ROOT_INO && ino < self.geo.inode_count && self.unused(ino) {
+        if ino > linefs_pm::record::ROOT_INO && ino < self.geo.inode_count && inner.mine(ino) && self.unused(ino) {
             inner.taken.clear(ino);
         }
     }
@@ -214,7 +472,7 @@ impl Alloc {
             inner.slots.values().flat_map(|s| s.granted.iter().copied()).collect();
         let mut back = 0;
         for ino in 2..self.geo.inode_count {
-            if inner.taken.test(ino) && !granted.contains(&ino) && self.unused(ino) {
+            if inner.taken.test(ino) && !granted.contains(&ino) && inner.mine(ino) && self.unused(ino) {
                 inner.taken.clear(ino);
                 back += 1;
             }
@@ -285,7 +543,7 @@ impl Alloc {
         inner.reserved_total -= s.reserved;
         let mut back = 0;
         for ino in s.granted {
-            if self.unused(ino) {
+            if inner.mine(ino) && self.unused(ino) {
                 inner.taken.clear(ino);
                 back += 1;
             }
@@ -395,5 +653,76 @@ mod tests {
         assert_eq!(a.space(free).0, 600);
         a.end_session(1);
         assert_eq!(a.space(free).0, free - META_RESERVE);
+    }
+
+    #[test]
+    fn in_a_cluster_only_numbers_of_the_nodes_ranges_are_granted_and_they_persist() {
+        let (d, node) = node();
+        let dir = d.path().join("n");
+        let a = alloc(&node);
+        a.use_cluster_ranges(&dir, 4).unwrap();
+        assert_eq!(a.space(1000).1, 0, "no range yet: nothing free");
+        let e = a.grant_inodes(0, 4).unwrap_err();
+        assert!(matches!(e, AllocError::NoClusterInodes(_)), "{e:?}");
+        assert_eq!(e.remote(), RemoteError::NoSpace);
+        assert!(a.wanted(), "a range is asked for");
+        assert!(!a.wanted(), "once");
+        a.add_range(InodeRange { start: 100, end: 110 }).unwrap();
+        a.add_range(InodeRange { start: 30, end: 34 }).unwrap();
+        assert!(a.add_range(InodeRange { start: 105, end: 120 }).is_err(), "overlap refused");
+        let mut got = Vec::new();
+        while let Ok((f, n)) = a.grant_inodes(0, 3) {
+            got.extend(f..f + n);
+        }
+        got.sort();
+        let want: Vec<u64> = (30..34).chain(100..110).collect();
+        assert_eq!(got, want, "exactly the ranges' numbers");
+        // A number of another node's range freed here does not become this node's.
+        a.freed(50);
+        a.end_session(0);
+        assert_eq!(a.space(1000).1, 14, "only the node's own numbers come back");
+        assert!(a.owns(31) && !a.owns(50) && !a.owns(110));
+        // A restart finds the ranges; another node id is refused.
+        let b = alloc(&node);
+        b.use_cluster_ranges(&dir, 4).unwrap();
+        assert_eq!(b.cluster_ranges(), vec![InodeRange { start: 30, end: 34 }, InodeRange { start: 100, end: 110 }]);
+        assert_eq!(b.space(1000).1, 14);
+        let c = alloc(&node);
+        assert!(c.use_cluster_ranges(&dir, 5).unwrap_err().contains("node 4"));
+        // A range past the inode table (256) is clipped, or refused when wholly past it.
+        b.add_range(InodeRange { start: 250, end: 300 }).unwrap();
+        assert_eq!(b.space(1000).1, 20);
+        assert!(b.add_range(InodeRange { start: 300, end: 310 }).unwrap_err().contains("exhausted"));
+    }
+
+    #[test]
+    fn a_waiter_for_numbers_is_answered_by_a_range_or_at_once_by_a_failure() {
+        let (d, node) = node();
+        let a = Arc::new(alloc(&node));
+        a.use_cluster_ranges(&d.path().join("n"), 0).unwrap();
+        // Outside a cluster, or with numbers free, no wait.
+        let t = Instant::now();
+        let b = a.clone();
+        let failer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            b.range_failed("ZooKeeper unreachable".into());
+        });
+        a.await_numbers(Duration::from_secs(20));
+        failer.join().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let e = a.grant_inodes(0, 1).unwrap_err();
+        assert!(e.to_string().contains("ZooKeeper unreachable"), "{e}");
+        let b = a.clone();
+        let adder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            b.add_range(InodeRange { start: 40, end: 48 }).unwrap();
+        });
+        a.await_numbers(Duration::from_secs(20));
+        adder.join().unwrap();
+        assert_eq!(a.grant_inodes(0, 100).unwrap(), (40, 8));
+        // Bounded: nobody answers.
+        let t = Instant::now();
+        a.await_numbers(Duration::from_millis(200));
+        assert!(t.elapsed() >= Duration::from_millis(200));
     }
 }
