@@ -207,6 +207,34 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
         until(&format!("node {n} to publish delta"), || published_to(&nodes[n], slot, c.tail));
         assert_eq!(read_file(&public(&nodes[n]), first + 3, 17), b"after the forgery");
     }
+
+    // A client of node 0 logs an entry it holds no lease for: refused, its session fails
+    // and the slot's unpublished suffix is dropped. The slot's next client is replicated on
+    // (the dropped range goes down the chain as entries without records).
+    let mut bad = Client::attach(&nodes[0].socket);
+    let bad_slot = bad.attached.slot;
+    bad.append_unleased(&create_file(bad.attached.inodes.first, b"unleased", b"refused"));
+    bad.send(Control::Fsync(Fsync { lsn: bad.tail }));
+    let r = bad.recv_frame().msg;
+    assert!(matches!(r, Control::Rejected(_)), "{r:?}");
+    drop(bad);
+    until("the refused client's slot to be free", || {
+        let st = nodes[0].status();
+        !st["sessions"].as_array().unwrap().iter().any(|s| s["slot"] == bad_slot)
+    });
+    let mut next = Client::attach(&nodes[0].socket);
+    assert_eq!(next.attached.slot, bad_slot);
+    let ino = next.attached.inodes.first;
+    next.append(&create_file(ino, b"epsilon", b"after a gap"));
+    assert!(fsync(&mut next) >= next.tail);
+    for n in [1, 2] {
+        until(&format!("node {n} to publish epsilon"), || published_to(&nodes[n], bad_slot, next.tail));
+        assert_eq!(read_file(&public(&nodes[n]), ino, 11), b"after a gap");
+        assert_eq!(lookup(&public(&nodes[n]), b"unleased"), None);
+    }
+    let gaps = replication(&nodes[0].status())["counters"]["gaps_filled"].as_u64();
+    assert_eq!(gaps, Some(1));
+    drop(next);
     drop(c);
 
     let mut logs = Vec::new();

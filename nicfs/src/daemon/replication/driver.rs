@@ -10,6 +10,7 @@ use super::{Msg, Shared, CHUNK, REPLICAS};
 use crate::daemon::peers::{Inbound, Peers};
 use crate::node::Node;
 use crate::pipeline::chunk::Event;
+use crate::pipeline::replicate::Writer;
 use linefs_chain::{Config, Data, Engine, Input, Message, OpId, Output, Recovered, StreamId, View};
 use linefs_peer::repl::{self, Creds, ReplFrame};
 use linefs_peer::Class;
@@ -137,7 +138,24 @@ impl Driver {
             }
             Msg::Append { slot, from, bytes, writer } => {
                 let len = bytes.len() as u64;
+                let ring = self.node.ring_bytes();
                 let log = self.logs.entry(slot).or_default();
+                if from > log.end {
+                    // The log between was dropped unpublished (a refused suffix, the
+                    // checkpoint moved past it): the chain gets entries without records in
+                    // its place, so that the copies keep this log's LSNs.
+                    let gap = linefs_pm::oplog::empty_entries(log.end, from, ring);
+                    tracing::warn!(
+                        slot,
+                        from = log.end,
+                        to = from,
+                        "a dropped range of the log is replicated as empty entries"
+                    );
+                    add(&self.shared.counters.gaps_filled, 1);
+                    self.shared.flow.add(gap.len() as u64);
+                    let at = log.end;
+                    let _ = log.append(at, Arc::from(gap), Arc::new(Writer::default()));
+                }
                 let before = log.held();
                 match log.append(from, bytes, writer) {
                     Ok(end) => {

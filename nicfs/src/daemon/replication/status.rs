@@ -70,6 +70,8 @@ pub(crate) struct CounterSnapshot {
     pub(crate) refused_entries: u64,
     /// State transfers asked of this node (not built yet: logged).
     pub(crate) rebases_asked: u64,
+    /// Ranges of an own log dropped unpublished (refused suffixes) sent as empty entries.
+    pub(crate) gaps_filled: u64,
     pub(crate) fsyncs: u64,
     pub(crate) fsyncs_done: u64,
 }
@@ -90,6 +92,7 @@ pub(crate) struct Counters {
     pub(crate) persist_errors: AtomicU64,
     pub(crate) refused_entries: AtomicU64,
     pub(crate) rebases_asked: AtomicU64,
+    pub(crate) gaps_filled: AtomicU64,
     pub(crate) fsyncs: AtomicU64,
     pub(crate) fsyncs_done: AtomicU64,
 }
@@ -116,6 +119,7 @@ impl Counters {
             persist_errors: l(&self.persist_errors),
             refused_entries: l(&self.refused_entries),
             rebases_asked: l(&self.rebases_asked),
+            gaps_filled: l(&self.gaps_filled),
             fsyncs: l(&self.fsyncs),
             fsyncs_done: l(&self.fsyncs_done),
         }

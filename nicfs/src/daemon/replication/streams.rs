@@ -42,6 +42,15 @@ impl Flow {
         }
     }
 
+    /// Counts `len` more bytes without waiting (what the engine thread adds itself).
+    pub(crate) fn add(&self, len: u64) {
+        let mut st = self.state.lock();
+        st.0 += len;
+        if st.0 > HIGH_WATERMARK {
+            st.1 = true;
+        }
+    }
+
     /// `len` bytes were let go.
     pub(crate) fn release(&self, len: u64) {
         let mut st = self.state.lock();
