@@ -136,6 +136,13 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
         assert_eq!(read_file(&p, first, 23), b"replicated bytes, alpha");
         assert_eq!(read_file(&p, first + 1, 8), b"and beta");
     }
+    // Acknowledged by both and published here: the bytes are let go.
+    until("node 0 to reclaim what both replicas hold", || {
+        let st = nodes[0].status();
+        let logs = replication(&st)["logs"].as_array().cloned().unwrap_or_default();
+        logs.iter().any(|l| l["slot"] == slot && l["reclaimed_lsn"].as_u64() >= Some(end))
+            && replication(&st)["memory_bytes"] == 0
+    });
     let st = nodes[0].status();
     let log = replication(&st)["logs"].as_array().unwrap().iter().find(|l| l["slot"] == slot).cloned().unwrap();
     assert!(log["replicated_lsn"].as_u64().unwrap() >= end, "{st:#}");

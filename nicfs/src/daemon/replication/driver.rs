@@ -162,7 +162,10 @@ impl Driver {
                         let taken = log.held() - before;
                         // Bytes not kept (already held) are not in flight.
                         self.shared.flow.release(len - taken);
+                        // Published here already (the pipeline hands over what it published).
+                        let stream = StreamId { primary: self.me, slot };
                         self.feed(Input::Append { slot, end });
+                        self.feed(Input::Published { stream, start: from, end });
                     }
                     Err(expected) => {
                         self.shared.flow.release(len);
