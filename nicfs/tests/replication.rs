@@ -241,6 +241,7 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
     }
     let gaps = replication(&nodes[0].status())["counters"]["gaps_filled"].as_u64();
     assert_eq!(gaps, Some(1));
+    until("node 0 to let go of everything both replicas hold", || replication(&nodes[0].status())["memory_bytes"] == 0);
     drop(next);
     drop(c);
 

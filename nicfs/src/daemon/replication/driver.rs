@@ -140,6 +140,9 @@ impl Driver {
                 let len = bytes.len() as u64;
                 let ring = self.node.ring_bytes();
                 let log = self.logs.entry(slot).or_default();
+                // Published here from: a gap filled below counts as published too (the
+                // checkpoint moved past it).
+                let published_from = from.min(log.end);
                 if from > log.end {
                     // The log between was dropped unpublished (a refused suffix, the
                     // checkpoint moved past it): the chain gets entries without records in
@@ -165,7 +168,7 @@ impl Driver {
                         // Published here already (the pipeline hands over what it published).
                         let stream = StreamId { primary: self.me, slot };
                         self.feed(Input::Append { slot, end });
-                        self.feed(Input::Published { stream, start: from, end });
+                        self.feed(Input::Published { stream, start: published_from, end });
                     }
                     Err(expected) => {
                         self.shared.flow.release(len);
