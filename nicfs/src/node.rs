@@ -326,6 +326,50 @@ impl Node {
         (r, copied)
     }
 
+    /// Publishes this node's copy of another node's log (`log`, a replica copy nicfs alone
+    /// writes) from its checkpoint, the entries that start before `until`, as one batch
+    /// under the area's mutex — the same validation, permission checks (for the caller
+    /// `perms` resolves) and checkpoint as a session's batch; file data is copied from the
+    /// copy's region by nicfs. What local sessions reserved is kept from it. `admit` judges
+    /// the batch first (`Err((n, lsn, why))`: entry `n`, at `lsn`, and the rest refused).
+    /// Returns what was published and where the batch read ended (its last whole entry).
+    pub(crate) fn publish_copy(
+        &self,
+        log: &LogSlot,
+        until: u64,
+        perms: &mut dyn Permissions,
+        admit: impl FnOnce(&Batch) -> Result<(), (usize, u64, String)>,
+    ) -> (Result<Published, SlotError>, u64) {
+        let mut batch = match linefs_pm::publish::read_batch(log, linefs_pm::publish::Bounds::until(until)) {
+            Ok(b) => b,
+            Err(e) => return (Err(e), 0),
+        };
+        let end = batch.end();
+        if let Err((n, lsn, why)) = admit(&batch) {
+            batch = batch.refused_from(n, lsn, why);
+        }
+        if batch.entries.is_empty() && batch.malformed.is_none() {
+            return (Ok(Published { from: batch.from, upto: batch.from, ..Published::default() }), end);
+        }
+        let r = {
+            let mut area = self.area.lock();
+            area.set_alloc_floor(self.alloc.reserved_by_others(u32::MAX));
+            let mut mover = linefs_pm::public::DirectMover::new(log.region());
+            let r = publish_batch_checked(&mut area, log, &batch, None, &mut mover, Some(perms));
+            area.set_alloc_floor(0);
+            r
+        };
+        if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &r {
+            self.counters.published(p);
+        }
+        (r, end)
+    }
+
+    /// Durably records how far `slot`'s log is replicated (its header's replicated LSN).
+    pub(crate) fn set_replicated_lsn(&self, slot: u32, lsn: u64) -> Result<(), FormatError> {
+        self.slots.log(slot).set_replicated_lsn(lsn)
+    }
+
     /// Inode `ino` as published (None: not allocated).
     pub(crate) fn inode(&self, ino: u64) -> Result<Option<InodeImage>, FormatError> {
         let img = self.area.lock().read_inode(ino)?.img;

@@ -24,10 +24,13 @@
 //!
 //! The member's addresses for the two peer connection classes (low-latency and bulk) are
 //! those its peer listeners ([`crate::daemon::peers`]) are bound to; each view persisted is
-//! then handed to them, so the node links to the view's other members.
+//! then handed to them, so the node links to the view's other members, and to the
+//! replication driver ([`crate::daemon::replication`]: its epoch and the chain order), after
+//! it is persisted.
 
 use crate::config::ClusterConfig;
 use crate::daemon::peers::{Peers, PeersStatus};
+use crate::daemon::replication::Feed;
 use crate::node::Node;
 use clustermgr::{Addrs, Config, Member, SessionStatus, View};
 use linefs_pm::noderecord::NodeRecord;
@@ -88,7 +91,7 @@ fn session_name(s: SessionStatus) -> &'static str {
 
 /// Reads the node record, checks it names no other node, starts the peer links (the key
 /// loaded, both ports bound) and the `cluster` thread.
-pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
+pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig, feed: Option<Feed>) -> Result<Cluster, String> {
     let (node_id, zk) = (c.node_id, c.zk.clone());
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
     if let Some(id) = rec.node_id {
@@ -108,7 +111,8 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
         joins: 0,
         last_error: None,
     }));
-    let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
+    let inbox = feed.as_ref().map(Feed::inbox);
+    let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr, inbox)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -120,7 +124,7 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
     std::thread::Builder::new()
         .name("cluster".into())
         .spawn(move || {
-            rt.block_on(membership(node, node_id, zk, p, s, stopped));
+            rt.block_on(membership(node, node_id, zk, p, feed, s, stopped));
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
@@ -136,6 +140,11 @@ impl Cluster {
     /// The peer links.
     pub(crate) fn peers(&self) -> PeersStatus {
         self.peers.status()
+    }
+
+    /// The peer links themselves (replication sends on them).
+    pub(crate) fn links(&self) -> Peers {
+        self.peers.clone()
     }
 
     /// Leaves the cluster (bounded by [`LEAVE_WITHIN`]) and closes the peer links.
@@ -154,6 +163,7 @@ async fn membership(
     node_id: u32,
     zk: String,
     peers: Peers,
+    feed: Option<Feed>,
     state: Arc<Mutex<ClusterStatus>>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -185,7 +195,7 @@ async fn membership(
             }
         };
         state.lock().joins += 1;
-        let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
+        let ended = follow(&node, &member, &peers, feed.as_ref(), &state, &mut stopped).await;
         match ended {
             Ended::Stopped => {
                 let _ = tokio::time::timeout(LEAVE_WITHIN, member.leave()).await;
@@ -215,6 +225,7 @@ async fn follow(
     node: &Node,
     member: &Member,
     peers: &Peers,
+    feed: Option<&Feed>,
     state: &Mutex<ClusterStatus>,
     stopped: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Ended {
@@ -228,6 +239,9 @@ async fn follow(
                 let members: Vec<(u32, String, String)> =
                     v.chain.iter().map(|m| (m.node, m.addrs.low_latency.clone(), m.addrs.bulk.clone())).collect();
                 peers.set_view(v.epoch, &members);
+                if let Some(feed) = feed {
+                    feed.view(v.epoch, v.chain.iter().map(|m| m.node).collect());
+                }
             }
         }
         let s = *statuses.borrow_and_update();
