@@ -325,6 +325,9 @@ proptest! {
         if let Ok(g) = decode(kind, &m) {
             prop_assert!(g != f || (compress && i >= CHUNK_FIXED_LEN), "a changed byte {i} decoded as the original");
             prop_assert!(i != 0 && !(2..4).contains(&i) && !(12..16).contains(&i));
+            if kind != KIND_CHUNK || m[1] & flags::COMPRESSED == 0 {
+                prop_assert_eq!(&encode(&g, false).unwrap().1, &m, "canonical");
+            }
         }
         let short = &p[..cut % p.len()];
         prop_assert!(decode(kind, short).is_err());

@@ -23,9 +23,10 @@
 //! copy as its own logs are. Recovery re-publishes each copy's committed suffix after its
 //! checkpoint exactly as a slot's, after the node's own slots, each entry admitted by
 //! [`RecoveryPolicy::admit_replica`] (a refused entry drops the copy's suffix from there, as
-//! for a slot) and validated structurally; copies are never judged by meaning here (a
-//! replica checked the primary's creds before it published, and what it persisted but
-//! did not publish is admitted or refused by the policy). The one-batch-at-a-time argument
+//! for a slot) and validated structurally, and from the LSN
+//! [`RecoveryPolicy::judge_replica`] names on judged by meaning as a slot's are (by
+//! default never: a replica that keeps no durable record of the writers' credentials of
+//! what it persisted but had not yet published has nothing to judge them by). The one-batch-at-a-time argument
 //! above holds if the node's publisher publishes copies' batches under the same one-batch
 //! rule as its own slots'. Inode numbers of different origins never collide (the cluster
 //! hands out disjoint ranges); that is not checked here.
@@ -137,7 +138,7 @@ impl Source {
         }
     }
 
-    /// The slot index the policy is asked about (own slots only judge by meaning).
+    /// Asks `policy` whether the entry may be replayed at all.
     fn admit(self, policy: &mut dyn RecoveryPolicy, lsn: u64, records: &[Record]) -> Result<(), String> {
         match self {
             Source::Own(slot) => policy.admit(slot, lsn, records),
@@ -166,6 +167,24 @@ pub trait RecoveryPolicy {
     fn admit_replica(&mut self, origin: u32, slot: u32, lsn: u64, records: &[Record]) -> Result<(), String> {
         let _ = (origin, slot, lsn, records);
         Ok(())
+    }
+    /// How the entries of the node's copy of node `origin`'s slot `slot` are judged by
+    /// meaning, as [`RecoveryPolicy::judge`] says for a slot: None (the default), not at
+    /// all; else the LSN from which they were never judged nor applied, and the permission
+    /// checks for the writer's credentials.
+    fn judge_replica(&mut self, origin: u32, slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        let _ = (origin, slot);
+        None
+    }
+}
+
+impl Source {
+    /// How `policy` judges this log's entries by meaning.
+    fn judge(self, policy: &mut dyn RecoveryPolicy) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        match self {
+            Source::Own(slot) => policy.judge(slot),
+            Source::Replica { origin, slot } => policy.judge_replica(origin, slot),
+        }
     }
 }
 
@@ -249,13 +268,7 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
         suffixes.push(Suffix { from, entries, stop, drop_to, end: scan.end });
     }
     // Where each slot's entries start to be judged (u64::MAX: never).
-    let judged_from: Vec<u64> = logs
-        .iter()
-        .map(|(src, _)| match src {
-            Source::Own(slot) => policy.judge(*slot).map_or(u64::MAX, |(a, _)| a),
-            Source::Replica { .. } => u64::MAX,
-        })
-        .collect();
+    let judged_from: Vec<u64> = logs.iter().map(|(src, _)| src.judge(policy).map_or(u64::MAX, |(a, _)| a)).collect();
     // The inodes the public area may be ahead on: those the entries applied before the crash
     // free or create. An entry to be judged was never applied, so its records — possibly a
     // forger's — weaken no validation.
@@ -277,10 +290,7 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
     for (&(src, log), suffix) in logs.iter().zip(suffixes) {
         let slot = log.slot();
         let Suffix { from, entries, mut stop, mut drop_to, end } = suffix;
-        let mut judge = match src {
-            Source::Own(slot) => policy.judge(slot),
-            Source::Replica { .. } => None,
-        };
+        let mut judge = src.judge(policy);
         let mut upto = from;
         let mut replayed = 0u64;
         for (loc, caller, records) in &entries {
@@ -314,7 +324,7 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
                     tracing::error!(?src, lsn = loc.lsn, %why, "invalid log entry; refusing to recover");
                     return Err(src.invalid(loc.lsn, why));
                 }
-                tracing::error!(slot, lsn = loc.lsn, %why, "log entry refused at recovery (judged by meaning): it and what follows are dropped");
+                tracing::error!(?src, lsn = loc.lsn, %why, "log entry refused at recovery (judged by meaning): it and what follows are dropped");
                 stop = ScanStop::Invalid(format!("entry at lsn {} refused: {why}", loc.lsn));
                 drop_to = Some(end);
                 break;

@@ -329,3 +329,75 @@ fn a_refused_replica_entry_drops_the_copy_s_suffix() {
     assert!(snapshot(rec.area.reader()).sorted() == states[3].snapshot);
     assert_eq!(node.replicas[0].log().published_lsn().unwrap(), tail);
 }
+
+/// Judges the copy by meaning from `from`, for a caller who may do everything (`all`) or
+/// nothing.
+struct JudgeReplicas {
+    from: u64,
+    all: bool,
+}
+
+impl RecoveryPolicy for JudgeReplicas {
+    fn admit(&mut self, _slot: u32, _lsn: u64, _records: &[Record]) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn judge(&mut self, _slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        None
+    }
+
+    fn judge_replica(&mut self, origin: u32, slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        assert_eq!((origin, slot), (ORIGIN, SLOT));
+        Some((self.from, Box::new(Everything(self.all))))
+    }
+}
+
+struct Everything(bool);
+
+impl Permissions for Everything {
+    fn caller(&self, _stated: Option<&linefs_pm::record::Caller>) -> Result<linefs_pm::record::Caller, String> {
+        if self.0 {
+            Ok(linefs_pm::record::Caller::default())
+        } else {
+            Err("nobody may do anything".into())
+        }
+    }
+    fn may_write(&self, _ino: u64) -> bool {
+        self.0
+    }
+    fn granted(&mut self, _ino: u64) {}
+    fn freed(&mut self, _ino: u64) {}
+}
+
+/// A copy judged by meaning at recovery: for a caller who may do everything its entries
+/// are replayed to the primary's state; for one who may do nothing, from the judged LSN on
+/// they are dropped (those before it replayed as they stand), and recovery does not fail.
+#[test]
+fn a_copy_judged_by_meaning_at_recovery() {
+    let geo = Geometry::compute(&PARAMS).unwrap();
+    // Files created in the root and written (no directories: the workloads' model keeps no
+    // parent link counts, which judging by meaning checks).
+    let raw: Vec<RawOp> =
+        (0..12u64).map(|i| ([0u8, 4, 5][i as usize % 3], i * 13, i * 7, i * 100 + 1, false)).collect();
+    let all = entries(&raw);
+    let states = prefix_states(&all);
+    let (primary, ends) = primary_log(&geo, 0, &all);
+    let tail = *ends.last().unwrap();
+    let fresh = || {
+        let region = replica_region(&geo);
+        let (mut node, copy) = replica_of(&region, &geo, true);
+        format_node(&node).unwrap();
+        let (c, _) = primary.fetch(0, tail, u64::MAX).unwrap();
+        copy.write(0, &c.bytes).unwrap();
+        node.replicas.push(copy);
+        node
+    };
+    let node = fresh();
+    let rec = recover_judged(&node, &mut JudgeReplicas { from: 0, all: true }).unwrap();
+    assert_eq!((rec.replicas[0].replayed, rec.replicas[0].published), (all.len() as u64, tail));
+    assert!(snapshot(rec.area.reader()).sorted() == states[all.len()].snapshot);
+    let node = fresh();
+    let rec = recover_judged(&node, &mut JudgeReplicas { from: ends[3], all: false }).unwrap();
+    assert_eq!((rec.replicas[0].replayed, rec.replicas[0].published), (4, tail));
+    assert!(snapshot(rec.area.reader()).sorted() == states[4].snapshot);
+}

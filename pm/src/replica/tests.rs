@@ -180,6 +180,13 @@ fn files_are_private_listed_and_reopened() {
     assert!(path.ends_with("replicas/n2-log-00.pm"));
     assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), geo.log_size());
+    // The slot format unchanged: the header is what LogSlot writes for that slot, the ring
+    // all zeros.
+    let fresh = LogSlot::new(Arc::new(PmRegion::traced(geo.log_size())), &geo, 0);
+    fresh.format().unwrap();
+    let mut want = vec![0u8; geo.log_size() as usize];
+    fresh.region().read(0, &mut want).unwrap();
+    assert!(std::fs::read(&path).unwrap() == want, "a new copy is a formatted empty slot 0, byte for byte");
     // Stray and foreign files are not copies.
     std::fs::write(dir.join("n4-log-01.pm.new"), b"torn").unwrap();
     std::fs::write(dir.join("n04-log-01.pm"), b"").unwrap();
