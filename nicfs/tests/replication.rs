@@ -242,6 +242,14 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
     let gaps = replication(&nodes[0].status())["counters"]["gaps_filled"].as_u64();
     assert_eq!(gaps, Some(1));
     until("node 0 to let go of everything both replicas hold", || replication(&nodes[0].status())["memory_bytes"] == 0);
+    // A tail shorter than a chunk, published and never fsynced, still reaches the replicas.
+    next.append(&create_file(ino + 1, b"zeta", b"no fsync"));
+    next.chunk_ready();
+    let _ = expect_published(&next);
+    let tail = next.tail;
+    for n in [1, 2] {
+        until(&format!("node {n} to hold the unfsynced tail"), || published_to(&nodes[n], bad_slot, tail));
+    }
     drop(next);
     drop(c);
 

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// How often the engine is ticked (retransmissions, probes) when it has something to do.
 const TICK: Duration = Duration::from_millis(100);
+/// An own log's tail shorter than a chunk, appended this long ago with nothing after it,
+/// is shipped without waiting for an fsync (an fsync of the driver's own, nobody waits).
+const IDLE_FLUSH: Duration = Duration::from_millis(200);
 
 pub(crate) struct Driver {
     me: u32,
@@ -34,6 +37,8 @@ pub(crate) struct Driver {
     publish: crossbeam_channel::Sender<Job>,
     /// Fsyncs waiting: op → (the sequencer to wake, the LSN).
     fsyncs: HashMap<OpId, (crossbeam_channel::Sender<Event>, u64)>,
+    /// The driver's own fsyncs of idle tails ([`IDLE_FLUSH`]): op → slot.
+    flushes: HashMap<OpId, u32>,
     next_op: OpId,
     /// Inputs produced while carrying out outputs.
     pending: VecDeque<Input>,
@@ -88,6 +93,7 @@ impl Driver {
             copies,
             publish,
             fsyncs: HashMap::new(),
+            flushes: HashMap::new(),
             next_op: 1,
             pending: VecDeque::new(),
             incoming: None,
@@ -231,10 +237,38 @@ impl Driver {
             self.persist(stream, start, data, creds);
         }
         self.drain();
+        self.flush_idle_tails();
         if self.engine.tick_would_act() && self.stalled() {
             self.feed(Input::Tick);
         }
         self.snapshot();
+    }
+
+    /// Ships the tails of own logs that stay shorter than a chunk (the engine ships full
+    /// chunks proactively, the rest on an fsync): an fsync of the driver's own, so a tail
+    /// does not wait for the client's next fsync and the members' lag stays bounded.
+    fn flush_idle_tails(&mut self) {
+        let now = Instant::now();
+        let idle: Vec<(u32, u64)> = self
+            .logs
+            .iter()
+            .filter(|(slot, mem)| {
+                !self.flushes.values().any(|s| s == *slot)
+                    && mem.last_append().is_some_and(|t| now.saturating_duration_since(t) >= IDLE_FLUSH)
+                    && self.engine.members(**slot).is_some_and(|m| !m.is_empty())
+            })
+            .filter_map(|(&slot, _)| {
+                let log = self.engine.log(slot)?;
+                (log.shipped < log.appended).then_some((slot, log.appended))
+            })
+            .collect();
+        for (slot, lsn) in idle {
+            let op = self.next_op;
+            self.next_op += 1;
+            self.flushes.insert(op, slot);
+            let stream = StreamId { primary: self.me, slot };
+            self.feed(Input::Fsync { op, targets: vec![(stream, lsn)] });
+        }
     }
 
     /// Whether some own log's slowest member made no progress since the last tick (or has
@@ -301,6 +335,7 @@ impl Driver {
                 }
             }
             Output::FsyncDone { op } => {
+                self.flushes.remove(&op);
                 if let Some((wake, lsn)) = self.fsyncs.remove(&op) {
                     add(&self.shared.counters.fsyncs_done, 1);
                     let _ = wake.send(Event::Replicated { lsn });
@@ -309,6 +344,7 @@ impl Driver {
             Output::FsyncRefused { op, stream } => {
                 tracing::error!(op, %stream, "an fsync named a stream this node is not the primary of");
                 self.fsyncs.remove(&op);
+                self.flushes.remove(&op);
             }
             Output::NewerEpoch { epoch, from } => {
                 tracing::debug!(epoch, from, mine = self.engine.epoch(), "a peer speaks from a newer epoch");
@@ -439,7 +475,7 @@ impl Driver {
             chain: engine.view().map(|v| v.nodes.clone()).unwrap_or_default(),
             logs,
             copies: self.copies.status(engine),
-            fsyncs_waiting: engine.pending_fsyncs().count(),
+            fsyncs_waiting: engine.pending_fsyncs().count().saturating_sub(self.flushes.len()),
             ..ReplicationStatus::default()
         };
         *self.shared.status.lock() = st;
