@@ -247,6 +247,11 @@ impl Node {
         self.slots.checkpoint(slot)
     }
 
+    /// Slot `slot`'s log file as the start found it: see [`Slots::take_previous`].
+    pub(crate) fn take_previous(&self, slot: u32) -> Option<(Arc<LogSlot>, u64)> {
+        self.slots.take_previous(slot)
+    }
+
     /// The public area's free data blocks now, pending frees included.
     pub(crate) fn free_blocks(&self) -> u64 {
         let area = self.area.lock();

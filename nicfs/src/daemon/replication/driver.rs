@@ -52,6 +52,9 @@ pub(crate) struct Driver {
     member_published: HashMap<(u32, u32), u64>,
     /// Per own slot, the slowest member's progress at the last tick (None: someone unknown).
     slowest: BTreeMap<u32, Option<u64>>,
+    /// Per own slot, its log file as this start found it and the checkpoint then: what is
+    /// shipped below that checkpoint is read from there (published before the restart).
+    previous: BTreeMap<u32, (Arc<linefs_pm::oplog::LogSlot>, u64)>,
 }
 
 impl Driver {
@@ -66,10 +69,23 @@ impl Driver {
     ) -> Result<Driver, String> {
         let mut recovered = Vec::new();
         let mut logs = BTreeMap::new();
+        let mut previous = BTreeMap::new();
         for slot in 0..node.geometry.log_slots {
             let at = node.checkpoint(slot);
-            recovered.push(Recovered::Primary { slot, appended: at, published: at, replicated: at, reclaimed: at });
-            logs.insert(slot, Log::at(at));
+            // What this node published before it restarted but a member may not hold yet
+            // is read from the old log file when the member's ack says it lacks it (see
+            // `send_previous`): the engine starts as if a ring below the checkpoint could
+            // still be shipped, and asks a member to rebase only below that.
+            let log = Log::at(at);
+            let mut low = at;
+            if let Some((old, found)) = node.take_previous(slot) {
+                if found == at && at > 0 {
+                    low = at.saturating_sub(old.ring_bytes());
+                    previous.insert(slot, (old, at));
+                }
+            }
+            recovered.push(Recovered::Primary { slot, appended: at, published: at, replicated: low, reclaimed: low });
+            logs.insert(slot, log);
         }
         let (copies, found) = Copies::open(node.clone(), me);
         for (stream, durable, published) in found {
@@ -101,6 +117,7 @@ impl Driver {
             sent: HashMap::new(),
             member_published: HashMap::new(),
             slowest: BTreeMap::new(),
+            previous,
         })
     }
 
@@ -410,7 +427,16 @@ impl Driver {
 
     /// Log bytes `[start, end)` of own slot `slot` to `to`, from memory, one chunk per
     /// writer's piece.
-    fn send_log(&mut self, to: u32, slot: u32, epoch: u64, start: u64, end: u64, urgent: bool) {
+    fn send_log(&mut self, to: u32, slot: u32, epoch: u64, mut start: u64, end: u64, urgent: bool) {
+        if start >= end {
+            return;
+        }
+        if let Some(done) = self.send_previous(to, slot, epoch, start, end, urgent) {
+            if done >= end {
+                return;
+            }
+            start = done;
+        }
         let pieces = self.logs.get(&slot).map(|l| l.range(start, end)).unwrap_or_default();
         if pieces.first().is_none_or(|p| p.start > start) {
             tracing::debug!(slot, start, end, node = to, "part of a range to send is no longer in memory");
@@ -434,6 +460,50 @@ impl Driver {
             };
             self.send_frame(to, class, &frame);
         }
+    }
+
+    /// The part of `[start, end)` below the checkpoint this start found, read from the log
+    /// file as it was then (published by the earlier nicfs or by recovery, so whole
+    /// entries) and sent in chunks of whole entries; returns where it got to (None: nothing
+    /// of the range lies there). Its writers' credentials died with the earlier nicfs: the
+    /// chunks carry root's, as this node's recovery published what the log held
+    /// (structurally); a replica checks the entries as any others.
+    fn send_previous(&mut self, to: u32, slot: u32, epoch: u64, start: u64, end: u64, urgent: bool) -> Option<u64> {
+        let (old, at) = self.previous.get(&slot).cloned()?;
+        if start >= at {
+            return None;
+        }
+        let until = end.min(at);
+        let mut lsn = start;
+        let class = if urgent { Class::LowLatency } else { Class::Bulk };
+        while lsn < until {
+            let max = CHUNK.min(repl::MAX_CHUNK as u64);
+            let copy = match old.fetch(lsn, until, max) {
+                Ok((copy, _)) if copy.end() > lsn => copy,
+                Ok(_) => {
+                    tracing::warn!(slot, lsn, until, node = to, "the old log file no longer holds what a member lacks");
+                    return Some(lsn);
+                }
+                Err(e) => {
+                    tracing::warn!(slot, lsn, error = %e, "cannot read the old log file");
+                    return Some(lsn);
+                }
+            };
+            let next = copy.end();
+            let frame = ReplFrame::Chunk {
+                stream: (self.me, slot),
+                epoch,
+                start: lsn,
+                urgent,
+                creds: Creds { uid: 0, gid: 0, groups: Vec::new(), trusted: false },
+                data: copy.bytes,
+            };
+            self.send_frame(to, class, &frame);
+            lsn = next;
+        }
+        let sent = self.sent.entry((slot, to)).or_default();
+        *sent = (*sent).max(lsn);
+        Some(lsn)
     }
 
     /// Publishes the engine's state for the status file.
