@@ -243,6 +243,11 @@ enum Verb {
         /// the mount publishes itself (host-only).
         #[arg(long, value_enum, value_name = "on|off", default_value = "on")]
         offload: clusterdir::Offload,
+        /// Nodes of the soak's cluster. 1: a node of its own; more: a replicated cluster as
+        /// `up --nodes N` brings up (ZooKeeper, chain replication), the writer on node 0,
+        /// replica nodes' nicfs and kworker killed too, and every node read back at the end.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        nodes: usize,
         #[command(flatten)]
         dir: DirArg,
     },
@@ -412,9 +417,9 @@ fn run(verb: Verb) -> CliResult<String> {
         Verb::CrashSuite { quick, json, seed, threads, only, list } => {
             crashsuite::run(&crashsuite::Args { quick, json, seed, threads, only, list })
         }
-        Verb::Soak { minutes, pm_dir, seed, offload, dir } => {
+        Verb::Soak { minutes, pm_dir, seed, offload, nodes, dir } => {
             interrupt::install();
-            soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed, offload })
+            soak::run(&ClusterDir::new(&dir.dir)?, &soak::Args { minutes, pm_dir, seed, offload, nodes })
         }
         Verb::Fsck { node, pm_dir, json, dir } => {
             let out = fsck::run(&ClusterDir::new(&dir.dir)?, &fsck::Args { node, pm_dir, json })?;

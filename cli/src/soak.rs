@@ -42,11 +42,16 @@ use linefs_ops::util::{fail, CliResult, Context};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+mod replicas;
+
 pub struct Args {
     pub minutes: f64,
     pub pm_dir: Option<PathBuf>,
     pub seed: u64,
     pub offload: Offload,
+    /// Nodes of the soak's cluster: 1 (its own node, no ZooKeeper), or a replicated cluster
+    /// brought up as `linefs up --nodes N` does (ZooKeeper, chain replication).
+    pub nodes: usize,
 }
 
 /// What one kill event of the soak kills.
@@ -58,6 +63,10 @@ enum Kill {
     Kworker,
     /// nicfs, then the host: the node comes back from its PM alone.
     NicAndHost,
+    /// A replica node's daemons (several nodes): its nicfs, its kworker or both; the
+    /// writer on node 0 goes on (its fsyncs wait for the replica), and they are restarted
+    /// (`restart-nic`, `restart-host`) before the event ends.
+    Replica { node: usize, nic: bool, kworker: bool },
 }
 
 /// Counts of each kind of kill.
@@ -66,6 +75,8 @@ struct Kills {
     host: u64,
     kworker: u64,
     nic: u64,
+    replica_nic: u64,
+    replica_kworker: u64,
 }
 
 /// The content of file `i`: size and bytes derived from `i` (up to 256 KiB).
@@ -233,14 +244,40 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     let pm_dir = a.pm_dir.clone().unwrap_or_else(|| dir.root.join("pm"));
     std::fs::create_dir_all(&pm_dir).ctx(|| format!("{}: create", pm_dir.display()))?;
     let pm_dir = linefs_ops::procs::absolute(&pm_dir)?;
+    if a.nodes == 0 || a.nodes > cluster::MAX_NODES {
+        return Err(fail(format!("--nodes {}: 1 to {}", a.nodes, cluster::MAX_NODES)));
+    }
+    let offload = a.offload == Offload::On;
+    if a.nodes > 1 && !offload {
+        return Err(fail("--nodes above 1 needs --offload on: nicfs replicates the client logs"));
+    }
     let soak = ClusterDir::new(&dir.root.join(format!("soak-{pid}")))?;
+    // One node: its PM file in the PM directory. Several: a directory of nodes there, as
+    // `up` lays them out (node0, node1, ...).
     let pm_file = pm_dir.join(format!("soak-{pid}"));
     if pm_file.exists() {
         return Err(fail(format!("{}: exists; remove it first", pm_file.display())));
     }
     let _teardown = TempCluster::new(soak.clone(), vec![pm_file.clone()], "soak");
-    let offload = a.offload == Offload::On;
-    if offload {
+    let node_paths: Vec<PathBuf> = match a.nodes {
+        1 => vec![pm_file.clone()],
+        n => (0..n).map(|i| pm_file.join(format!("node{i}"))).collect(),
+    };
+    if a.nodes > 1 {
+        let up = cluster::UpArgs {
+            nodes: a.nodes,
+            pm_dir: Some(pm_file.clone()),
+            pm_size: Some(cluster::DEFAULT_PM_SIZE),
+            zk: None,
+            zk_servers: Some(1),
+            offload: Some(Offload::On),
+            cpus: None,
+            metrics_port: None,
+            trusted_group: None,
+            nicfs_limits: None,
+        };
+        cluster::up(&soak, &up)?;
+    } else if offload {
         cluster::create_offload(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE)?;
     } else {
         cluster::create(&soak, &pm_dir, std::slice::from_ref(&pm_file), cluster::DEFAULT_PM_SIZE, None, None)?;
@@ -267,6 +304,9 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     let mut by_kind = Kills::default();
     let mut kworker_down = false;
     let mut recovery = Duration::ZERO;
+    let mut recovery_replica = Duration::ZERO;
+    // Time spent waiting for node 0's logs to be replicated after a failure in the chain.
+    let mut catch_up = Duration::ZERO;
     let writer_failed = |r: std::thread::Result<Result<(), String>>| match r {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(fail(format!("soak writer: {e}"))),
@@ -289,12 +329,51 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
             writer_failed(w.join())?;
             break;
         }
+        // With replicas, a third of the events kill a replica node's daemons.
+        let replica = a.nodes > 1 && rng.random_range(0..3) == 0;
         let kind = match (offload, rng.random_range(0..4)) {
+            _ if replica => {
+                let node = rng.random_range(1..a.nodes);
+                match rng.random_range(0..3) {
+                    0 => Kill::Replica { node, nic: true, kworker: false },
+                    1 => Kill::Replica { node, nic: false, kworker: true },
+                    _ => Kill::Replica { node, nic: true, kworker: true },
+                }
+            }
             (false, _) | (true, 0 | 1) => Kill::Host,
             (true, 2) if !kworker_down => Kill::Kworker,
             (true, _) => Kill::NicAndHost,
         };
         kills += 1;
+        if let Kill::Replica { node, nic, kworker } = kind {
+            // The writer goes on through node 0: its fsyncs wait for the replica (or for the
+            // view without it). Both come back before the event ends.
+            if kworker {
+                linefs_ops::daemons::kill(&soak, linefs_ops::daemons::Role::Kworker, node)?;
+                by_kind.replica_kworker += 1;
+            }
+            if nic {
+                nodes::kill_nic(&soak, node)?;
+                by_kind.replica_nic += 1;
+            }
+            std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
+            let t = Instant::now();
+            if nic {
+                nodes::restart_nic(&soak, node)?;
+            }
+            if kworker {
+                nodes::restart_host(&soak, node)?;
+            }
+            recovery_replica += t.elapsed();
+            std::thread::sleep(Duration::from_millis(rng.random_range(200..1000)));
+            stop.store(true, Ordering::SeqCst);
+            writer_failed(w.join())?;
+            let when = format!("after kill {kills} ({kind:?})");
+            catch_up += replicas::wait_replicated(&soak, &when)?;
+            checks += verify(&work, &manifest, &when)?;
+            next = lock(&manifest).next.max(next) + 1000;
+            continue;
+        }
         if kind == Kill::Kworker {
             // The mount goes on: nicfs notices the missing heartbeats and publishes alone.
             linefs_ops::daemons::kill(&soak, linefs_ops::daemons::Role::Kworker, 0)?;
@@ -323,6 +402,11 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         nodes::restart_host(&soak, 0)?;
         kworker_down = false;
         recovery += t.elapsed();
+        if kind == Kill::NicAndHost && a.nodes > 1 {
+            // The restarted primary ships what its replicas lack (from the log as it found
+            // it) once it is back in the view.
+            catch_up += replicas::wait_replicated(&soak, &format!("after kill {kills} ({kind:?})"))?;
+        }
         checks += verify(&work, &manifest, &format!("after kill {kills} ({kind:?})"))?;
         let m = lock(&manifest);
         // Skip past whatever the killed writer may have left half-created.
@@ -341,17 +425,39 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     mounts::umount(&soak, &mnt)?;
     mounts::mount(&soak, 0, "linefs", Vec::new(), &mnt)?;
     checks += verify(&work, &manifest, "final")?;
+    // Every other node holds the same files, from replication alone: node 0's mount goes
+    // (it settles its log: published and replicated), each replica publishes its copies,
+    // and a mount of it must show every acknowledged file with its bytes. (One mount at a
+    // time: cross-node leases are not wired, so a mount reads its node's public area as
+    // it stands when it attaches.)
+    mounts::umount(&soak, &mnt)?;
+    let wait = Instant::now();
+    for node in 1..a.nodes {
+        replicas::wait_caught_up(&soak, node)?;
+        let m = soak.root.join(format!("mnt{node}"));
+        std::fs::create_dir_all(&m).ctx(|| format!("{}: create", m.display()))?;
+        mounts::mount(&soak, node, "linefs", Vec::new(), &m)?;
+        let checked = verify(&m.join("soak"), &manifest, &format!("final, through node {node}"));
+        mounts::umount(&soak, &m)?;
+        checks += checked?;
+    }
+    let caught_up = wait.elapsed();
     let (files, deleted) = {
         let m = lock(&manifest);
         (m.created, m.deleted)
     };
-    // The node at rest after everything: down (a clean stop publishes every log), then
-    // pm's fsck of its public area; any problem fails the soak.
+    // Every node at rest after everything: down (a clean stop publishes every log and
+    // copy), then pm's fsck of each public area (and replica copies); any problem fails
+    // the soak.
     cluster::down(&soak)?;
-    let report = crate::fsck::check(&pm_file, false)?;
-    if !report.is_clean() {
-        let lines: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
-        return Err(fail(format!("fsck after the soak: {}", lines.join("; "))));
+    let mut inodes = Vec::new();
+    for (node, path) in node_paths.iter().enumerate() {
+        let report = crate::fsck::check(path, false)?;
+        if !report.is_clean() {
+            let lines: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+            return Err(fail(format!("fsck of node {node} after the soak: {}", lines.join("; "))));
+        }
+        inodes.push(report.inodes.to_string());
     }
     if kills == 0 {
         return Err(fail("the soak ended before any kill; give it more time"));
@@ -360,6 +466,23 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         return Err(fail("no file was acknowledged: the soak tested nothing"));
     }
     let restarts = (by_kind.host + by_kind.nic).max(1);
+    let replicas = if a.nodes > 1 {
+        let events = (by_kind.replica_nic + by_kind.replica_kworker).max(1);
+        format!(
+            "; on replica nodes 1..{}: {} kills of nicfs and {} of the kworker, restarted in {:.0} ms on average; \
+             {:.1} s waiting for the chain to catch up after failures in it; {} nodes read back every file \
+             ({:.1} s to catch up and check)",
+            a.nodes - 1,
+            by_kind.replica_nic,
+            by_kind.replica_kworker,
+            recovery_replica.as_secs_f64() * 1000.0 / events as f64,
+            catch_up.as_secs_f64(),
+            a.nodes,
+            caught_up.as_secs_f64()
+        )
+    } else {
+        String::new()
+    };
     let what = if offload {
         format!(
             "offload on: {} of the host (mount + kworker), {} of the kworker alone, {} of nicfs and the host; \
@@ -376,9 +499,11 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         )
     };
     Ok(format!(
-        "soak: {:.0} s, {kills} kills ({what}), {files} fsynced files, {deleted} fsynced deletions, \
-         {checks} file checks, 0 lost, fsck clean ({} inodes)",
+        "soak: {:.0} s, {} node{}, {kills} kills ({what}{replicas}), {files} fsynced files, {deleted} fsynced \
+         deletions, {checks} file checks, 0 lost, fsck clean ({} inodes)",
         start.elapsed().as_secs_f64(),
-        report.inodes,
+        a.nodes,
+        if a.nodes == 1 { "" } else { "s" },
+        inodes.join(" / "),
     ))
 }

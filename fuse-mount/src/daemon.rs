@@ -71,6 +71,11 @@ pub struct DaemonArgs {
     /// libfs client log slot.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub client: u32,
+    /// With `--nicfs`: the node is a member of a replicating cluster, so an fsync asks nicfs
+    /// and returns once the log is published there and durable on every replica (`linefs
+    /// mount` passes it when the cluster has ZooKeeper).
+    #[arg(long, requires = "nicfs")]
+    pub replicated: bool,
 }
 
 /// Why `linefs-fuse` failed.
@@ -215,6 +220,7 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
             nicfs: args.nicfs.clone(),
             // A mount daemon states each caller's credentials; nicfs accepts that from root.
             mount_daemon: rustix::process::geteuid().is_root(),
+            replicated: args.replicated,
             ..FsOptions::default()
         };
         let (files, dirs) = cfg.atime_policies();

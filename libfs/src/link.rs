@@ -88,6 +88,14 @@ pub(crate) trait NodeLink: Send + Sync {
     }
     /// Has the node publish the log up to `lsn` (waits): the LSN it is durable up to.
     fn fsync(&self, lsn: u64) -> FsResult<u64>;
+    /// Whether an fsync must ask the node: true where the log in this host's PM is not
+    /// all that makes an update durable — offload in a replicated cluster, where nicfs
+    /// answers an fsync once the log is published there and acknowledged durable by every
+    /// replica. False (the default) where the log entry itself is the durable copy
+    /// (host-only, or a node on its own).
+    fn fsync_asks_node(&self) -> bool {
+        false
+    }
     /// Publishes `publication`'s log at least through the first committed entry that ends
     /// at or past `lsn` (all of it if none does), at most about `budget` bytes where the
     /// node publishes in batches; returns the LSN published up to. By default the node

@@ -101,6 +101,7 @@ impl Fs {
         let pm_path = format!("{} (through nicfs at {})", opts.pm_path.display(), socket.display());
         let session = Session { public, log, slot: a.slot, ring_bytes: a.log.ring_bytes, start_lsn: a.log.start_lsn };
         let opts = FsOptions { chunk_size: a.log.chunk_bytes, ..opts };
+        remote.set_fsync_asks(opts.replicated);
         let fs = Fs::offload(session, through(remote.clone()), pm_path, opts)?;
         remote.start(fs.client.wakeup.clone())?;
         tracing::info!(

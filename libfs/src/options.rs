@@ -27,6 +27,10 @@ pub struct FsOptions {
     /// copy list executed the way kworker executes one, then persist the pointers — so that
     /// the crash suite crashes nicfs's publication at every fence (`linefs crash-suite`).
     pub nicfs_steps: bool,
+    /// Offload in a replicated cluster: an fsync asks nicfs, which answers once the log is
+    /// published there and durable on every replica (see [`crate::Fs::fsync`]). Off (a
+    /// node on its own): the log entry in this host's PM is the durable copy.
+    pub replicated: bool,
 }
 
 impl Default for FsOptions {
@@ -40,6 +44,7 @@ impl Default for FsOptions {
             nicfs: None,
             mount_daemon: false,
             nicfs_steps: false,
+            replicated: false,
         }
     }
 }

@@ -55,6 +55,8 @@ pub(crate) struct Remote {
     failed: AtomicBool,
     /// Set by [`Remote::detach`]: the connections' end is expected, not a failure.
     detaching: AtomicBool,
+    /// The node replicates: an fsync asks it ([`NodeLink::fsync_asks_node`]).
+    fsync_asks: AtomicBool,
     /// The leases this client holds ([`crate::leases`]).
     pub(crate) leases: Leases,
     /// The inode numbers nicfs granted this client and it has not used.
@@ -147,6 +149,7 @@ impl Remote {
             progress: Mutex::new(Progress { published: start, reclaim: start, ..Progress::default() }),
             failed: AtomicBool::new(false),
             detaching: AtomicBool::new(false),
+            fsync_asks: AtomicBool::new(false),
             leases: Leases::default(),
             pool: InodePool::default(),
             committed: AtomicU64::new(start),
@@ -224,6 +227,11 @@ impl Remote {
     /// Hands `count` reserved blocks back (no answer awaited).
     pub(crate) fn release_blocks(&self, count: u64) {
         self.send(Control::ReleaseBlocks(linefs_proto::Blocks { count }));
+    }
+
+    /// Whether an fsync asks nicfs (the cluster replicates; `FsOptions::replicated`).
+    pub(crate) fn set_fsync_asks(&self, asks: bool) {
+        self.fsync_asks.store(asks, Ordering::Relaxed);
     }
 
     /// Asks nicfs to publish the log up to `lsn` and waits: the LSN it is durable up to.
@@ -510,6 +518,10 @@ impl NodeLink for Remote {
 
     fn fsync(&self, lsn: u64) -> FsResult<u64> {
         Remote::fsync(self, lsn)
+    }
+
+    fn fsync_asks_node(&self) -> bool {
+        self.fsync_asks.load(Ordering::Relaxed)
     }
 
     fn statfs(&self, _in_use: &Bitmap) -> FsResult<Space> {

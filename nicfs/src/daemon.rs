@@ -11,6 +11,7 @@ pub(crate) mod control;
 pub(crate) mod ctx;
 pub(crate) mod metrics;
 pub(crate) mod peers;
+pub(crate) mod replication;
 pub(crate) mod status;
 pub(crate) mod trust;
 
@@ -45,8 +46,15 @@ pub fn run(config: Config) -> Result<(), String> {
     crate::daemon::trust::keep_node_private(&args.node);
     let node = Arc::new(Node::open(&args.node).map_err(|e| e.to_string())?);
     node.set_chunk_bytes(args.chunk_bytes);
+    let (feed, receivers) = match &args.cluster {
+        Some(_) => {
+            let (f, r) = crate::daemon::replication::channels();
+            (Some(f), Some(r))
+        }
+        None => (None, None),
+    };
     let cluster = match &args.cluster {
-        Some(c) => Some(crate::daemon::cluster::start(node.clone(), c)?),
+        Some(c) => Some(crate::daemon::cluster::start(node.clone(), c, feed.clone())?),
         None => None,
     };
     let metrics = args.metrics_addr.map(crate::daemon::metrics::http::bind).transpose()?;
@@ -64,6 +72,15 @@ pub fn run(config: Config) -> Result<(), String> {
     sessions.fenced.set_base(limits.fenced_backoff_ms);
     node.alloc.set_limits(limits.max_inodes_per_uid, limits.max_blocks_per_uid);
     let pipeline = Pipeline::start(node.clone(), host.clone(), Some(leases.clone()), args.coalesce, &args.threads);
+    // On a node of a cluster, what the pipeline publishes is chain-replicated.
+    let replication = match (&args.cluster, &cluster, feed, receivers) {
+        (Some(c), Some(cl), Some(feed), Some(r)) => {
+            let repl = crate::daemon::replication::Replication::start(c.node_id, node.clone(), cl.links(), feed, r)?;
+            pipeline.set_replication(repl.clone());
+            Some(repl)
+        }
+        _ => None,
+    };
     let latency = Arc::new(EndToEnd::default());
     let sequencing = Arc::new(Parts {
         node: node.clone(),
@@ -90,6 +107,7 @@ pub fn run(config: Config) -> Result<(), String> {
         trust: crate::daemon::trust::Trust { group: args.trusted_group },
         timeouts: args.timeouts,
         cluster,
+        replication,
         stopping: AtomicBool::new(false),
     });
     if let Some(listener) = metrics {
@@ -188,6 +206,9 @@ fn admit(ctx: &Arc<Ctx>, stream: &UnixStream) -> Option<crate::limits::Counted> 
 /// the socket.
 fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     let _ = std::fs::remove_file(&ctx.socket);
+    if let Some(r) = &ctx.replication {
+        r.stopping();
+    }
     let sessions = ctx.sessions.all();
     for s in &sessions {
         crate::pipeline::sequencer::settle(s, ctx.timeouts.settle);
@@ -200,6 +221,9 @@ fn stop(ctx: &Ctx, status_file: Option<&Path>) {
     }
     if let Some(cluster) = &ctx.cluster {
         cluster.stop();
+    }
+    if let Some(r) = &ctx.replication {
+        r.stop();
     }
     let _frozen = ctx.node.freeze();
     if let Some(path) = status_file {

@@ -86,7 +86,15 @@
 //!   (`--cluster-key`), listens on two loopback TCP ports (the peer link's low-latency and
 //!   bulk classes) registered in its member znode, and keeps one authenticated link of each
 //!   class to every other member of the view (the lower id dials), with Ping/Pong beats that
-//!   carry the epoch and give the round trip. No replication traffic yet.
+//!   carry the epoch and give the round trip.
+//!
+//! * **chain replication** (`daemon::replication`, [`pipeline::replicate`]): with `--zk`,
+//!   every client log is replicated down its chain by `linefs-chain`'s engine on a thread of
+//!   its own: what the pipeline published (the validated copy's bytes) is shipped from
+//!   memory over the peer links, each replica persists it into its copy of the log before it
+//!   acknowledges and publishes it through the same checks, with the writer's credentials;
+//!   an fsync returns once every live chain member holds its LSN durable, and a client
+//!   reuses its log only below what is published and replicated.
 //!
 //! * **admission** ([`lease::manager`], [`lease::perms`], [`node::grants`]): an entry is
 //!   published only if its session holds the write lease of every inode it changes and its
@@ -102,10 +110,11 @@
 //!
 //! ```text
 //! daemon/    the process: Config in, socket, connections (conn, control, bulk), cluster
-//!            membership (cluster), the daemon's private shared state (ctx), status file,
-//!            /metrics, args (clap)
+//!            membership (cluster), peer links (peers), chain replication (replication),
+//!            the daemon's private shared state (ctx), status file, /metrics, args (clap)
 //! pipeline/  fetch → validate → coalesce → publish stages (stage), the chunk that flows
-//!            through them (chunk), each session's acknowledging sequencer (sequencer)
+//!            through them (chunk), each session's acknowledging sequencer (sequencer),
+//!            what it hands replication (replicate)
 //! config     what the core runs with (thread counts, chunk size, timeouts, limits)
 //! lease/     the lease table (pure), the lease manager, permissions (perms)
 //! session    a session, the registry, its job queue and outbox
@@ -120,8 +129,8 @@
 //! no import cycle, between folders or between modules. The daemon's shared state
 //! (`daemon::ctx::Ctx`) is private to `daemon`; the parts below are handed what they use.
 //!
-//! Not built yet: the replication of the lease record, replication of the logs, the MINOS
-//! engine. See docs/ARCHITECTURE.md, "nicfs".
+//! Not built yet: the replication of the lease record, state transfer to a replica behind
+//! the primary's reclaimed log, the MINOS engine. See docs/ARCHITECTURE.md, "nicfs".
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod config;

@@ -247,6 +247,11 @@ impl Node {
         self.slots.checkpoint(slot)
     }
 
+    /// Slot `slot`'s log file as the start found it: see [`Slots::take_previous`].
+    pub(crate) fn take_previous(&self, slot: u32) -> Option<(Arc<LogSlot>, u64)> {
+        self.slots.take_previous(slot)
+    }
+
     /// The public area's free data blocks now, pending frees included.
     pub(crate) fn free_blocks(&self) -> u64 {
         let area = self.area.lock();
@@ -324,6 +329,50 @@ impl Node {
         }
         self.counters.copied(&copied);
         (r, copied)
+    }
+
+    /// Publishes this node's copy of another node's log (`log`, a replica copy nicfs alone
+    /// writes) from its checkpoint, the entries that start before `until`, as one batch
+    /// under the area's mutex — the same validation, permission checks (for the caller
+    /// `perms` resolves) and checkpoint as a session's batch; file data is copied from the
+    /// copy's region by nicfs. What local sessions reserved is kept from it. `admit` judges
+    /// the batch first (`Err((n, lsn, why))`: entry `n`, at `lsn`, and the rest refused).
+    /// Returns what was published and where the batch read ended (its last whole entry).
+    pub(crate) fn publish_copy(
+        &self,
+        log: &LogSlot,
+        until: u64,
+        perms: &mut dyn Permissions,
+        admit: impl FnOnce(&Batch) -> Result<(), (usize, u64, String)>,
+    ) -> (Result<Published, SlotError>, u64) {
+        let mut batch = match linefs_pm::publish::read_batch(log, linefs_pm::publish::Bounds::until(until)) {
+            Ok(b) => b,
+            Err(e) => return (Err(e), 0),
+        };
+        let end = batch.end();
+        if let Err((n, lsn, why)) = admit(&batch) {
+            batch = batch.refused_from(n, lsn, why);
+        }
+        if batch.entries.is_empty() && batch.malformed.is_none() {
+            return (Ok(Published { from: batch.from, upto: batch.from, ..Published::default() }), end);
+        }
+        let r = {
+            let mut area = self.area.lock();
+            area.set_alloc_floor(self.alloc.reserved_by_others(u32::MAX));
+            let mut mover = linefs_pm::public::DirectMover::new(log.region());
+            let r = publish_batch_checked(&mut area, log, &batch, None, &mut mover, Some(perms));
+            area.set_alloc_floor(0);
+            r
+        };
+        if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &r {
+            self.counters.published(p);
+        }
+        (r, end)
+    }
+
+    /// Durably records how far `slot`'s log is replicated (its header's replicated LSN).
+    pub(crate) fn set_replicated_lsn(&self, slot: u32, lsn: u64) -> Result<(), FormatError> {
+        self.slots.log(slot).set_replicated_lsn(lsn)
     }
 
     /// Inode `ino` as published (None: not allocated).

@@ -31,6 +31,9 @@
 //!   blocks a batch frees are reused only after its checkpoint.
 //! * **acknowledge**: the session's sequencer gets each chunk's outcome in order and sends
 //!   `Published`, answers fsyncs, or fails the session.
+//! * **replicate** ([`replicate`]): on a node of a cluster, what each chunk published is
+//!   handed to the replication driver in log order (the validated copy's bytes), before the
+//!   sequencer hears of it; an fsync is answered once it is replicated too.
 //!
 //! A chunk whose session has failed (an entry refused) is dropped at the publish stage; of a
 //! fenced session (its lease expired, [`crate::pipeline::sequencer`]) an entry ending past the fence
@@ -41,6 +44,7 @@
 //! checkpoint when the client next asks.
 
 pub(crate) mod chunk;
+pub(crate) mod replicate;
 pub(crate) mod sequencer;
 pub(crate) mod stage;
 
@@ -51,6 +55,7 @@ use crate::lease::perms::SessionPerms;
 use crate::node::Node;
 use crate::observe::latency::Latency;
 use crate::pipeline::chunk::{Checked, Event, FetchReq, Fetched};
+use crate::pipeline::replicate::{Replicate, Writer};
 use crate::pipeline::stage::{Budget, Stage, StageStatus, TUNE_PERIOD};
 use linefs_pm::coalesce;
 use linefs_pm::public::Permissions;
@@ -58,7 +63,7 @@ use linefs_pm::publish::{Batch, Published, SlotError};
 use linefs_pm::record::{InodeImage, Record};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// Fetch buffers kept for reuse once their chunk is decoded: a chunk's copy is megabytes,
 /// and a fresh allocation of that size is mapped, zeroed and faulted in page by page.
@@ -86,6 +91,8 @@ pub(crate) struct Pipeline {
     order: Mutex<HashMap<u64, Order>>,
     /// Buffers of decoded chunks, for the next fetches ([`SPARE_BUFFERS`] at most).
     spare: Mutex<Vec<Vec<u8>>>,
+    /// The replication driver, on a node of a cluster (set once, before any session).
+    replicate: OnceLock<Arc<dyn Replicate>>,
 }
 
 impl Pipeline {
@@ -115,6 +122,7 @@ impl Pipeline {
                 publish: Stage::new("publish", pmin, pmax, budget.clone(), on(me, Pipeline::do_publish)),
                 order: Mutex::new(HashMap::new()),
                 spare: Mutex::new(Vec::new()),
+                replicate: OnceLock::new(),
             }
         });
         let me = Arc::downgrade(&p);
@@ -132,6 +140,19 @@ impl Pipeline {
             tracing::error!(error = %e, "cannot start the pipeline's tuner: stages keep their threads");
         }
         p
+    }
+
+    /// Hands what is published to `r` from now on ([`replicate`]); set once, before the
+    /// first session attaches.
+    pub(crate) fn set_replication(&self, r: Arc<dyn Replicate>) {
+        if self.replicate.set(r).is_err() {
+            tracing::error!("replication was set twice; the first stays");
+        }
+    }
+
+    /// The replication driver, if the node replicates.
+    pub(crate) fn replication(&self) -> Option<&Arc<dyn Replicate>> {
+        self.replicate.get()
     }
 
     /// Queues a fetch request (its session has none in progress).
@@ -193,7 +214,12 @@ impl Pipeline {
         if batch.end() < f.copy.end() && batch.malformed.is_none() {
             tracing::warn!(slot = f.copy.slot, lsn = batch.end(), ?stop, "chunk ends short of what was fetched");
         }
-        let checked = Checked { flow: f.flow, seq: f.seq, end: f.copy.end(), batch, plan: None };
+        // Kept for replication: the bytes that were checked, up to the batch's last entry.
+        let bytes = self.replicate.get().map(|_| {
+            let len = (batch.end() - f.copy.from).min(f.copy.bytes.len() as u64) as usize;
+            Arc::<[u8]>::from(&f.copy.bytes[..len])
+        });
+        let checked = Checked { flow: f.flow, seq: f.seq, end: f.copy.end(), batch, plan: None, bytes };
         self.give_back(f.copy.bytes);
         match &self.coalesce {
             Some(c) => c.submit(checked),
@@ -295,10 +321,34 @@ impl Pipeline {
             (result, _copied) => {
                 if let Ok(p) | Err(SlotError::Rejected { published: p, .. }) = &result {
                     self.freed(flow.session.id, &c.batch, p.entries as usize, &kept);
+                    self.replicate(&c, p);
                 }
                 flow.tell(Event::Published { seq: c.seq, end: c.end, result })
             }
         }
+    }
+
+    /// Hands what `c`'s publication `p` accepted to replication (before the sequencer hears
+    /// of it, so that an fsync it then asks for comes after).
+    fn replicate(&self, c: &Checked, p: &Published) {
+        let (Some(r), Some(bytes)) = (self.replicate.get(), &c.bytes) else { return };
+        if p.upto <= p.from || p.from != c.batch.from {
+            return;
+        }
+        let len = (p.upto - p.from) as usize;
+        if len > bytes.len() {
+            tracing::error!(
+                slot = c.batch.slot,
+                from = p.from,
+                upto = p.upto,
+                "published past the checked bytes: not replicated"
+            );
+            return;
+        }
+        let bytes = if len == bytes.len() { bytes.clone() } else { Arc::from(&bytes[..len]) };
+        let s = &c.flow.session;
+        let writer = Writer { uid: s.cred.uid, gid: s.cred.gid, groups: s.groups.clone(), trusted: s.cred.uid == 0 };
+        r.append(c.batch.slot, p.from, bytes, &writer);
     }
 
     /// After the first `n` entries of `batch` are published: the session's leases on the
@@ -431,7 +481,14 @@ mod tests {
             let copy = node.fetch(0, at, tail).unwrap();
             at = copy.end();
             let (batch, _) = Batch::from_copy(&copy);
-            chunks.push(Checked { flow: flow.clone(), seq: chunks.len() as u64, end: at, batch, plan: None });
+            chunks.push(Checked {
+                flow: flow.clone(),
+                seq: chunks.len() as u64,
+                end: at,
+                batch,
+                plan: None,
+                bytes: None,
+            });
         }
         assert_eq!(chunks.len(), 3);
         (dir, p, flow, events, chunks)
@@ -468,7 +525,8 @@ mod tests {
         let mut chunks = chunks.into_iter();
         let (c0, c1, c2) = (chunks.next().unwrap(), chunks.next().unwrap(), chunks.next().unwrap());
         // Chunk 1 again after it was published: it no longer starts at the checkpoint.
-        let again = Checked { flow: c1.flow.clone(), seq: 2, end: c1.end, batch: c1.batch.clone(), plan: None };
+        let again =
+            Checked { flow: c1.flow.clone(), seq: 2, end: c1.end, batch: c1.batch.clone(), plan: None, bytes: None };
         p.do_publish(c0);
         p.do_publish(c1);
         p.do_publish(again);

@@ -127,6 +127,10 @@ pub struct MountRec {
     /// the node's PM itself.
     #[serde(default)]
     pub nicfs: Option<PathBuf>,
+    /// The cluster replicates (offload with ZooKeeper): the daemon runs with `--replicated`,
+    /// its fsyncs wait for nicfs and every replica.
+    #[serde(default)]
+    pub replicated: bool,
     pub mountpoint: PathBuf,
     pub pid: i32,
     pub options: Vec<String>,

@@ -81,6 +81,9 @@ fn daemon_args(rec: &MountRec) -> Vec<String> {
     if let Some(socket) = &rec.nicfs {
         a.push("--nicfs".to_string());
         a.push(socket.display().to_string());
+        if rec.replicated {
+            a.push("--replicated".to_string());
+        }
     }
     a.push(rec.mountpoint.display().to_string());
     for o in &rec.options {
@@ -168,6 +171,9 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
         node: req.node,
         backend: req.backend,
         source: req.source,
+        // A nicfs with ZooKeeper is a member of the cluster and replicates its clients' logs.
+        replicated: req.nicfs.is_some()
+            && dir.load().ok().is_some_and(|d| crate::zookeeper::connect(dir, &d).is_some()),
         nicfs: req.nicfs,
         mountpoint,
         pid: 0,

@@ -8,6 +8,9 @@
 //!   frame keys. A pure state machine, byte layout in its docs.
 //! * [`seal`]: the frame trailer of header byte 13's scheme `CHECK_MAC` (proto version 7):
 //!   a per-direction sequence number and a truncated HMAC over it, header and payload.
+//! * [`repl`]: the replication frames' payloads (Chunk, Ack, Probe, Rebase; kinds
+//!   `0x7F10..=0x7F13`), versioned, byte tables in its docs; a Chunk's log bytes lz4-compressed
+//!   on the wire when that makes them smaller.
 //! * [`tcp`]: [`TcpLink`] (dial, accept, send, receive, deadlines, `TCP_NODELAY` on the
 //!   low-latency class) and [`PeerListener`].
 //!
@@ -24,6 +27,7 @@ pub mod handshake;
 pub mod key;
 pub mod lease;
 mod mac;
+pub mod repl;
 pub mod seal;
 pub mod tcp;
 

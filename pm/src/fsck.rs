@@ -6,6 +6,9 @@
 //!
 //! * the superblock and geometry ([`check_dir`]: magic, version, checksum, sizes; every log
 //!   file there with the size the superblock names);
+//! * replica copies ([`crate::replica`], in `replicas/`): each of the log size the superblock
+//!   names, with a valid slot header (magic, checksum, slot, ring size); stray files there
+//!   (a `.new` left by a crash while one was created, anything else) are notes;
 //! * every inode: its checksum, the number it records, no torn free (a free slot that is
 //!   not all zero);
 //! * blocks: every block pointer (direct, indirect at each level, xattr chain) inside the
@@ -84,6 +87,9 @@ pub enum Kind {
     Root,
     /// A directory slot that is not zero but holds no valid entry (a note).
     TornSlot,
+    /// A replica copy of the wrong size or with an invalid header (or a stray file in
+    /// `replicas/`: a note).
+    Replica,
 }
 
 impl Kind {
@@ -107,6 +113,7 @@ impl Kind {
             Kind::Orphan => "orphan",
             Kind::Root => "root",
             Kind::TornSlot => "torn-slot",
+            Kind::Replica => "replica",
         }
     }
 }
@@ -179,7 +186,43 @@ pub fn check_dir(dir: &Path, opts: &Options) -> Result<Report, FormatError> {
         };
         report.problems.insert(0, Problem { kind: Kind::Geometry, ino: 0, detail });
     }
+    check_replicas(dir, &geo, &mut report);
     Ok(report)
+}
+
+/// The replica copies' part of [`check_dir`]: sizes and headers, read-only.
+fn check_replicas(dir: &Path, geo: &Geometry, report: &mut Report) {
+    use crate::replica::{parse_replica_file_name, REPLICAS_DIR};
+    let rdir = dir.join(REPLICAS_DIR);
+    let Ok(entries) = std::fs::read_dir(&rdir) else {
+        return;
+    };
+    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    names.sort();
+    for name in names {
+        let path = rdir.join(&name);
+        let Some((origin, slot)) = name.to_str().and_then(parse_replica_file_name) else {
+            let detail = format!("{}: not a replica copy (a stray file)", path.display());
+            report.notes.push(Problem { kind: Kind::Replica, ino: 0, detail });
+            continue;
+        };
+        let problem = match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => Some("not a regular file".to_string()),
+            Ok(m) if m.len() != geo.log_size() => {
+                Some(format!("{} bytes, the superblock says {}", m.len(), geo.log_size()))
+            }
+            Ok(_) => PmRegion::open_read_only(&path)
+                .map_err(FormatError::from)
+                .and_then(|r| crate::oplog::LogSlot::new(Arc::new(r), geo, slot).published_lsn())
+                .err()
+                .map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = problem {
+            let detail = format!("{} (copy of node {origin}'s slot {slot}): {why}", path.display());
+            report.problems.insert(0, Problem { kind: Kind::Replica, ino: 0, detail });
+        }
+    }
 }
 
 /// Checks a node packed in one region (tests and the crash suite: a recovered image).

@@ -15,6 +15,8 @@
 //! * [`coalesce`]: what of a batch a later record of the same batch overwrites, and so
 //!   need not be published.
 //! * [`recovery`]: recovery of a node from PM alone (every slot re-published, orphans freed).
+//! * [`replica`]: a node's copies of other nodes' client logs (`replicas/`), in the log-slot
+//!   format, written by chain replication and published like the node's own logs.
 //! * [`node`]: a node's PM as files (public file, one log file per slot), or packed in one
 //!   region for tests.
 //! * [`slotfile`]: replacing a settled slot's log file with a fresh one, so that an old
@@ -46,6 +48,7 @@ pub mod publish;
 pub mod record;
 pub mod recovery;
 pub mod region;
+pub mod replica;
 pub mod signals;
 pub mod slotfile;
 #[cfg(any(test, feature = "testing"))]

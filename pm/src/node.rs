@@ -5,6 +5,7 @@
 //!                        host-only client; clients map it read-only)
 //! NODE_DIR/log-00.pm     log slot 0: header block + ring (written by the client of slot 0)
 //! NODE_DIR/log-01.pm     …
+//! NODE_DIR/replicas/     copies of other nodes' client logs (crate::replica), if any
 //! ```
 //!
 //! Splitting the node into files is what makes the trust boundary enforceable: a client is
@@ -17,6 +18,7 @@
 
 use crate::layout::{FormatError, Geometry, Superblock};
 use crate::region::PmRegion;
+use crate::replica::{list_replicas, ReplicaLog};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +78,10 @@ pub struct NodePm {
     pub geometry: Geometry,
     pub public: Arc<PmRegion>,
     pub logs: Vec<Arc<PmRegion>>,
+    /// The node's copies of other nodes' client logs ([`crate::replica`]): every copy in
+    /// `replicas/` when opened from files (sorted by origin, then slot), none when created
+    /// or packed (a test adds its own). Recovery re-publishes them with the node's own logs.
+    pub replicas: Vec<ReplicaLog>,
     dir: Option<PathBuf>,
 }
 
@@ -99,11 +105,12 @@ impl NodePm {
         let logs = (0..geo.log_slots)
             .map(|s| private(&dir.join(log_file_name(s)), geo.log_size()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(NodePm { geometry: *geo, public, logs, dir: Some(dir.to_path_buf()) })
+        Ok(NodePm { geometry: *geo, public, logs, replicas: Vec::new(), dir: Some(dir.to_path_buf()) })
     }
 
     /// Open the node in `dir`: the public file's superblock gives the geometry, and every log
-    /// file must be there with the size it names.
+    /// file must be there with the size it names. Every replica copy in `replicas/` is opened
+    /// too (its size and header checked).
     pub fn open(dir: &Path) -> Result<NodePm, FormatError> {
         let public = Arc::new(PmRegion::open(&dir.join(PUBLIC_FILE))?);
         let geometry = Superblock::read(&public)?.geometry;
@@ -116,7 +123,11 @@ impl NodePm {
             }
             logs.push(Arc::new(log));
         }
-        Ok(NodePm { geometry, public, logs, dir: Some(dir.to_path_buf()) })
+        let replicas = list_replicas(dir)
+            .into_iter()
+            .map(|(origin, slot)| ReplicaLog::open(dir, &geometry, origin, slot))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(NodePm { geometry, public, logs, replicas, dir: Some(dir.to_path_buf()) })
     }
 
     /// The files of a node packed in `region` with geometry `geo` (for formatting it).
@@ -128,7 +139,7 @@ impl NodePm {
         let logs = (0..geo.log_slots)
             .map(|s| PmRegion::window(region.clone(), geo.packed_log_off(s), geo.log_size()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(NodePm { geometry: *geo, public, logs, dir: None })
+        Ok(NodePm { geometry: *geo, public, logs, replicas: Vec::new(), dir: None })
     }
 
     /// A formatted node packed in `region` (a crash image, a test's traced region): its

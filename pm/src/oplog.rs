@@ -548,6 +548,28 @@ fn header(lsn: u64, total: u64, kind: u16, payload: &[u8]) -> [u8; ENTRY_HEADER 
     *h.u32::<{ o::CRC }>(crc).bytes()
 }
 
+/// Log bytes `[from, to)` made of entries that hold no record: what a replica's copy
+/// receives for a range of its primary's log that was dropped unpublished (a refused
+/// suffix, moved past by the checkpoint), so that the copy keeps the primary's LSNs and
+/// publishing it changes nothing. `from` and `to` are multiples of [`ENTRY_ALIGN`] (as
+/// every entry's LSN is); no entry crosses the end of a ring of `ring_bytes`.
+pub fn empty_entries(from: u64, to: u64, ring_bytes: u64) -> Vec<u8> {
+    let mut out = vec![0u8; to.saturating_sub(from) as usize];
+    let most = u64::from(u32::MAX) / ENTRY_ALIGN * ENTRY_ALIGN;
+    let mut lsn = from;
+    while lsn < to && ring_bytes > 0 {
+        let room = ring_bytes - lsn % ring_bytes;
+        let total = (to - lsn).min(room).min(most);
+        if total < ENTRY_ALIGN {
+            break;
+        }
+        let at = (lsn - from) as usize;
+        out[at..at + ENTRY_HEADER as usize].copy_from_slice(&header(lsn, total, KIND_RECORDS, &[]));
+        lsn += total;
+    }
+    out
+}
+
 /// An entry's checksum: crc32c over every header byte before the checksum field, then the
 /// payload.
 fn entry_crc(h: &[u8; ENTRY_HEADER as usize], payload: &[u8]) -> u32 {
@@ -566,6 +588,23 @@ mod tests {
         let s = LogSlot::new(region, &geo, 0);
         s.format().unwrap();
         s
+    }
+
+    #[test]
+    fn empty_entries_scan_as_entries_without_records_up_to_their_end() {
+        let s = slot();
+        let ring = s.ring_bytes();
+        // From 128 before the ring's end to 320 after it: split at the end.
+        let (from, to) = (2 * ring - 128, 2 * ring + 320);
+        let bytes = empty_entries(from, to, ring);
+        let first = (ring - from % ring) as usize;
+        s.region().write(BLOCK_SIZE + from % ring, &bytes[..first]).unwrap();
+        s.region().write(BLOCK_SIZE, &bytes[first..]).unwrap();
+        let mut payloads = Vec::new();
+        let scan = s.scan_with(from, u64::MAX, u64::MAX, |loc, p| payloads.push((loc.lsn, p.len()))).unwrap();
+        assert_eq!(scan.end, to, "{:?}", scan.stop);
+        assert_eq!(payloads, vec![(from, 0), (2 * ring, 0)]);
+        assert!(crate::record::decode_records(&[], 0).unwrap().is_empty());
     }
 
     #[test]

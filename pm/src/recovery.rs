@@ -18,6 +18,19 @@
 //! of different slots that are still unpublished change inodes that only their own writer
 //! held (leases hand an inode over only after its holder's updates are published).
 //!
+//! **Replica copies.** A node of a cluster also holds copies of other nodes' client logs
+//! ([`crate::replica`], [`NodePm::replicas`]), published into its own public area from the
+//! copy as its own logs are. Recovery re-publishes each copy's committed suffix after its
+//! checkpoint exactly as a slot's, after the node's own slots, each entry admitted by
+//! [`RecoveryPolicy::admit_replica`] (a refused entry drops the copy's suffix from there, as
+//! for a slot) and validated structurally, and from the LSN
+//! [`RecoveryPolicy::judge_replica`] names on judged by meaning as a slot's are (by
+//! default never: a replica that keeps no durable record of the writers' credentials of
+//! what it persisted but had not yet published has nothing to judge them by). The one-batch-at-a-time argument
+//! above holds if the node's publisher publishes copies' batches under the same one-batch
+//! rule as its own slots'. Inode numbers of different origins never collide (the cluster
+//! hands out disjoint ranges); that is not checked here.
+//!
 //! Orphans — inodes with no name left, unlinked while open — are freed once nobody can hold
 //! them any more, which at recovery is always (no client is attached yet).
 
@@ -28,6 +41,7 @@ use crate::oplog::EntryLoc;
 use crate::oplog::{LogSlot, ScanStop};
 use crate::public::{Loaded, Permissions, PublicArea, PublishError};
 use crate::record::{decode_entry, Caller, Record, ROOT_INO};
+use crate::replica::ReplicaLog;
 use std::collections::HashSet;
 
 /// What recovery did to one slot.
@@ -42,20 +56,39 @@ pub struct SlotRecovery {
     pub stop: ScanStop,
 }
 
+/// What recovery did to one replica copy ([`crate::replica`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaRecovery {
+    /// The node whose log it copies, and the slot there.
+    pub origin: u32,
+    pub slot: u32,
+    /// The copy's checkpoint after recovery (durable).
+    pub published: u64,
+    /// Committed entries that were re-published.
+    pub replayed: u64,
+    /// How the scan of the copy ended: its end is what the copy holds durable.
+    pub stop: ScanStop,
+    /// The end of the copy's committed log (what it holds durable).
+    pub end: u64,
+}
+
 /// A recovered node.
 pub struct Recovered {
     pub geometry: Geometry,
     pub area: PublicArea,
     /// Every live inode and directory entry after recovery.
     pub loaded: Loaded,
+    /// The node's own slots, by slot index.
     pub slots: Vec<SlotRecovery>,
+    /// The node's replica copies, in [`NodePm::replicas`]'s order.
+    pub replicas: Vec<ReplicaRecovery>,
     pub orphans_freed: u64,
 }
 
 impl Recovered {
-    /// Entries re-published over all slots.
+    /// Entries re-published over all slots and replica copies.
     pub fn replayed(&self) -> u64 {
-        self.slots.iter().map(|s| s.replayed).sum()
+        self.slots.iter().map(|s| s.replayed).sum::<u64>() + self.replicas.iter().map(|r| r.replayed).sum::<u64>()
     }
 }
 
@@ -72,6 +105,46 @@ pub enum RecoveryError {
         #[source]
         source: PublishError,
     },
+    #[error("the copy of node {origin}'s log slot {slot} holds an invalid entry at lsn {lsn} ({why}); refusing to recover past it")]
+    InvalidReplicaEntry { origin: u32, slot: u32, lsn: u64, why: String },
+    #[error("re-publishing the copy of node {origin}'s log slot {slot}: {source}")]
+    ReplicaPublish {
+        origin: u32,
+        slot: u32,
+        #[source]
+        source: PublishError,
+    },
+}
+
+/// A log recovery replays: one of the node's own slots, or a replica copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Own(u32),
+    Replica { origin: u32, slot: u32 },
+}
+
+impl Source {
+    fn invalid(self, lsn: u64, why: String) -> RecoveryError {
+        match self {
+            Source::Own(slot) => RecoveryError::InvalidEntry { slot, lsn, why },
+            Source::Replica { origin, slot } => RecoveryError::InvalidReplicaEntry { origin, slot, lsn, why },
+        }
+    }
+
+    fn publish(self, source: PublishError) -> RecoveryError {
+        match self {
+            Source::Own(slot) => RecoveryError::Publish { slot, source },
+            Source::Replica { origin, slot } => RecoveryError::ReplicaPublish { origin, slot, source },
+        }
+    }
+
+    /// Asks `policy` whether the entry may be replayed at all.
+    fn admit(self, policy: &mut dyn RecoveryPolicy, lsn: u64, records: &[Record]) -> Result<(), String> {
+        match self {
+            Source::Own(slot) => policy.admit(slot, lsn, records),
+            Source::Replica { origin, slot } => policy.admit_replica(origin, slot, lsn, records),
+        }
+    }
 }
 
 /// Whether a slot's entry (slot, LSN, records) may be replayed; why not.
@@ -88,6 +161,31 @@ pub trait RecoveryPolicy {
     /// for them), and the session's side of the permission checks for the rest
     /// ([`PublicArea::check_permissions`], against the state recovery has built so far).
     fn judge(&mut self, slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)>;
+    /// Whether the entry at `lsn` of the node's copy of node `origin`'s slot `slot` may be
+    /// replayed ([`crate::replica`]); why not. Asked of every entry of every copy's suffix.
+    /// By default every entry is admitted (each is still validated structurally).
+    fn admit_replica(&mut self, origin: u32, slot: u32, lsn: u64, records: &[Record]) -> Result<(), String> {
+        let _ = (origin, slot, lsn, records);
+        Ok(())
+    }
+    /// How the entries of the node's copy of node `origin`'s slot `slot` are judged by
+    /// meaning, as [`RecoveryPolicy::judge`] says for a slot: None (the default), not at
+    /// all; else the LSN from which they were never judged nor applied, and the permission
+    /// checks for the writer's credentials.
+    fn judge_replica(&mut self, origin: u32, slot: u32) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        let _ = (origin, slot);
+        None
+    }
+}
+
+impl Source {
+    /// How `policy` judges this log's entries by meaning.
+    fn judge(self, policy: &mut dyn RecoveryPolicy) -> Option<(u64, Box<dyn Permissions + '_>)> {
+        match self {
+            Source::Own(slot) => policy.judge(slot),
+            Source::Replica { origin, slot } => policy.judge_replica(origin, slot),
+        }
+    }
 }
 
 /// The lease rule alone (an [`Admit`]), judging nothing by meaning.
@@ -125,12 +223,22 @@ pub fn recover_with(node: &NodePm, admit: &mut Admit<'_>) -> Result<Recovered, R
 pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<Recovered, RecoveryError> {
     let geo = node.geometry;
     let (mut area, loaded) = PublicArea::load(node.public.clone(), geo)?;
-    let logs: Vec<LogSlot> =
+    let own: Vec<LogSlot> =
         node.logs.iter().enumerate().map(|(s, r)| LogSlot::new(r.clone(), &geo, s as u32)).collect();
+    // The node's own slots, then its replica copies.
+    let logs: Vec<(Source, &LogSlot)> = own
+        .iter()
+        .map(|l| (Source::Own(l.slot()), l))
+        .chain(
+            node.replicas
+                .iter()
+                .map(|r: &ReplicaLog| (Source::Replica { origin: r.origin(), slot: r.slot() }, r.log())),
+        )
+        .collect();
 
     // Every slot's committed suffix, decoded.
     let mut suffixes = Vec::new();
-    for log in &logs {
+    for &(src, log) in &logs {
         let from = log.published_lsn()?;
         let mut decoded = Vec::new();
         let scan = log.scan_with(from, u64::MAX, u64::MAX, |loc, payload| {
@@ -142,8 +250,8 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
         for (loc, decoded) in decoded {
             match decoded {
                 Ok((caller, r)) => {
-                    if let Err(why) = policy.admit(log.slot(), loc.lsn, &r) {
-                        tracing::error!(slot = log.slot(), lsn = loc.lsn, %why, "log entry refused at recovery: it and what follows are dropped");
+                    if let Err(why) = src.admit(policy, loc.lsn, &r) {
+                        tracing::error!(?src, lsn = loc.lsn, %why, "log entry refused at recovery: it and what follows are dropped");
                         stop = ScanStop::Invalid(format!("entry at lsn {} refused: {why}", loc.lsn));
                         drop_to = Some(scan.end);
                         break;
@@ -151,7 +259,7 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
                     entries.push((loc, caller, r))
                 }
                 Err(e) => {
-                    tracing::error!(slot = log.slot(), lsn = loc.lsn, error = %e, "malformed log entry: the log ends here");
+                    tracing::error!(?src, lsn = loc.lsn, error = %e, "malformed log entry: the log ends here");
                     stop = ScanStop::Invalid(format!("entry at lsn {}: {e}", loc.lsn));
                     break;
                 }
@@ -160,7 +268,7 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
         suffixes.push(Suffix { from, entries, stop, drop_to, end: scan.end });
     }
     // Where each slot's entries start to be judged (u64::MAX: never).
-    let judged_from: Vec<u64> = logs.iter().map(|l| policy.judge(l.slot()).map_or(u64::MAX, |(a, _)| a)).collect();
+    let judged_from: Vec<u64> = logs.iter().map(|(src, _)| src.judge(policy).map_or(u64::MAX, |(a, _)| a)).collect();
     // The inodes the public area may be ahead on: those the entries applied before the crash
     // free or create. An entry to be judged was never applied, so its records — possibly a
     // forger's — weaken no validation.
@@ -178,10 +286,11 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
     let settled = HashSet::new();
 
     let mut slots = Vec::new();
-    for (log, suffix) in logs.iter().zip(suffixes) {
+    let mut replicas = Vec::new();
+    for (&(src, log), suffix) in logs.iter().zip(suffixes) {
         let slot = log.slot();
         let Suffix { from, entries, mut stop, mut drop_to, end } = suffix;
-        let mut judge = policy.judge(slot);
+        let mut judge = src.judge(policy);
         let mut upto = from;
         let mut replayed = 0u64;
         for (loc, caller, records) in &entries {
@@ -212,17 +321,16 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
             };
             if let Err(why) = verdict {
                 if !judged {
-                    tracing::error!(slot, lsn = loc.lsn, %why, "invalid log entry; refusing to recover");
-                    return Err(RecoveryError::InvalidEntry { slot, lsn: loc.lsn, why });
+                    tracing::error!(?src, lsn = loc.lsn, %why, "invalid log entry; refusing to recover");
+                    return Err(src.invalid(loc.lsn, why));
                 }
-                tracing::error!(slot, lsn = loc.lsn, %why, "log entry refused at recovery (judged by meaning): it and what follows are dropped");
+                tracing::error!(?src, lsn = loc.lsn, %why, "log entry refused at recovery (judged by meaning): it and what follows are dropped");
                 stop = ScanStop::Invalid(format!("entry at lsn {} refused: {why}", loc.lsn));
                 drop_to = Some(end);
                 break;
             }
             for r in records {
-                area.apply_replayed(r, unsettled, log.region())
-                    .map_err(|source| RecoveryError::Publish { slot, source })?;
+                area.apply_replayed(r, unsettled, log.region()).map_err(|source| src.publish(source))?;
             }
             upto = loc.end;
             replayed += 1;
@@ -238,12 +346,18 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
             upto = end;
         }
         if let ScanStop::Invalid(why) = &stop {
-            tracing::info!(slot, %why, "log ends at a torn or corrupt entry (expected after a crash)");
+            tracing::info!(?src, %why, "log ends at a torn or corrupt entry (expected after a crash)");
         }
-        slots.push(SlotRecovery { slot, published: upto, replayed, stop });
+        match src {
+            Source::Own(slot) => slots.push(SlotRecovery { slot, published: upto, replayed, stop }),
+            Source::Replica { origin, slot } => {
+                replicas.push(ReplicaRecovery { origin, slot, published: upto, replayed, stop, end })
+            }
+        }
     }
 
-    let replayed: u64 = slots.iter().map(|s| s.replayed).sum();
+    let replayed: u64 =
+        slots.iter().map(|s| s.replayed).sum::<u64>() + replicas.iter().map(|r| r.replayed).sum::<u64>();
     let (mut area, mut loaded) =
         if replayed > 0 { PublicArea::load(node.public.clone(), geo)? } else { (area, loaded) };
     let orphans: Vec<u64> =
@@ -261,7 +375,7 @@ pub fn recover_judged(node: &NodePm, policy: &mut dyn RecoveryPolicy) -> Result<
     if !orphans.is_empty() {
         (area, loaded) = PublicArea::load(node.public.clone(), geo)?;
     }
-    Ok(Recovered { geometry: geo, area, loaded, slots, orphans_freed: orphans.len() as u64 })
+    Ok(Recovered { geometry: geo, area, loaded, slots, replicas, orphans_freed: orphans.len() as u64 })
 }
 
 /// One slot's committed suffix as recovery found it.

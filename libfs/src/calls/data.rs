@@ -218,9 +218,22 @@ impl Fs {
     }
 
     /// Every update is durable in the log when its call returns, so fsync has nothing left
-    /// to persist in the host-only mode; it checks the inode exists.
+    /// to persist in the host-only mode or on a node on its own; it checks the inode
+    /// exists. In a replicated cluster the node is asked
+    /// ([`crate::link::NodeLink::fsync_asks_node`]): it publishes the log through
+    /// everything appended so far and answers once every replica holds it durable — an
+    /// fsync that returned survives the loss of this node (the whole log up to the call:
+    /// the log is a prefix history).
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
-        self.rlock().node(ino).map(|_| ())
+        let (link, publication, tail) = {
+            let front = self.rlock();
+            front.node(ino)?;
+            if !front.link.fsync_asks_node() {
+                return Ok(());
+            }
+            (front.link.clone(), front.publication.clone(), front.tail)
+        };
+        link.publish(&publication, tail, u64::MAX).map(|_| ())
     }
 
     /// Publish everything that is in the log.

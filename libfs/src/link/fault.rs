@@ -139,6 +139,10 @@ impl NodeLink for FaultLink {
         self.inner.fsync(lsn)
     }
 
+    fn fsync_asks_node(&self) -> bool {
+        self.inner.fsync_asks_node()
+    }
+
     fn follow(&self, publication: &Publication) {
         self.inner.follow(publication)
     }

@@ -33,10 +33,13 @@
 //!
 //! The member's addresses for the two peer connection classes (low-latency and bulk) are
 //! those its peer listeners ([`crate::daemon::peers`]) are bound to; each view persisted is
-//! then handed to them, so the node links to the view's other members.
+//! then handed to them, so the node links to the view's other members, and to the
+//! replication driver ([`crate::daemon::replication`]: its epoch and the chain order), after
+//! it is persisted.
 
 use crate::config::ClusterConfig;
 use crate::daemon::peers::{Peers, PeersStatus};
+use crate::daemon::replication::Feed;
 use crate::node::Node;
 use clustermgr::{Addrs, Config, Member, SessionStatus, View};
 use linefs_pm::noderecord::NodeRecord;
@@ -147,7 +150,7 @@ fn session_name(s: SessionStatus) -> &'static str {
 
 /// Reads the node record, checks it names no other node, starts the peer links (the key
 /// loaded, both ports bound) and the `cluster` thread.
-pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, String> {
+pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig, feed: Option<Feed>) -> Result<Cluster, String> {
     let (node_id, zk, session_timeout) = (c.node_id, c.zk.clone(), c.session_timeout);
     let rec = NodeRecord::load(node.public_file()).map_err(|e| format!("cannot read the node record: {e}"))?;
     // Before anything attaches: inode numbers only from this node's cluster ranges.
@@ -173,7 +176,8 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
             last_error: None,
         }),
     });
-    let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr)?;
+    let inbox = feed.as_ref().map(Feed::inbox);
+    let peers = Peers::start(node_id, &c.key, c.peer_addr, c.bulk_addr, inbox)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -182,10 +186,12 @@ pub(crate) fn start(node: Arc<Node>, c: &ClusterConfig) -> Result<Cluster, Strin
     let (done_tx, done) = crossbeam_channel::bounded(1);
     let s = state.clone();
     let p = peers.clone();
+    let mut cfg = Config::new(&zk);
+    cfg.session_timeout = session_timeout;
     std::thread::Builder::new()
         .name("cluster".into())
         .spawn(move || {
-            rt.block_on(membership(node, node_id, zk, session_timeout, p, s, stopped));
+            rt.block_on(membership(node, node_id, cfg, p, feed, s, stopped));
             let _ = done_tx.send(());
         })
         .map_err(|e| format!("cannot start the cluster thread: {e}"))?;
@@ -208,6 +214,11 @@ impl Cluster {
         self.peers.status()
     }
 
+    /// The peer links themselves (replication sends on them).
+    pub(crate) fn links(&self) -> Peers {
+        self.peers.clone()
+    }
+
     /// Leaves the cluster (bounded by [`LEAVE_WITHIN`]) and closes the peer links.
     pub(crate) fn stop(&self) {
         let _ = self.stop.send(true);
@@ -222,9 +233,9 @@ impl Cluster {
 async fn membership(
     node: Arc<Node>,
     node_id: u32,
-    zk: String,
-    session_timeout: Duration,
+    mut cfg: Config,
     peers: Peers,
+    feed: Option<Feed>,
     state: Arc<Reported>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -233,8 +244,6 @@ async fn membership(
     let (current, member_rx) = tokio::sync::watch::channel(None::<Arc<Member>>);
     let refill = tokio::spawn(refill_ranges(node.clone(), member_rx));
     while !*stopped.borrow() {
-        let mut cfg = Config::new(&zk);
-        cfg.session_timeout = session_timeout;
         cfg.connect_within = JOIN_WITHIN;
         cfg.op_within = JOIN_WITHIN;
         cfg.epoch_floor = state.lock().persisted_epoch;
@@ -271,7 +280,7 @@ async fn membership(
             st.joins += 1;
             st.session_timeout_ms = u64::try_from(member.session_timeout().as_millis()).unwrap_or(u64::MAX);
         }
-        let ended = follow(&node, &member, &peers, &state, &mut stopped).await;
+        let ended = follow(&node, &member, &peers, feed.as_ref(), &state, &mut stopped).await;
         match ended {
             Ended::Stopped => {
                 current.send_replace(None);
@@ -353,6 +362,7 @@ async fn follow(
     node: &Node,
     member: &Member,
     peers: &Peers,
+    feed: Option<&Feed>,
     state: &Reported,
     stopped: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Ended {
@@ -366,6 +376,9 @@ async fn follow(
                 let members: Vec<(u32, String, String)> =
                     v.chain.iter().map(|m| (m.node, m.addrs.low_latency.clone(), m.addrs.bulk.clone())).collect();
                 peers.set_view(v.epoch, &members);
+                if let Some(feed) = feed {
+                    feed.view(v.epoch, v.chain.iter().map(|m| m.node).collect());
+                }
             }
         }
         let s = *statuses.borrow_and_update();

@@ -51,6 +51,8 @@ pub(super) struct Ctx {
     pub(super) timeouts: Timeouts,
     /// The node's membership of its cluster (`--zk`), if it is in one.
     pub(super) cluster: Option<crate::daemon::cluster::Cluster>,
+    /// The chain replication of the node's logs (with `--zk`).
+    pub(super) replication: Option<Arc<crate::daemon::replication::Replication>>,
     pub(super) stopping: AtomicBool,
 }
 

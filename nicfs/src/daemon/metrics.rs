@@ -6,7 +6,9 @@
 //! wait/service histograms ([`crate::pipeline::stage`]), the end-to-end chunk and fsync histograms
 //! ([`crate::observe::latency::EndToEnd`]), sessions, lease counts, the mode and, with `--zk`, the
 //! cluster membership (`cluster_epoch`, `cluster_persisted_epoch`, `cluster_session`,
-//! `cluster_joins_total`) — and encodes it with
+//! `cluster_joins_total`) and chain replication (`replication_*`: chunks, bytes, acks,
+//! retransmissions, stale frames dropped, memory held, fsyncs waiting, the largest member
+//! lag in bytes and ms, and per `member` label `slot<S>_node<N>` its lag) — and encodes it with
 //! `prometheus-client`'s text encoder as a [`Collector`], so the status file and `/metrics`
 //! always tell the same story. The output is OpenMetrics text (`# EOF` at the end, content
 //! type [`http::CONTENT_TYPE`]), which Prometheus scrapes as is.
@@ -63,6 +65,8 @@ pub(crate) struct Sample {
     pub(crate) refusals: crate::limits::RefusalCounts,
     /// The node's cluster membership (`--zk`), if it is in one.
     pub(crate) cluster: Option<crate::daemon::cluster::ClusterStatus>,
+    /// Chain replication (`--zk`).
+    pub(crate) replication: Option<crate::daemon::replication::status::ReplicationStatus>,
 }
 
 impl Sample {
@@ -95,6 +99,7 @@ impl Sample {
             fsync: ctx.latency.fsync.clone(),
             refusals: crate::daemon::status::refusals(ctx),
             cluster: ctx.cluster.as_ref().map(|c| c.status()),
+            replication: ctx.replication.as_ref().map(|r| r.status()),
         }
     }
 
@@ -144,6 +149,40 @@ fn counter(v: u64) -> ConstCounter<u64> {
 
 fn gauge(v: u64) -> ConstGauge<i64> {
     ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// The replication metrics (a node of a cluster).
+fn replication(e: &mut DescriptorEncoder, r: &crate::daemon::replication::status::ReplicationStatus) -> fmt::Result {
+    let bytes = Some(&Unit::Bytes);
+    let c = &r.counters;
+    one(e, "replication_chunks_sent", "Chunks of log sent down the chain", None, &counter(c.chunks_sent))?;
+    one(e, "replication_sent", "Chunk payload bytes sent (after compression)", bytes, &counter(c.bytes_sent))?;
+    one(e, "replication_log_sent", "Log bytes sent in chunks (before compression)", bytes, &counter(c.log_bytes_sent))?;
+    one(e, "replication_retransmits", "Chunks sent again", None, &counter(c.retransmits))?;
+    one(e, "replication_acks_received", "Acknowledgements received", None, &counter(c.acks_received))?;
+    one(e, "replication_acks_sent", "Acknowledgements sent", None, &counter(c.acks_sent))?;
+    one(e, "replication_chunks_received", "Chunks received", None, &counter(c.chunks_received))?;
+    one(e, "replication_received", "Replication payload bytes received", bytes, &counter(c.bytes_received))?;
+    let help = "Replication frames dropped for another epoch than the engine's";
+    one(e, "replication_stale_dropped", help, None, &counter(c.stale_dropped))?;
+    let help = "Replication frames not sent (queue full, no link); resent on a tick";
+    one(e, "replication_send_dropped", help, None, &counter(c.send_dropped))?;
+    let help = "Replicated entries this node's admission refused";
+    one(e, "replication_refused_entries", help, None, &counter(c.refused_entries))?;
+    one(e, "replication_memory", "Log bytes held in memory for the chain", bytes, &gauge(r.memory_bytes))?;
+    one(e, "replication_fsyncs_waiting", "Fsyncs waiting for the chain", None, &gauge(r.fsyncs_waiting as u64))?;
+    let members: Vec<_> = r.logs.iter().flat_map(|l| l.members.iter().map(move |m| (l.slot, m))).collect();
+    let max_bytes = members.iter().map(|(_, m)| m.lag_bytes).max().unwrap_or(0);
+    let max_ms = members.iter().map(|(_, m)| m.lag_ms).max().unwrap_or(0);
+    let help = "The largest lag of a chain member behind an own log, in bytes";
+    one(e, "replication_max_lag", help, bytes, &gauge(max_bytes))?;
+    let help = "The age of the oldest append some chain member has not acknowledged, in ms";
+    one(e, "replication_max_lag_ms", help, None, &gauge(max_ms))?;
+    let names: Vec<String> = members.iter().map(|(s, m)| format!("slot{s}_node{}", m.node)).collect();
+    let lag: Vec<_> = names.iter().zip(&members).map(|(n, (_, m))| (n.as_str(), gauge(m.lag_bytes))).collect();
+    let help = "Bytes of an own log a chain member has not acknowledged";
+    family(e, "replication_member_lag", help, bytes, MetricType::Gauge, "member", &lag)?;
+    Ok(())
 }
 
 impl Collector for Sample {
@@ -258,6 +297,9 @@ impl Collector for Sample {
             one(e, "cluster_session", help, None, &gauge(session))?;
             one(e, "cluster_joins", "Joins completed since start", None, &counter(c.joins))?;
         }
+        if let Some(r) = &self.replication {
+            replication(e, r)?;
+        }
         let r = &self.refusals;
         let kinds = [
             ("connections", counter(r.connections)),
@@ -348,9 +390,31 @@ mod tests {
                 session_timeout_ms: 1500,
                 last_error: None,
             }),
+            replication: Some(replication_sample()),
         };
         s.fsync.record(Duration::from_micros(800));
         s
+    }
+
+    fn replication_sample() -> crate::daemon::replication::status::ReplicationStatus {
+        use crate::daemon::replication::status::*;
+        let member = |node, lag_bytes, lag_ms| MemberStatus { node, lag_bytes, lag_ms, ..MemberStatus::default() };
+        ReplicationStatus {
+            epoch: 4,
+            logs: vec![LogStatus {
+                slot: 1,
+                members: vec![member(1, 0, 0), member(2, 4096, 30)],
+                ..LogStatus::default()
+            }],
+            memory_bytes: 8192,
+            counters: CounterSnapshot {
+                chunks_sent: 6,
+                retransmits: 1,
+                acks_received: 9,
+                ..CounterSnapshot::default()
+            },
+            ..ReplicationStatus::default()
+        }
     }
 
     /// `name{labels} value` lines of an exposition, by name and labels as written.
@@ -387,8 +451,17 @@ mod tests {
         assert_eq!(get("linefs_nicfs_refusals_total{kind=\"log_resized\"}"), 0.0);
         assert_eq!((get("linefs_nicfs_cluster_epoch"), get("linefs_nicfs_cluster_persisted_epoch")), (4.0, 4.0));
         assert_eq!((get("linefs_nicfs_cluster_session"), get("linefs_nicfs_cluster_joins_total")), (1.0, 2.0));
-        let alone = Sample { cluster: None, ..sample() }.encode().unwrap();
+        assert_eq!(get("linefs_nicfs_replication_chunks_sent_total"), 6.0);
+        assert_eq!(get("linefs_nicfs_replication_retransmits_total"), 1.0);
+        assert_eq!(get("linefs_nicfs_replication_acks_received_total"), 9.0);
+        assert_eq!(get("linefs_nicfs_replication_memory_bytes"), 8192.0);
+        assert_eq!(get("linefs_nicfs_replication_max_lag_bytes"), 4096.0);
+        assert_eq!(get("linefs_nicfs_replication_max_lag_ms"), 30.0);
+        assert_eq!(get("linefs_nicfs_replication_member_lag_bytes{member=\"slot1_node2\"}"), 4096.0);
+        assert_eq!(get("linefs_nicfs_replication_member_lag_bytes{member=\"slot1_node1\"}"), 0.0);
+        let alone = Sample { cluster: None, replication: None, ..sample() }.encode().unwrap();
         assert!(!alone.contains("cluster_"), "a node on its own exports no cluster metrics");
+        assert!(!alone.contains("replication_"), "nor replication metrics");
         assert_eq!(
             get(&format!("linefs_nicfs_node_info{{node=\"node0\",version=\"{}\"}}", env!("CARGO_PKG_VERSION"))),
             1.0

@@ -21,9 +21,16 @@
 //! handshake), `peer-dial` (one per dial), `peer-read` (one per link), `peers` (dials, beats
 //! and checks liveness). Imports nothing of nicfs's daemon: the membership ([`super::cluster`])
 //! hands it each view.
+//!
+//! **Replication frames** (kinds `0x7F10..`, peer's `repl`) enter through the same
+//! [`Peers::receive`]: decoded there (a frame that does not decode closes the link, as an
+//! unknown kind does), the epoch recorded, a stale one dropped and counted, and the rest
+//! handed to the inbox given at start ([`Inbound`], read by `super::replication`).
+//! [`Peers::send`] sends a frame of any kind on a peer's link of a class.
 
 mod ping;
 
+use linefs_peer::repl::{self, ReplFrame};
 use linefs_peer::{Class, ClusterKey, LinkConfig, PeerListener, TcpLink};
 use linefs_proto::{FrameLink, ReadError};
 use parking_lot::Mutex;
@@ -64,6 +71,16 @@ fn class_name(class: Class) -> &'static str {
         Class::LowLatency => "low_latency",
         Class::Bulk => "bulk",
     }
+}
+
+/// A replication frame that passed [`Peers::receive`]: from a member, of an epoch not below
+/// this node's.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    pub(crate) from: u32,
+    pub(crate) frame: ReplFrame,
+    /// The payload's bytes as received (before decompression).
+    pub(crate) wire_bytes: u64,
 }
 
 /// One connection of one class to one peer, as the status file shows it.
@@ -135,6 +152,10 @@ struct Inner {
     refused: AtomicU64,
     stale: AtomicU64,
     beats: AtomicU64,
+    /// Where replication frames go (None: nobody replicates; they are dropped).
+    inbox: Option<crossbeam_channel::Sender<Inbound>>,
+    /// Header ids of frames sent by [`Peers::send`].
+    sent: AtomicU64,
     stopping: AtomicBool,
     origin: Instant,
 }
@@ -148,7 +169,13 @@ pub(crate) struct Peers {
 impl Peers {
     /// Loads the key, binds both classes' ports and starts the threads. The error is one line
     /// (a missing, unreadable or too open key file; a port that cannot be bound).
-    pub(crate) fn start(me: u32, key: &Path, ll: SocketAddr, bulk: SocketAddr) -> Result<Peers, String> {
+    pub(crate) fn start(
+        me: u32,
+        key: &Path,
+        ll: SocketAddr,
+        bulk: SocketAddr,
+        inbox: Option<crossbeam_channel::Sender<Inbound>>,
+    ) -> Result<Peers, String> {
         let key = ClusterKey::load(key).map_err(|e| e.to_string())?;
         let config = LinkConfig { handshake_timeout: Duration::from_secs(2), ..LinkConfig::default() };
         let mut listeners = Vec::new();
@@ -171,6 +198,8 @@ impl Peers {
             refused: AtomicU64::new(0),
             stale: AtomicU64::new(0),
             beats: AtomicU64::new(1),
+            inbox,
+            sent: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             origin: Instant::now(),
         });
@@ -415,25 +444,47 @@ impl Peers {
     }
 
     /// The one entry point for what a peer sends: decodes, records the epoch it carries,
-    /// drops a message of an epoch below this node's, and acts on the rest. `Err`: the link
-    /// must close (a message this node does not know).
+    /// drops a message of an epoch below this node's, and acts on the rest (beats answered
+    /// here, replication frames handed to the inbox). `Err`: the link must close (a message
+    /// this node does not know, or one that does not decode).
     fn receive(&self, link: &TcpLink, kind: u16, _id: u64, payload: &[u8]) -> Result<(), String> {
         let (id, class) = (link.peer(), link.class());
-        let beat = Beat::decode(kind, payload)?;
+        let (epoch, what) = if repl::is_repl_kind(kind) {
+            let frame = repl::decode(kind, payload).map_err(|e| e.to_string())?;
+            (frame.epoch(), Err(frame))
+        } else {
+            let beat = Beat::decode(kind, payload)?;
+            (beat.epoch, Ok(beat))
+        };
         let mine = self.inner.epoch.load(Ordering::Acquire);
         let now = Instant::now();
         {
             let mut peers = self.inner.peers.lock();
             if let Some(p) = peers.get_mut(&id) {
-                p.epoch_seen = p.epoch_seen.max(beat.epoch);
+                p.epoch_seen = p.epoch_seen.max(epoch);
                 p.slots[index(class)].last_heard = Some(now);
             }
         }
-        if beat.epoch < mine {
+        if epoch < mine {
             self.inner.stale.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(node = id, epoch = beat.epoch, mine, pong = beat.pong, "stale-epoch peer message dropped");
+            tracing::info!(
+                node = id,
+                epoch,
+                mine,
+                kind = format_args!("{kind:#06x}"),
+                "stale-epoch peer message dropped"
+            );
             return Ok(());
         }
+        let beat = match what {
+            Ok(beat) => beat,
+            Err(frame) => {
+                if let Some(inbox) = &self.inner.inbox {
+                    let _ = inbox.send(Inbound { from: id, frame, wire_bytes: payload.len() as u64 });
+                }
+                return Ok(());
+            }
+        };
         if beat.pong {
             let sent = self.inner.origin + Duration::from_nanos(beat.sent_ns);
             let rtt = now.saturating_duration_since(sent);
@@ -446,6 +497,29 @@ impl Peers {
             let _ = link.send_raw(&pong.encode());
         }
         Ok(())
+    }
+
+    /// Sends a frame of `kind` with `payload` to `to` on its link of `class`. `Err`: no link
+    /// (the peer is not linked now) or the send failed (the link is closed; it is dialled
+    /// again).
+    pub(crate) fn send(&self, to: u32, class: Class, kind: u16, payload: &[u8]) -> Result<(), String> {
+        let link = {
+            let peers = self.inner.peers.lock();
+            peers.get(&to).and_then(|p| p.slots[index(class)].link.clone())
+        };
+        let Some(link) = link else { return Err(format!("no {} link to node {to}", class_name(class))) };
+        let header = linefs_proto::frame::Header {
+            version: linefs_proto::PROTOCOL_VERSION,
+            kind,
+            payload_len: u32::try_from(payload.len()).map_err(|_| "payload too long".to_string())?,
+            fd_count: 0,
+            check: linefs_proto::frame::CHECK_NONE,
+            id: self.inner.sent.fetch_add(1, Ordering::Relaxed),
+        };
+        let mut frame = Vec::with_capacity(linefs_proto::frame::HEADER_LEN + payload.len());
+        frame.extend_from_slice(&header.encode());
+        frame.extend_from_slice(payload);
+        link.send_raw(&frame).map_err(|e| e.to_string())
     }
 
     /// A link's reader ended: its slot is cleared (if the link is still the slot's) and the
@@ -566,15 +640,71 @@ mod tests {
 
     /// Node 1's links, a key, and node 0 (this test) in a view of epoch 5.
     fn node1() -> (tempfile::TempDir, ClusterKey, Peers) {
+        let (d, k, p, _) = node1_with_inbox();
+        (d, k, p)
+    }
+
+    /// [`node1`], and where its replication frames go.
+    fn node1_with_inbox() -> (tempfile::TempDir, ClusterKey, Peers, crossbeam_channel::Receiver<Inbound>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("key");
         let key = ClusterKey::generate(&path).unwrap();
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let peers = Peers::start(1, &path, any, any).unwrap();
+        let (tx, inbox) = crossbeam_channel::unbounded();
+        let peers = Peers::start(1, &path, any, any, Some(tx)).unwrap();
         let (ll, bulk) = peers.addrs();
         let nowhere = "127.0.0.1:1".to_string();
         peers.set_view(5, &[(0, nowhere.clone(), nowhere), (1, ll.to_string(), bulk.to_string())]);
-        (dir, key, peers)
+        (dir, key, peers, inbox)
+    }
+
+    #[test]
+    fn replication_frames_enter_at_the_one_entry_point_and_stale_ones_are_dropped_there() {
+        let (_d, key, peers, inbox) = node1_with_inbox();
+        let cfg = LinkConfig::default();
+        let link = TcpLink::connect(peers.addrs().0, &key, 0, Class::LowLatency, Some(1), &cfg).unwrap();
+        let send = |frame: &ReplFrame| {
+            let (kind, payload, _) = repl::encode(frame, false).unwrap();
+            let header = linefs_proto::frame::Header {
+                version: linefs_proto::PROTOCOL_VERSION,
+                kind,
+                payload_len: payload.len() as u32,
+                fd_count: 0,
+                check: linefs_proto::frame::CHECK_NONE,
+                id: 1,
+            };
+            let mut f = header.encode().to_vec();
+            f.extend_from_slice(&payload);
+            link.send_raw(&f).unwrap();
+        };
+        send(&ReplFrame::Probe { stream: (0, 2), epoch: 4 });
+        send(&ReplFrame::Ack { stream: (1, 2), epoch: 5, durable: 64, published: 0 });
+        let got = inbox.recv_timeout(Duration::from_secs(5)).expect("the current epoch's frame");
+        assert_eq!(got.from, 0);
+        assert_eq!(got.frame, ReplFrame::Ack { stream: (1, 2), epoch: 5, durable: 64, published: 0 });
+        assert!(inbox.try_recv().is_err(), "the stale Probe never reached the inbox");
+        assert_eq!(peers.status().stale_dropped, 1);
+        // A payload that does not decode closes the link.
+        let (kind, mut payload, _) = repl::encode(&ReplFrame::Probe { stream: (0, 2), epoch: 5 }, false).unwrap();
+        payload[0] = 9;
+        let header = linefs_proto::frame::Header {
+            version: linefs_proto::PROTOCOL_VERSION,
+            kind,
+            payload_len: payload.len() as u32,
+            fd_count: 0,
+            check: linefs_proto::frame::CHECK_NONE,
+            id: 2,
+        };
+        let mut f = header.encode().to_vec();
+        f.extend_from_slice(&payload);
+        link.send_raw(&f).unwrap();
+        let end = Instant::now() + Duration::from_secs(2);
+        while peers.status().peers[0].low_latency.state == "connected" {
+            assert!(Instant::now() < end, "the link was not closed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(inbox.try_recv().is_err());
+        peers.stop();
     }
 
     fn beat(link: &TcpLink, timeout: Duration) -> Option<Beat> {

@@ -53,6 +53,10 @@ pub(crate) struct Status {
     /// the view, each class's connection state, the epoch the peer's messages carry and the
     /// last round trip.
     pub(crate) peers: Option<crate::daemon::peers::PeersStatus>,
+    /// Chain replication (with `--zk`): per own log slot and chain member the acknowledged
+    /// LSN and the lag (bytes, ms), per replica copy the durable and published LSNs, the
+    /// counters.
+    pub(crate) replication: Option<crate::daemon::replication::status::ReplicationStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +115,7 @@ pub(super) fn snapshot(ctx: &Ctx) -> Status {
         refusals: refusals(ctx),
         cluster: ctx.cluster.as_ref().map(|c| c.status()),
         peers: ctx.cluster.as_ref().map(|c| c.peers()),
+        replication: ctx.replication.as_ref().map(|r| r.status()),
     }
 }
 

@@ -81,6 +81,9 @@ enum State {
     Stale,
 }
 
+/// A slot's log file as the start found it, and the checkpoint recovery left.
+type Previous = (Arc<LogSlot>, u64);
+
 /// One slot as nicfs holds it.
 struct Slot {
     /// nicfs's mapping of the slot's log file, swapped when the file is replaced.
@@ -104,6 +107,9 @@ pub(crate) struct Slots {
     guards: Mutex<Vec<(Weak<PmRegion>, Arc<crate::node::sigbus::Guard>)>>,
     /// Sessions found with their log file resized (status).
     resized_found: AtomicU64,
+    /// Each slot's log file as the start found it (mapped; replaced since) with the
+    /// checkpoint recovery left, until [`Slots::take_unreplicated`] takes it.
+    previous: Mutex<Vec<Option<Previous>>>,
 }
 
 impl Slots {
@@ -129,10 +135,15 @@ impl Slots {
             replaced: AtomicU64::new(0),
             guards: Mutex::new(Vec::new()),
             resized_found: AtomicU64::new(0),
+            previous: Mutex::new(Vec::new()),
         };
         for slot in 0..slots.slots.len() as u32 {
             slots.guard(slot);
         }
+        // Kept mapped (and guarded) past their replacement: what a replicating node had
+        // published but not yet replicated is read from there (take_unreplicated).
+        *slots.previous.lock() =
+            (0..slots.slots.len() as u32).map(|s| Some((slots.log(s), slots.checkpoint(s)))).collect();
         let mut states = slots.states.lock();
         for (slot, state) in states.iter_mut().enumerate() {
             if let Err(e) = slots.replace(slot as u32) {
@@ -142,6 +153,15 @@ impl Slots {
         }
         drop(states);
         slots
+    }
+
+    /// Slot `slot`'s log file as the start found it (mapped, guarded; replaced since) and
+    /// the checkpoint recovery left; taken once. The replication driver reads from it what
+    /// this node had published but its replicas may not hold yet (see docs, "Replication
+    /// in nicfs", Start): the file's header cannot tell how far that is (a publication
+    /// raises its replicated LSN with the published one), the replicas' acks do.
+    pub(crate) fn take_previous(&self, slot: u32) -> Option<(Arc<LogSlot>, u64)> {
+        self.previous.lock().get_mut(slot as usize)?.take()
     }
 
     /// Slot `slot`'s log as nicfs maps it now.

@@ -22,6 +22,9 @@ pub(crate) enum Event {
     Published { seq: u64, end: u64, result: Result<Published, SlotError> },
     /// Chunk `seq` was not published: its session had failed, or it was stale.
     Dropped { seq: u64 },
+    /// Every live member of the slot's chain holds its log durable up to `lsn` (an fsync
+    /// the sequencer asked replication for, [`crate::pipeline::replicate`]).
+    Replicated { lsn: u64 },
 }
 
 /// A session as the pipeline sees it: its slot and where its events go.
@@ -60,4 +63,7 @@ pub(super) struct Checked {
     pub(super) end: u64,
     pub(super) batch: Batch,
     pub(super) plan: Option<Plan>,
+    /// The validated bytes of the batch (`[batch.from, batch.end())`), kept for replication
+    /// when the node replicates.
+    pub(super) bytes: Option<Arc<[u8]>>,
 }

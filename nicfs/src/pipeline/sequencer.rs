@@ -7,9 +7,12 @@
 //!
 //! * `Chunk(lsn)`: publish up to `lsn`; each chunk published sends a `Published` notice on
 //!   the bulk connection (after its checkpoint is durable).
-//! * `Fsync{id, lsn}`: publish up to `lsn`, then `FsyncDone` on the control connection
-//!   (replication comes later: published on this node is all "durable" means today); EINVAL
-//!   if the committed log ends before `lsn`.
+//! * `Fsync{id, lsn}`: publish up to `lsn`, then `FsyncDone` on the control connection;
+//!   EINVAL if the committed log ends before `lsn`. On a node of a cluster
+//!   ([`crate::pipeline::replicate`]), once `lsn` is published here the replication driver
+//!   is asked, and `FsyncDone` waits until it reports every live chain member durable up to
+//!   `lsn` (`Event::Replicated`); its `durable_lsn` is then what is both published and
+//!   replicated. On a node on its own, published here is what "durable" means.
 //! * `End`: the client is gone: publish everything the slot has committed, drop a refused
 //!   suffix if the session failed, free the slot. `Settle` (nicfs stops) does the same but
 //!   for freeing the slot, and answers when done.
@@ -91,8 +94,10 @@ struct Sequencer<'a> {
     /// Chunks numbered so far, and those whose outcome came back (in order).
     next_seq: u64,
     done: u64,
-    /// Fsyncs waiting: (request id, lsn, when it was read).
-    waiters: Vec<(u64, u64, Instant)>,
+    /// Fsyncs waiting: (request id, lsn, when it was read, replication asked).
+    waiters: Vec<(u64, u64, Instant, bool)>,
+    /// The highest LSN replication reported durable on every chain member.
+    replicated: u64,
     /// ChunkReady notices waiting for their LSN to be published, LSNs increasing: (lsn,
     /// when it was read).
     chunks_timed: VecDeque<(u64, Instant)>,
@@ -124,6 +129,7 @@ pub fn run(parts: Arc<Parts>, session: Arc<Session>, claim: Claim, jobs: crossbe
         next_seq: 0,
         done: 0,
         waiters: Vec::new(),
+        replicated: 0,
         chunks_timed: VecDeque::new(),
         settles: Vec::new(),
         ending: false,
@@ -181,7 +187,7 @@ impl Sequencer<'_> {
                 }
                 self.session.committed.fetch_max(lsn, Ordering::AcqRel);
                 more(self, lsn);
-                self.waiters.push((id, lsn, at));
+                self.waiters.push((id, lsn, at, false));
             }
             Job::End => {
                 self.ending = true;
@@ -226,7 +232,7 @@ impl Sequencer<'_> {
         self.exhausted = false;
         self.ending = true;
         session.set_ending();
-        self.waiters.retain(|&(id, lsn, _)| {
+        self.waiters.retain(|&(id, lsn, _, _)| {
             if lsn <= fence {
                 return true;
             }
@@ -272,7 +278,10 @@ impl Sequencer<'_> {
             self.parts.latency.chunk.since(at);
             self.chunks_timed.pop_front();
         }
-        let reclaim = self.parts.node.reclaim_lsn(self.session.slot).unwrap_or(0).min(p.upto);
+        let mut reclaim = self.parts.node.reclaim_lsn(self.session.slot).unwrap_or(0).min(p.upto);
+        if let Some(r) = self.parts.pipeline.replication() {
+            reclaim = reclaim.min(r.replicated(self.session.slot));
+        }
         notify_published(self.session, p, reclaim);
     }
 
@@ -313,6 +322,7 @@ impl Sequencer<'_> {
                 }
             }
             Event::Dropped { seq } => self.done = seq + 1,
+            Event::Replicated { lsn } => self.replicated = self.replicated.max(lsn),
             Event::Published { seq, end, result, .. } => {
                 self.done = seq + 1;
                 match result {
@@ -367,13 +377,28 @@ impl Sequencer<'_> {
         let published = session.published.load(Ordering::Acquire);
         let idle = self.idle();
         let fsync_latency = &self.parts.latency.fsync;
-        self.waiters.retain(|&(id, lsn, at)| {
+        let replication = self.parts.pipeline.replication();
+        let replicated = self.replicated;
+        let (slot, wake) = (session.slot, &self.flow.events);
+        self.waiters.retain_mut(|(id, lsn, at, asked)| {
+            let (id, lsn) = (*id, *lsn);
             let reply = if session.failed() {
                 session.control_error(id, RemoteError::SessionFailed, "an entry before the fsync point was refused")
             } else if published >= lsn {
+                let durable = match replication {
+                    None => published,
+                    Some(_) if replicated >= lsn => published.min(replicated),
+                    Some(r) => {
+                        if !*asked {
+                            *asked = true;
+                            r.fsync(slot, lsn, wake.clone());
+                        }
+                        return true;
+                    }
+                };
                 // Recorded before it is sent: a client that has its FsyncDone finds it counted.
-                fsync_latency.since(at);
-                session.send_control(&Frame { id, msg: Control::FsyncDone(FsyncDone { durable_lsn: published }) })
+                fsync_latency.since(*at);
+                session.send_control(&Frame { id, msg: Control::FsyncDone(FsyncDone { durable_lsn: durable }) })
             } else if idle {
                 let why = format!("the log is committed only up to {published}, not {lsn}");
                 session.control_error(id, RemoteError::Invalid, &why)

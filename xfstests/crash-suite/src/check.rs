@@ -29,9 +29,9 @@ use linefs_pm::PmRegion;
 use std::sync::Arc;
 
 /// Geometry of the traced PM: small, so that images are cheap to copy.
-const PM: FormatParams = FormatParams { size: 4 << 20, log_size: 512 << 10, log_slots: 1, inodes: 256 };
+pub(crate) const PM: FormatParams = FormatParams { size: 4 << 20, log_size: 512 << 10, log_slots: 1, inodes: 256 };
 
-fn opts() -> FsOptions {
+pub(crate) fn opts() -> FsOptions {
     FsOptions { background_publish: false, ..Default::default() }
 }
 
@@ -95,7 +95,7 @@ fn apply(fs: &Fs, op: &Op) -> FsResult<()> {
 }
 
 /// Run a step: the operation (a failing one changes nothing), then its persistence point.
-fn run_step(fs: &Fs, step: &Step) {
+pub(crate) fn run_step(fs: &Fs, step: &Step) {
     let _ = apply(fs, &step.op);
     let target = || lookup_path(fs, step.op.target()).map(|a| a.ino);
     let _ = match step.persist {
@@ -107,7 +107,7 @@ fn run_step(fs: &Fs, step: &Step) {
 }
 
 /// The starting tree, part published and part in the log.
-fn setup(fs: &Fs) -> FsResult<()> {
+pub(crate) fn setup(fs: &Fs) -> FsResult<()> {
     apply(fs, &Op::Mkdir("A"))?;
     apply(fs, &Op::Mkdir("B"))?;
     apply(fs, &Op::Creat("A/foo"))?;
@@ -195,7 +195,7 @@ fn check_into(w: &Workload, crash: &CrashOpts, nicfs_steps: bool, out: &mut Outc
 
 /// pm's fsck of a recovered image (at rest: recovery has freed every orphan): any problem
 /// is a violation.
-fn fsck(r: &Arc<PmRegion>) -> Result<(), String> {
+pub(crate) fn fsck(r: &Arc<PmRegion>) -> Result<(), String> {
     let report =
         linefs_pm::fsck::check_packed(r, &linefs_pm::fsck::Options { live: false }).map_err(|e| e.to_string())?;
     if report.is_clean() {

@@ -9,12 +9,17 @@
 //!   yet durable when few, bounded structured subsets and random ones when many, plus lines
 //!   torn at 8-byte granularity), recovered by the real mount path, and checked against the
 //!   acknowledged states.
+//! * [`replica`]: the same workload chain-replicated: its log shipped step by step into a
+//!   replica's copy (pm's `replica`) and published there, the *replica* crashed at every
+//!   fence of its copy writes and its publication; its recovered tree must be the primary's
+//!   after every acknowledged step (a prefix of the primary's history).
 //! * [`snapshot`]: the tree comparison and consistency check.
 //!
 //! [`run`] checks a list of workloads on several threads; `linefs crash-suite` drives it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod check;
+pub mod replica;
 pub mod snapshot;
 pub mod workload;
 
@@ -64,6 +69,18 @@ impl Report {
     }
 }
 
+/// Check one workload: published directly, by nicfs's steps, then on a replica
+/// ([`replica`]); the first violation ends it.
+pub fn check_all(w: &Workload, crash: &CrashOpts) -> check::Outcome {
+    let mut o = check::check(w, crash);
+    if o.violation.is_none() {
+        if let Err(e) = replica::check_into(w, crash, replica::Fault::None, &mut o) {
+            o.violation = Some(format!("replicated: {e}"));
+        }
+    }
+    o
+}
+
 /// Check `workloads` on `threads` threads; `progress(done, total, report so far)` is called
 /// after each workload.
 pub fn run(
@@ -80,7 +97,7 @@ pub fn run(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(w) = workloads.get(i) else { break };
-                let o = check::check(w, crash);
+                let o = check_all(w, crash);
                 let mut r = report.lock().unwrap_or_else(|p| p.into_inner());
                 r.workloads += 1;
                 r.points += o.points;
@@ -142,6 +159,27 @@ mod tests {
         let o = check::check(&w, &crash_opts(false, 1));
         assert!(o.states > 100, "too few crash states: {}", o.states);
         assert_eq!(o.violation, None);
+    }
+
+    /// The replica pass: every single step passes, and a replica that acknowledges a chunk
+    /// before it is persisted is caught.
+    #[test]
+    fn the_replica_pass_recovers_every_step_and_catches_an_early_ack() {
+        use replica::{check_into, Fault};
+        let all = workload::all(1);
+        let singles: Vec<&Workload> = all.iter().filter(|w| w.steps.len() == 1 && w.id % 5 == 0).collect();
+        let crash = crash_opts(true, 1);
+        let mut caught = 0;
+        for w in &singles {
+            let mut o = check::Outcome::default();
+            check_into(w, &crash, Fault::None, &mut o).unwrap_or_else(|e| panic!("workload {}: {e}", w.id));
+            assert!(o.states > 2, "too few crash states: {}", o.states);
+            let mut bad = check::Outcome::default();
+            caught += usize::from(check_into(w, &crash, Fault::AckBeforePersist, &mut bad).is_err());
+        }
+        // A step that logs nothing (a failing operation, a persistence point alone) ships
+        // nothing to lose.
+        assert!(caught * 2 > singles.len(), "an early ack caught in {caught} of {} workloads", singles.len());
     }
 
     /// The checker can fail: a state that differs from every acknowledged one is reported.

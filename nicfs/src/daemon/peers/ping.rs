@@ -4,7 +4,8 @@
 //! They travel in proto's frame (header, payload, the MAC trailer of check scheme 1) with a
 //! kind of the range `0x7F00..=0x7FFF`, which proto's kind table leaves to the peer link's
 //! own messages (proto's kinds are `0x01xx`–`0x03xx`). The header's `id` is the Ping's
-//! number (never 0), the Pong's the Ping's it answers.
+//! number (never 0), the Pong's the Ping's it answers. The range's other kinds so far are
+//! replication's, `0x7F10..=0x7F13` (Chunk, Ack, Probe, Rebase: `linefs_peer::repl`).
 //!
 //! Payload (every integer little-endian), 32 bytes, version 1:
 //!
