@@ -22,7 +22,7 @@ pub const DEFAULT_PM_SIZE: u64 = 1 << 30;
 /// How many nodes `up` brings up when neither `--nodes` nor an earlier `up` says: the one
 /// place the default lives (issue 23 wants 3 once replication lands; every test and script
 /// passes `--nodes` explicitly, so changing it changes nothing else).
-pub const DEFAULT_NODES: usize = 1;
+pub const DEFAULT_NODES: usize = 3;
 /// Most nodes `up` brings up (the node record's member set is 64 bits).
 pub const MAX_NODES: usize = 64;
 
@@ -59,9 +59,9 @@ pub fn default_nodes(dir: &ClusterDir) -> usize {
 /// `up --nodes`'s help: the default named from [`DEFAULT_NODES`].
 pub fn nodes_help() -> String {
     format!(
-        "Number of nodes, 1 to {MAX_NODES} (default: as many as an earlier up recorded, else {DEFAULT_NODES}). Until \
-         replication is built each node is a file system of its own (its mounts see only its files); the nodes \
-         are members of one cluster (ZooKeeper, epoch, chain)"
+        "Number of nodes, 1 to {MAX_NODES} (default: as many as an earlier up recorded, else {DEFAULT_NODES}). The nodes \
+         are members of one cluster (ZooKeeper, epoch, chain) and nicfs replicates every client log to every \
+         member"
     )
 }
 
@@ -376,10 +376,8 @@ pub fn up(dir: &ClusterDir, args: &UpArgs) -> CliResult<String> {
         }
         msg.push_str("; every nicfs joins the cluster as its node id (see linefs status)");
     }
-    if desc.nodes.len() > 1 {
-        msg.push_str(
-            "\n  each node is a file system of its own until replication is built: a mount sees its node's files only",
-        );
+    if desc.nodes.len() > 1 && desc.offload() == Offload::Off {
+        msg.push_str("\n  host-only nodes replicate nothing: each is a file system of its own");
     }
     Ok(msg)
 }

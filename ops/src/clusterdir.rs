@@ -24,8 +24,9 @@
 //! - `zk/` — the ZooKeeper servers `up` started on loopback, unless `--zk` named an
 //!   ensemble (see [`crate::zookeeper`]).
 //!
-//! Until replication is built each node of a cluster is a file system of its own (`up --nodes
-//! N` brings N nodes up as members of one cluster, sharing no files).
+//! With offload, every nicfs replicates its clients' logs to the other members, so each node's
+//! public area holds every node's published files (`up --nodes N`); a host-only cluster
+//! (`--offload off`) runs no nicfs, and its nodes share no files.
 
 use std::path::{Path, PathBuf};
 
