@@ -157,6 +157,7 @@ impl Driver {
                 let len = bytes.len() as u64;
                 let ring = self.node.ring_bytes();
                 let log = self.logs.entry(slot).or_default();
+                let published_from = log.end;
                 if from > log.end {
                     // The log between was dropped unpublished (a refused suffix, the
                     // checkpoint moved past it): the chain gets entries without records in
@@ -179,6 +180,14 @@ impl Driver {
                         let taken = log.held() - before;
                         // Bytes not kept (already held) are not in flight.
                         self.shared.flow.release(len - taken);
+                        // Handed over once published here: the engine's published mark
+                        // of the log follows (its reclaim point is min(published,
+                        // replicated); without it nothing was ever reclaimed, the bytes
+                        // held reached the high watermark and publication stopped).
+                        if end > published_from {
+                            let stream = StreamId { primary: self.me, slot };
+                            self.pending.push_back(Input::Published { stream, start: published_from, end });
+                        }
                         self.feed(Input::Append { slot, end });
                     }
                     Err(expected) => {
