@@ -144,6 +144,7 @@ fn cluster_view(dir: &ClusterDir, desc: &ClusterDesc, processes: &[Value]) -> Va
             "joins": c.map_or(Value::Null, |c| c["joins"].clone()),
             "last_error": c.map_or(Value::Null, |c| c["last_error"].clone()),
             "peers": peers.map_or(Value::Null, peer_links),
+            "replication": nicfs.map(|p| &p["status"]["replication"]).filter(|r| alive && r.is_object()).cloned().unwrap_or(Value::Null),
         }));
     }
     let chain = newest.map_or(json!([]), |c| c["chain"].clone());
@@ -438,6 +439,7 @@ pub fn render(v: &Value) -> String {
                     ));
                 }
             }
+            out.push_str(&replication_lines(&n["replication"]));
         }
     } else if !v["zk"].is_null() {
         out.push_str(&format!("zk       {} (recorded)\n", s(&v["zk"])));
@@ -525,9 +527,83 @@ pub fn render(v: &Value) -> String {
     out
 }
 
+/// A node's chain replication (its nicfs status's `replication`) as `status` lines: the
+/// counters, per own log each chain member's acknowledged LSN and lag, per replica copy how
+/// far it is durable and published; empty without one.
+fn replication_lines(r: &Value) -> String {
+    if !r.is_object() {
+        return String::new();
+    }
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let c = &r["counters"];
+    let mut out = format!(
+        "    replication: {} chunks sent ({} bytes on the wire), {} retransmitted, {} acks in, {} bytes in, {} stale dropped, {} refused, {} fsyncs waiting, {} bytes held\n",
+        n(&c["chunks_sent"]),
+        n(&c["bytes_sent"]),
+        n(&c["retransmits"]),
+        n(&c["acks_received"]),
+        n(&c["bytes_received"]),
+        n(&c["stale_dropped"]),
+        n(&c["refused_entries"]),
+        n(&r["fsyncs_waiting"]),
+        n(&r["memory_bytes"]),
+    );
+    for l in r["logs"].as_array().into_iter().flatten() {
+        let members: Vec<String> = l["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let acked = m["acked_lsn"].as_u64().map_or("-".to_string(), |a| a.to_string());
+                format!(
+                    "node {} acked {acked} (lag {} bytes, {} ms)",
+                    n(&m["node"]),
+                    n(&m["lag_bytes"]),
+                    n(&m["lag_ms"])
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "      slot {}: appended {}, replicated {}; {}\n",
+            n(&l["slot"]),
+            n(&l["appended_lsn"]),
+            n(&l["replicated_lsn"]),
+            if members.is_empty() { "no other member".to_string() } else { members.join(", ") }
+        ));
+    }
+    for c in r["copies"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "      copy of node {} slot {}: durable {}, published {}\n",
+            n(&c["origin"]),
+            n(&c["slot"]),
+            n(&c["durable_lsn"]),
+            n(&c["published_lsn"])
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replication_lines_show_each_member_and_copy() {
+        assert_eq!(replication_lines(&Value::Null), "");
+        let r = json!({
+            "counters": {"chunks_sent": 4, "bytes_sent": 900, "retransmits": 1, "acks_received": 8, "bytes_received": 10, "stale_dropped": 0, "refused_entries": 0},
+            "fsyncs_waiting": 1,
+            "memory_bytes": 4096,
+            "logs": [{"slot": 0, "appended_lsn": 4096, "replicated_lsn": 2048, "members": [
+                {"node": 1, "acked_lsn": 4096, "lag_bytes": 0, "lag_ms": 0},
+                {"node": 2, "acked_lsn": null, "lag_bytes": 2048, "lag_ms": 35}]}],
+            "copies": [{"origin": 1, "slot": 3, "durable_lsn": 640, "published_lsn": 576}],
+        });
+        let text = replication_lines(&r);
+        assert!(text.contains("4 chunks sent (900 bytes on the wire), 1 retransmitted"), "{text}");
+        assert!(text.contains("slot 0: appended 4096, replicated 2048; node 1 acked 4096 (lag 0 bytes, 0 ms), node 2 acked - (lag 2048 bytes, 35 ms)"), "{text}");
+        assert!(text.contains("copy of node 1 slot 3: durable 640, published 576"), "{text}");
+    }
 
     #[test]
     fn durations_take_the_unit_that_suits_them() {

@@ -136,6 +136,13 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
         assert_eq!(read_file(&p, first, 23), b"replicated bytes, alpha");
         assert_eq!(read_file(&p, first + 1, 8), b"and beta");
     }
+    // Acknowledged by both and published here: the bytes are let go.
+    until("node 0 to reclaim what both replicas hold", || {
+        let st = nodes[0].status();
+        let logs = replication(&st)["logs"].as_array().cloned().unwrap_or_default();
+        logs.iter().any(|l| l["slot"] == slot && l["reclaimed_lsn"].as_u64() >= Some(end))
+            && replication(&st)["memory_bytes"] == 0
+    });
     let st = nodes[0].status();
     let log = replication(&st)["logs"].as_array().unwrap().iter().find(|l| l["slot"] == slot).cloned().unwrap();
     assert!(log["replicated_lsn"].as_u64().unwrap() >= end, "{st:#}");
@@ -234,6 +241,15 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
     }
     let gaps = replication(&nodes[0].status())["counters"]["gaps_filled"].as_u64();
     assert_eq!(gaps, Some(1));
+    until("node 0 to let go of everything both replicas hold", || replication(&nodes[0].status())["memory_bytes"] == 0);
+    // A tail shorter than a chunk, published and never fsynced, still reaches the replicas.
+    next.append(&create_file(ino + 1, b"zeta", b"no fsync"));
+    next.chunk_ready();
+    let _ = expect_published(&next);
+    let tail = next.tail;
+    for n in [1, 2] {
+        until(&format!("node {n} to hold the unfsynced tail"), || published_to(&nodes[n], bad_slot, tail));
+    }
     drop(next);
     drop(c);
 

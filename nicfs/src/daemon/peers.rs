@@ -640,15 +640,71 @@ mod tests {
 
     /// Node 1's links, a key, and node 0 (this test) in a view of epoch 5.
     fn node1() -> (tempfile::TempDir, ClusterKey, Peers) {
+        let (d, k, p, _) = node1_with_inbox();
+        (d, k, p)
+    }
+
+    /// [`node1`], and where its replication frames go.
+    fn node1_with_inbox() -> (tempfile::TempDir, ClusterKey, Peers, crossbeam_channel::Receiver<Inbound>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("key");
         let key = ClusterKey::generate(&path).unwrap();
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let peers = Peers::start(1, &path, any, any, None).unwrap();
+        let (tx, inbox) = crossbeam_channel::unbounded();
+        let peers = Peers::start(1, &path, any, any, Some(tx)).unwrap();
         let (ll, bulk) = peers.addrs();
         let nowhere = "127.0.0.1:1".to_string();
         peers.set_view(5, &[(0, nowhere.clone(), nowhere), (1, ll.to_string(), bulk.to_string())]);
-        (dir, key, peers)
+        (dir, key, peers, inbox)
+    }
+
+    #[test]
+    fn replication_frames_enter_at_the_one_entry_point_and_stale_ones_are_dropped_there() {
+        let (_d, key, peers, inbox) = node1_with_inbox();
+        let cfg = LinkConfig::default();
+        let link = TcpLink::connect(peers.addrs().0, &key, 0, Class::LowLatency, Some(1), &cfg).unwrap();
+        let send = |frame: &ReplFrame| {
+            let (kind, payload, _) = repl::encode(frame, false).unwrap();
+            let header = linefs_proto::frame::Header {
+                version: linefs_proto::PROTOCOL_VERSION,
+                kind,
+                payload_len: payload.len() as u32,
+                fd_count: 0,
+                check: linefs_proto::frame::CHECK_NONE,
+                id: 1,
+            };
+            let mut f = header.encode().to_vec();
+            f.extend_from_slice(&payload);
+            link.send_raw(&f).unwrap();
+        };
+        send(&ReplFrame::Probe { stream: (0, 2), epoch: 4 });
+        send(&ReplFrame::Ack { stream: (1, 2), epoch: 5, durable: 64, published: 0 });
+        let got = inbox.recv_timeout(Duration::from_secs(5)).expect("the current epoch's frame");
+        assert_eq!(got.from, 0);
+        assert_eq!(got.frame, ReplFrame::Ack { stream: (1, 2), epoch: 5, durable: 64, published: 0 });
+        assert!(inbox.try_recv().is_err(), "the stale Probe never reached the inbox");
+        assert_eq!(peers.status().stale_dropped, 1);
+        // A payload that does not decode closes the link.
+        let (kind, mut payload, _) = repl::encode(&ReplFrame::Probe { stream: (0, 2), epoch: 5 }, false).unwrap();
+        payload[0] = 9;
+        let header = linefs_proto::frame::Header {
+            version: linefs_proto::PROTOCOL_VERSION,
+            kind,
+            payload_len: payload.len() as u32,
+            fd_count: 0,
+            check: linefs_proto::frame::CHECK_NONE,
+            id: 2,
+        };
+        let mut f = header.encode().to_vec();
+        f.extend_from_slice(&payload);
+        link.send_raw(&f).unwrap();
+        let end = Instant::now() + Duration::from_secs(2);
+        while peers.status().peers[0].low_latency.state == "connected" {
+            assert!(Instant::now() < end, "the link was not closed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(inbox.try_recv().is_err());
+        peers.stop();
     }
 
     fn beat(link: &TcpLink, timeout: Duration) -> Option<Beat> {

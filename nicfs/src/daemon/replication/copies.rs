@@ -41,14 +41,17 @@ use std::sync::Arc;
 /// One copy: its file and the writers' credentials of the ranges received since start.
 pub(crate) struct Copy {
     pub(crate) log: ReplicaLog,
-    /// Range start → (range end, credentials), ranges not overlapping, adjacent ones of the
-    /// same credentials merged.
-    creds: Mutex<BTreeMap<u64, (u64, Arc<Creds>)>>,
+    creds: Writers,
 }
 
-impl Copy {
+/// Range start → (range end, credentials): who wrote which range of a copy. Ranges do not
+/// overlap; adjacent ones of the same credentials are merged.
+#[derive(Default)]
+struct Writers(Mutex<BTreeMap<u64, (u64, Arc<Creds>)>>);
+
+impl Writers {
     fn note(&self, start: u64, end: u64, creds: &Arc<Creds>) {
-        let mut m = self.creds.lock();
+        let mut m = self.0.lock();
         // Extend the range that ends at `start` if it has the same credentials.
         if let Some((_, (e, c))) = m.range_mut(..start).next_back() {
             if *e == start && **c == **creds {
@@ -62,18 +65,18 @@ impl Copy {
     /// The credentials at `lsn` and where their range ends (None: not known, the range
     /// came before a restart; it ends at the next known range).
     fn at(&self, lsn: u64) -> (Option<Arc<Creds>>, u64) {
-        let m = self.creds.lock();
+        let m = self.0.lock();
         if let Some((_, (e, c))) = m.range(..=lsn).next_back() {
             if *e > lsn {
                 return (Some(c.clone()), *e);
             }
         }
-        (None, m.range(lsn + 1..).next().map_or(u64::MAX, |(&s, _)| s))
+        (None, m.range(lsn.saturating_add(1)..).next().map_or(u64::MAX, |(&s, _)| s))
     }
 
     /// Forgets the credentials of what is published.
     fn trim(&self, upto: u64) {
-        let mut m = self.creds.lock();
+        let mut m = self.0.lock();
         while let Some((&s, &(e, _))) = m.first_key_value() {
             if e > upto {
                 break;
@@ -122,7 +125,7 @@ impl Copies {
             return Ok(c.clone());
         }
         let log = ReplicaLog::open_or_create(&self.node.dir, &self.node.geometry, stream.primary, stream.slot)?;
-        let c = Arc::new(Copy { log, creds: Mutex::new(BTreeMap::new()) });
+        let c = Arc::new(Copy { log, creds: Writers::default() });
         self.copies.insert(stream, c.clone());
         Ok(c)
     }
@@ -138,7 +141,7 @@ impl Copies {
     ) -> Result<(), FormatError> {
         let c = self.get(stream)?;
         c.log.write(start, data)?;
-        c.note(start, start + data.len() as u64, creds);
+        c.creds.note(start, start + data.len() as u64, creds);
         Ok(())
     }
 
@@ -210,7 +213,7 @@ impl Publisher {
             if from >= target {
                 return;
             }
-            let (creds, range_end) = copy.at(from);
+            let (creds, range_end) = copy.creds.at(from);
             let until = target.min(range_end);
             let grants = self.grants.entry(stream).or_default();
             let mut perms = RemotePerms { creds: creds.as_deref(), grants };
@@ -220,7 +223,20 @@ impl Publisher {
                 // Nothing whole to publish yet: the rest of an entry is not durable here.
                 Ok(_) => return,
                 Err(SlotError::Rejected { lsn, why, published, .. }) => {
-                    let skip_to = batch_end.max(published.upto);
+                    // Past the batch's last whole entry, and at least past the refused one
+                    // (a first entry that does not decode ends the batch before it).
+                    let refused_end = copy
+                        .log
+                        .log()
+                        .scan_bounded(from, until, u64::MAX)
+                        .ok()
+                        .and_then(|scan| scan.entries.iter().find(|e| e.lsn >= lsn).map(|e| e.end))
+                        .unwrap_or(0);
+                    let skip_to = batch_end.max(published.upto).max(refused_end);
+                    if skip_to <= from {
+                        tracing::error!(%stream, lsn, reason = %why, "a refused replicated entry cannot be skipped; the copy waits");
+                        return;
+                    }
                     add(&self.counters.refused_entries, 1);
                     tracing::error!(
                         %stream,
@@ -236,7 +252,12 @@ impl Publisher {
                     }
                     self.published(stream, copy, from, skip_to);
                 }
-                Err(SlotError::Stale { .. }) => continue,
+                // Only this thread publishes copies: a checkpoint that moved under the batch
+                // is retried with the next job, not in a loop.
+                Err(e @ SlotError::Stale { .. }) => {
+                    tracing::debug!(%stream, error = %e, "stale replica batch");
+                    return;
+                }
                 Err(e) => {
                     tracing::error!(%stream, error = %e, "publishing a replica copy failed; retried with its next chunk");
                     return;
@@ -246,7 +267,7 @@ impl Publisher {
     }
 
     fn published(&self, stream: StreamId, copy: &Copy, start: u64, end: u64) {
-        copy.trim(end);
+        copy.creds.trim(end);
         let _ = self.report.send(Msg::Published { stream, start, end });
     }
 }
@@ -286,5 +307,30 @@ impl Permissions for RemotePerms<'_> {
 
     fn freed(&mut self, ino: u64) {
         self.grants.remove(&ino);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writers_of_ranges_are_merged_found_and_forgotten() {
+        let w = Writers::default();
+        let a = Arc::new(Creds { uid: 1, ..Creds::default() });
+        let b = Arc::new(Creds { uid: 2, ..Creds::default() });
+        w.note(0, 100, &a);
+        w.note(100, 200, &a);
+        w.note(200, 300, &b);
+        w.note(400, 500, &a);
+        assert_eq!(w.0.lock().len(), 3, "the two adjacent ranges of one writer are one");
+        assert_eq!(w.at(150), (Some(a.clone()), 200));
+        assert_eq!(w.at(250), (Some(b.clone()), 300));
+        assert_eq!(w.at(300), (None, 400), "unknown up to the next known range");
+        assert_eq!(w.at(600), (None, u64::MAX));
+        assert_eq!(w.at(u64::MAX), (None, u64::MAX));
+        w.trim(300);
+        assert_eq!(w.at(150), (None, 400));
+        assert_eq!(w.at(450), (Some(a), 500));
     }
 }

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// How often the engine is ticked (retransmissions, probes) when it has something to do.
 const TICK: Duration = Duration::from_millis(100);
+/// An own log's tail shorter than a chunk, appended this long ago with nothing after it,
+/// is shipped without waiting for an fsync (an fsync of the driver's own, nobody waits).
+const IDLE_FLUSH: Duration = Duration::from_millis(200);
 
 pub(crate) struct Driver {
     me: u32,
@@ -34,6 +37,8 @@ pub(crate) struct Driver {
     publish: crossbeam_channel::Sender<Job>,
     /// Fsyncs waiting: op → (the sequencer to wake, the LSN).
     fsyncs: HashMap<OpId, (crossbeam_channel::Sender<Event>, u64)>,
+    /// The driver's own fsyncs of idle tails ([`IDLE_FLUSH`]): op → slot.
+    flushes: HashMap<OpId, u32>,
     next_op: OpId,
     /// Inputs produced while carrying out outputs.
     pending: VecDeque<Input>,
@@ -107,6 +112,7 @@ impl Driver {
             copies,
             publish,
             fsyncs: HashMap::new(),
+            flushes: HashMap::new(),
             next_op: 1,
             pending: VecDeque::new(),
             incoming: None,
@@ -160,7 +166,9 @@ impl Driver {
                 let len = bytes.len() as u64;
                 let ring = self.node.ring_bytes();
                 let log = self.logs.entry(slot).or_default();
-                let published_from = log.end;
+                // Published here from: a gap filled below counts as published too (the
+                // checkpoint moved past it).
+                let published_from = from.min(log.end);
                 if from > log.end {
                     // The log between was dropped unpublished (a refused suffix, the
                     // checkpoint moved past it): the chain gets entries without records in
@@ -183,15 +191,10 @@ impl Driver {
                         let taken = log.held() - before;
                         // Bytes not kept (already held) are not in flight.
                         self.shared.flow.release(len - taken);
-                        // Handed over once published here: the engine's published mark
-                        // of the log follows (its reclaim point is min(published,
-                        // replicated); without it nothing was ever reclaimed, the bytes
-                        // held reached the high watermark and publication stopped).
-                        if end > published_from {
-                            let stream = StreamId { primary: self.me, slot };
-                            self.pending.push_back(Input::Published { stream, start: published_from, end });
-                        }
+                        // Published here already (the pipeline hands over what it published).
+                        let stream = StreamId { primary: self.me, slot };
                         self.feed(Input::Append { slot, end });
+                        self.feed(Input::Published { stream, start: published_from, end });
                     }
                     Err(expected) => {
                         self.shared.flow.release(len);
@@ -254,10 +257,38 @@ impl Driver {
             self.persist(stream, start, data, creds);
         }
         self.drain();
+        self.flush_idle_tails();
         if self.engine.tick_would_act() && self.stalled() {
             self.feed(Input::Tick);
         }
         self.snapshot();
+    }
+
+    /// Ships the tails of own logs that stay shorter than a chunk (the engine ships full
+    /// chunks proactively, the rest on an fsync): an fsync of the driver's own, so a tail
+    /// does not wait for the client's next fsync and the members' lag stays bounded.
+    fn flush_idle_tails(&mut self) {
+        let now = Instant::now();
+        let idle: Vec<(u32, u64)> = self
+            .logs
+            .iter()
+            .filter(|(slot, mem)| {
+                !self.flushes.values().any(|s| s == *slot)
+                    && mem.last_append().is_some_and(|t| now.saturating_duration_since(t) >= IDLE_FLUSH)
+                    && self.engine.members(**slot).is_some_and(|m| !m.is_empty())
+            })
+            .filter_map(|(&slot, _)| {
+                let log = self.engine.log(slot)?;
+                (log.shipped < log.appended).then_some((slot, log.appended))
+            })
+            .collect();
+        for (slot, lsn) in idle {
+            let op = self.next_op;
+            self.next_op += 1;
+            self.flushes.insert(op, slot);
+            let stream = StreamId { primary: self.me, slot };
+            self.feed(Input::Fsync { op, targets: vec![(stream, lsn)] });
+        }
     }
 
     /// Whether some own log's slowest member made no progress since the last tick (or has
@@ -324,6 +355,7 @@ impl Driver {
                 }
             }
             Output::FsyncDone { op } => {
+                self.flushes.remove(&op);
                 if let Some((wake, lsn)) = self.fsyncs.remove(&op) {
                     add(&self.shared.counters.fsyncs_done, 1);
                     let _ = wake.send(Event::Replicated { lsn });
@@ -332,6 +364,7 @@ impl Driver {
             Output::FsyncRefused { op, stream } => {
                 tracing::error!(op, %stream, "an fsync named a stream this node is not the primary of");
                 self.fsyncs.remove(&op);
+                self.flushes.remove(&op);
             }
             Output::NewerEpoch { epoch, from } => {
                 tracing::debug!(epoch, from, mine = self.engine.epoch(), "a peer speaks from a newer epoch");
@@ -515,7 +548,7 @@ impl Driver {
             chain: engine.view().map(|v| v.nodes.clone()).unwrap_or_default(),
             logs,
             copies: self.copies.status(engine),
-            fsyncs_waiting: engine.pending_fsyncs().count(),
+            fsyncs_waiting: engine.pending_fsyncs().count().saturating_sub(self.flushes.len()),
             ..ReplicationStatus::default()
         };
         *self.shared.status.lock() = st;

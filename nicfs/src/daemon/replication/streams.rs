@@ -161,6 +161,11 @@ impl Log {
         out
     }
 
+    /// When the last append was made (None: nothing held).
+    pub(crate) fn last_append(&self) -> Option<Instant> {
+        self.times.back().map(|&(_, t)| t)
+    }
+
     /// Bytes held.
     pub(crate) fn held(&self) -> u64 {
         self.pieces.iter().map(|p| p.bytes.len() as u64).sum()
