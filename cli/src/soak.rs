@@ -21,6 +21,15 @@
 //! `kill-host`; `restart-nic` recovers the node from the PM — the mount's log included —
 //! before `restart-host` remounts). Every acknowledged file must survive each of them.
 //!
+//! With `--nodes N` (N > 1) the cluster is a replicated one as `linefs up --nodes N` brings
+//! up (ZooKeeper, chain replication); the writer stays on node 0, and a third of the events
+//! kill a replica node's nicfs, kworker or both (`kill-nic`, and restarted with
+//! `restart-nic` / `restart-host`) while the writer goes on. After each failure in the chain
+//! the soak waits for node 0's logs to be replicated ([`replicas`]). At the end every
+//! acknowledged file is read back through node 0, then — node 0 unmounted, each other node
+//! caught up with its copies published — through a mount of each other node, and every node
+//! passes fsck.
+//!
 //! The writer works in a subdirectory of the mount so that, once the dead mount is detached,
 //! its calls fail (the directory does not exist underneath) instead of landing in the empty
 //! mount point.
@@ -369,7 +378,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
             stop.store(true, Ordering::SeqCst);
             writer_failed(w.join())?;
             let when = format!("after kill {kills} ({kind:?})");
-            catch_up += replicas::wait_replicated(&soak, &when)?;
+            catch_up += replicas::wait_replicated(&soak, a.nodes, &when)?;
             checks += verify(&work, &manifest, &when)?;
             next = lock(&manifest).next.max(next) + 1000;
             continue;
@@ -405,7 +414,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
         if kind == Kill::NicAndHost && a.nodes > 1 {
             // The restarted primary ships what its replicas lack (from the log as it found
             // it) once it is back in the view.
-            catch_up += replicas::wait_replicated(&soak, &format!("after kill {kills} ({kind:?})"))?;
+            catch_up += replicas::wait_replicated(&soak, a.nodes, &format!("after kill {kills} ({kind:?})"))?;
         }
         checks += verify(&work, &manifest, &format!("after kill {kills} ({kind:?})"))?;
         let m = lock(&manifest);
@@ -433,7 +442,7 @@ pub fn run(dir: &ClusterDir, a: &Args) -> CliResult<String> {
     mounts::umount(&soak, &mnt)?;
     let wait = Instant::now();
     for node in 1..a.nodes {
-        replicas::wait_caught_up(&soak, node)?;
+        replicas::wait_caught_up(&soak, a.nodes, node)?;
         let m = soak.root.join(format!("mnt{node}"));
         std::fs::create_dir_all(&m).ctx(|| format!("{}: create", m.display()))?;
         mounts::mount(&soak, node, "linefs", Vec::new(), &m)?;

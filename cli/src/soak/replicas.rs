@@ -16,12 +16,16 @@ const CATCH_UP: Duration = Duration::from_secs(60);
 /// A status file older than this is not taken as the daemon's current state.
 const FRESH: Duration = Duration::from_secs(2);
 
-/// Node 0's logs that hold anything: slot → appended LSN, once each is replicated as far
-/// (None while some is not).
-fn primary_done(dir: &ClusterDir) -> Result<BTreeMap<u64, u64>, String> {
+/// Node 0's logs that hold anything: slot → appended LSN, once all `nodes` are in node 0's
+/// chain and every other one has acknowledged each log durable as far as it is appended.
+fn primary_done(dir: &ClusterDir, nodes: usize) -> Result<BTreeMap<u64, u64>, String> {
     let (st, age) = daemons::nicfs_status(dir, 0).ok_or("node 0 has no status file")?;
     if age > FRESH {
         return Err(format!("node 0's status is {} ms old", age.as_millis()));
+    }
+    let chain = &st["replication"]["chain"];
+    if chain.as_array().map_or(0, |c| c.len()) != nodes {
+        return Err(format!("node 0's chain is {chain}, not all {nodes} nodes"));
     }
     let mut out = BTreeMap::new();
     for log in st["replication"]["logs"].as_array().into_iter().flatten() {
@@ -35,6 +39,11 @@ fn primary_done(dir: &ClusterDir) -> Result<BTreeMap<u64, u64>, String> {
         }
         if replicated < appended {
             return Err(format!("node 0's slot {slot}: appended {appended}, replicated {replicated}"));
+        }
+        let members = log["members"].as_array().map_or(0, |m| m.len());
+        let behind = log["members"].as_array().into_iter().flatten().find(|m| m["acked_lsn"].as_u64() < Some(appended));
+        if members + 1 != nodes || behind.is_some() {
+            return Err(format!("node 0's slot {slot}: appended {appended}, members {}", log["members"]));
         }
         out.insert(slot, appended);
     }
@@ -64,16 +73,16 @@ fn copies_done(dir: &ClusterDir, node: usize, targets: &BTreeMap<u64, u64>) -> R
     Ok(())
 }
 
-/// Waits until node 0's logs are replicated as far as they are appended (every chain
-/// member holds them durable), at most [`CATCH_UP`]; `when` names the moment in an error.
+/// Waits until every node is back in node 0's chain and node 0's logs are acknowledged
+/// durable by each as far as they are appended, at most [`CATCH_UP`]; `when` names the moment in an error.
 /// The soak waits for this after each failure it injects into the chain, so that one
 /// failure is over before the next begins: a primary's nicfs that restarts again before its
 /// replicas caught up, or a replica out of the view while the primary reclaims past it,
 /// needs the state transfer that is not built yet (docs, "Replication in nicfs").
-pub(super) fn wait_replicated(dir: &ClusterDir, when: &str) -> CliResult<Duration> {
+pub(super) fn wait_replicated(dir: &ClusterDir, nodes: usize, when: &str) -> CliResult<Duration> {
     let start = Instant::now();
     loop {
-        let why = match primary_done(dir) {
+        let why = match primary_done(dir, nodes) {
             Ok(_) => return Ok(start.elapsed()),
             Err(e) => e,
         };
@@ -86,10 +95,10 @@ pub(super) fn wait_replicated(dir: &ClusterDir, when: &str) -> CliResult<Duratio
 
 /// Waits until node `node` has published everything node 0 published (see the module
 /// notes); an error names what stayed behind.
-pub(super) fn wait_caught_up(dir: &ClusterDir, node: usize) -> CliResult<()> {
+pub(super) fn wait_caught_up(dir: &ClusterDir, nodes: usize, node: usize) -> CliResult<()> {
     let start = Instant::now();
     loop {
-        let why = match primary_done(dir) {
+        let why = match primary_done(dir, nodes) {
             Ok(targets) => match copies_done(dir, node, &targets) {
                 Ok(()) => return Ok(()),
                 Err(e) => e,

@@ -74,8 +74,8 @@ impl Driver {
             let at = node.checkpoint(slot);
             // What this node published before it restarted but a member may not hold yet
             // is read from the old log file when the member's ack says it lacks it (see
-            // `send_previous`): the engine starts as if a ring below the checkpoint could
-            // still be shipped, and asks a member to rebase only below that.
+            // `send_previous`): the engine's reclaimed point starts a ring below the
+            // checkpoint (it asks a member to rebase only below that).
             let log = Log::at(at);
             let mut low = at;
             if let Some((old, found)) = node.take_previous(slot) {
@@ -84,7 +84,10 @@ impl Driver {
                     previous.insert(slot, (old, at));
                 }
             }
-            recovered.push(Recovered::Primary { slot, appended: at, published: at, replicated: low, reclaimed: low });
+            // Shipped (max of replicated and reclaimed) is the checkpoint: a member's first
+            // ack below it has the engine resend from the member's durable end (an entry
+            // boundary), not from `low`.
+            recovered.push(Recovered::Primary { slot, appended: at, published: at, replicated: at, reclaimed: low });
             logs.insert(slot, log);
         }
         let (copies, found) = Copies::open(node.clone(), me);
