@@ -165,7 +165,7 @@ fn ids(v: &Value) -> Vec<u64> {
     v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().filter_map(Value::as_u64).collect()
 }
 
-/// Several nodes come up as members of one cluster (each still a file system of its own): a
+/// Several nodes come up as members of one cluster: a
 /// killed nicfs leaves the view, a restarted one joins again at the tail, each node's record
 /// holds the view it last saw.
 #[test]
