@@ -442,7 +442,11 @@ impl HostLink {
             (kw.conn, kw.writer.clone())
         };
         let frame = Frame { id: self.next_frame.fetch_add(1, Ordering::Relaxed), msg: Kworker::CopyList(list.clone()) };
-        if let Err(e) = write_frame(&writer.lock(), &frame) {
+        // The writer's guard must be gone before `detach`, which locks the writer to shut it
+        // down: a guard in the `if let` itself would live through the block (a self-deadlock
+        // of the publish thread when a killed kworker's socket refuses the write; the soak hit it).
+        let sent = write_frame(&writer.lock(), &frame);
+        if let Err(e) = sent {
             tracing::warn!(list = list.list_id, error = %e, "cannot send the copy list to the kworker");
             self.detach(conn, format!("cannot send to the kworker: {e}"));
             return None;
