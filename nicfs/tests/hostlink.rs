@@ -216,3 +216,49 @@ fn copy_lists_by_kworker_by_nicfs_and_redone_after_kill() {
     assert_eq!((st.lists_redone, st.lists_by_kworker, st.lists_by_nicfs), (1, 1, 2));
     assert_eq!((st.bytes_by_kworker, st.bytes_by_nicfs), (bytes(&e2[..2]), bytes(&e1) + bytes(&e3)));
 }
+
+/// A kworker whose socket refuses nicfs's writes (it shut its reading side: nicfs's send
+/// fails with EPIPE while its reader has not seen the connection end) is detached on the
+/// failed send and the list done by nicfs — the send path once deadlocked on the writer's own
+/// lock there (the 1-node soak hung with the publish thread parked in `detach`).
+#[test]
+fn a_failed_send_to_the_kworker_detaches_it_and_nicfs_copies() {
+    let n = TestNode::new();
+    let socket = n.dir.path().join("nicfs.sock");
+    let public = n.public_path();
+    let host = Arc::new(HostLink::new(n.node.clone(), Duration::from_millis(100)));
+    serve(host.clone(), &socket);
+    // The fake kworker is a child process: nicfs kills a kworker it gives up with lists in
+    // flight, and that must not be the test.
+    // SAFETY: the child only connects, writes a frame, shuts a socket and sleeps, then exits
+    // without unwinding; glibc's allocator is usable after fork.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+    if child == 0 {
+        let (s, _) = hello(&socket, Role::Kworker);
+        let _ = s.shutdown(std::net::Shutdown::Read);
+        std::thread::sleep(Duration::from_secs(30));
+        // SAFETY: ends the child at once, with no unwinding into the test harness.
+        unsafe { libc::_exit(0) };
+    }
+    wait_for("the kworker attached", || (host.mode() == Mode::Normal).then_some(()));
+    // Its reading side shut: the next send to it fails.
+    std::thread::sleep(Duration::from_millis(200));
+
+    let e = entries(&n, 5);
+    let want = expected(&std::fs::read(&public).unwrap(), &e);
+    let h = host.clone();
+    let ec = e.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(h.copy(&ec, Duration::from_secs(5))));
+    let c = rx.recv_timeout(Duration::from_secs(10)).expect("copy hung after a failed send").unwrap();
+    assert_eq!(c.by_nicfs, 1, "{c:?}");
+    assert_eq!(c.by_kworker, 0, "{c:?}");
+    assert!(std::fs::read(&public).unwrap() == want, "nicfs's copy left other bytes");
+    assert_eq!(host.mode(), Mode::Isolated);
+    // SAFETY: plain syscalls on the child's pid.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+}
