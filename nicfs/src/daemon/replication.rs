@@ -16,7 +16,8 @@
 //! * **What is shipped** is what the pipeline validated and published here
 //!   ([`crate::pipeline::replicate`]), kept in memory until every chain member acknowledged
 //!   it durable (the engine's reclaim point); the bytes in memory are bounded by a high and
-//!   a low watermark ([`streams::Flow`]): above the high one the publish stage waits.
+//!   a low watermark (`linefs_chain::flow::Watermark` in [`streams::Flow`]): above the high
+//!   one the publish stage waits, until at or under the low one.
 //! * **Classes**: acks, probes, rebases and urgent chunks (an fsync's remainder) go on the
 //!   low-latency link, proactive chunks on the bulk one; chunks are lz4-compressed on the
 //!   wire when that makes them smaller (urgent ones are not compressed).
@@ -169,8 +170,9 @@ impl Replication {
     pub(crate) fn status(&self) -> ReplicationStatus {
         let mut st = self.shared.status.lock().clone();
         st.counters = self.shared.counters.snapshot();
-        st.memory_bytes = self.shared.flow.bytes();
-        st.paused = self.shared.flow.paused();
+        st.flow = self.shared.flow.status();
+        st.memory_bytes = st.flow.bytes;
+        st.paused = st.flow.paused;
         st
     }
 

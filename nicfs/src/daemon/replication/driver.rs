@@ -187,14 +187,14 @@ impl Driver {
                     Ok(end) => {
                         let taken = log.held() - before;
                         // Bytes not kept (already held) are not in flight.
-                        self.shared.flow.release(len - taken);
+                        self.shared.flow.shrink(len, taken);
                         // Published here already (the pipeline hands over what it published).
                         let stream = StreamId { primary: self.me, slot };
                         self.feed(Input::Append { slot, end });
                         self.feed(Input::Published { stream, start: published_from, end });
                     }
                     Err(expected) => {
-                        self.shared.flow.release(len);
+                        self.shared.flow.shrink(len, 0);
                         tracing::error!(
                             slot,
                             from,
@@ -346,8 +346,9 @@ impl Driver {
             Output::Reclaim { stream, upto } => {
                 if stream.primary == self.me {
                     if let Some(log) = self.logs.get_mut(&stream.slot) {
-                        let freed = log.reclaim(upto);
-                        self.shared.flow.release(freed);
+                        for piece in log.reclaim(upto) {
+                            self.shared.flow.release(piece);
+                        }
                     }
                 }
             }

@@ -126,6 +126,26 @@ impl Counters {
     }
 }
 
+/// The memory watermark (`linefs_chain::flow::Watermark`) over the log bytes held for the
+/// chain: publication waits while paused.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub(crate) struct FlowStatus {
+    /// Above the high watermark: publication waits until at or under the low one.
+    pub(crate) paused: bool,
+    /// Log bytes held, and the pieces they are in.
+    pub(crate) bytes: u64,
+    pub(crate) pieces: u64,
+    pub(crate) high_bytes: u64,
+    pub(crate) low_bytes: u64,
+    /// Times it paused and resumed since start.
+    pub(crate) pauses: u64,
+    pub(crate) resumes: u64,
+    /// Most bytes held at once.
+    pub(crate) peak_bytes: u64,
+    /// Releases of more than was held (a driver's mistake; clamped).
+    pub(crate) excess_releases: u64,
+}
+
 /// Replication as the status file shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub(crate) struct ReplicationStatus {
@@ -140,7 +160,9 @@ pub(crate) struct ReplicationStatus {
     pub(crate) fsyncs_waiting: usize,
     /// Log bytes held in memory for the members, all logs together.
     pub(crate) memory_bytes: u64,
-    /// Above the high watermark: publication waits until below the low one.
+    /// Above the high watermark: publication waits until at or under the low one.
     pub(crate) paused: bool,
+    /// The watermark in full.
+    pub(crate) flow: FlowStatus,
     pub(crate) counters: CounterSnapshot,
 }
