@@ -143,6 +143,8 @@ pub(crate) struct Piece {
     pub(crate) start: u64,
     pub(crate) bytes: Arc<[u8]>,
     pub(crate) writer: Arc<Writer>,
+    /// When it was appended.
+    pub(crate) at: Instant,
 }
 
 impl Piece {
@@ -180,9 +182,10 @@ impl Log {
         }
         let skip = (self.end - from) as usize;
         let bytes = if skip == 0 { bytes } else { Arc::from(&bytes[skip..]) };
-        self.pieces.push_back(Piece { start: self.end, bytes, writer });
+        let at = Instant::now();
+        self.pieces.push_back(Piece { start: self.end, bytes, writer, at });
         self.end = end;
-        self.times.push_back((end, Instant::now()));
+        self.times.push_back((end, at));
         Ok(end)
     }
 
@@ -219,7 +222,7 @@ impl Log {
             } else {
                 Arc::from(&p.bytes[(a - p.start) as usize..(b - p.start) as usize])
             };
-            out.push(Piece { start: a, bytes, writer: p.writer.clone() });
+            out.push(Piece { start: a, bytes, writer: p.writer.clone(), at: p.at });
         }
         out
     }
