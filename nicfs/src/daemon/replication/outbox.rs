@@ -232,6 +232,10 @@ impl Sender {
             };
             let queue = u32::try_from(frames.len()).unwrap_or(u32::MAX);
             let t = Instant::now();
+            if let Some((meta, _)) = &e.chunk {
+                // Before the write, so that an ack racing this thread finds it.
+                self.stages.sent(self.to, None, meta.first, t);
+            }
             if let Err(err) = self.peers.send(self.to, self.class, e.kind, &e.payload) {
                 add(&self.counters.send_dropped, 1);
                 tracing::debug!(node = self.to, bulk = self.class == Class::Bulk, "replication frame not sent: {err}");
@@ -259,7 +263,7 @@ impl Sender {
                     send_queue: queue,
                 });
             }
-            self.stages.sent(self.to, meta.appended, meta.first, Instant::now());
+            self.stages.sent(self.to, meta.appended, None, t);
         }
     }
 }
