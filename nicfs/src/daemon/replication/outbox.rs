@@ -267,3 +267,79 @@ impl Sender {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::peers::Inbound;
+    use linefs_peer::repl::Creds;
+    use linefs_peer::ClusterKey;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    fn chunk(urgent: bool, data: Vec<u8>) -> ReplFrame {
+        ReplFrame::Chunk { stream: (0, 1), epoch: 5, start: 0, urgent, creds: Creds::default(), data }
+    }
+
+    /// Nodes 0 and 1 linked in a view of epoch 5; node 1's inbox.
+    fn linked(dir: &std::path::Path) -> (Peers, Peers, crossbeam_channel::Receiver<Inbound>) {
+        let path = dir.join("key");
+        ClusterKey::generate(&path).unwrap();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (tx, inbox) = crossbeam_channel::unbounded();
+        let p0 = Peers::start(0, &path, any, any, None).unwrap();
+        let p1 = Peers::start(1, &path, any, any, Some(tx)).unwrap();
+        let member = |n: u32, p: &Peers| (n, p.addrs().0.to_string(), p.addrs().1.to_string());
+        let view = [member(0, &p0), member(1, &p1)];
+        p0.set_view(5, &view);
+        p1.set_view(5, &view);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !p0.status().peers.iter().any(|p| p.low_latency.state == "connected" && p.bulk.state == "connected") {
+            assert!(Instant::now() < end, "the links never came up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (p0, p1, inbox)
+    }
+
+    #[test]
+    fn a_proactive_chunk_is_compressed_by_the_bulk_stage_and_an_urgent_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p0, p1, inbox) = linked(dir.path());
+        let (counters, stages) = (Arc::new(Counters::default()), Arc::new(Stages::default()));
+        let mut out = Outbox::new(p0.clone(), counters.clone(), stages.clone());
+        let data = b"compressible ".repeat(5 << 10);
+        let appended = Instant::now();
+        let meta = Meta { log_bytes: data.len() as u64, appended: Some(appended), first: Some((1, data.len() as u64)) };
+        assert!(out.send(1, Class::Bulk, chunk(false, data.clone()), meta));
+        assert!(out.send(1, Class::LowLatency, chunk(true, data.clone()), Meta::default()));
+        let mut got: Vec<Inbound> =
+            (0..2).map(|_| inbox.recv_timeout(Duration::from_secs(10)).expect("both chunks arrive")).collect();
+        got.sort_by_key(|f| f.wire_bytes);
+        for f in &got {
+            assert!(matches!(&f.frame, ReplFrame::Chunk { data: d, .. } if *d == data), "decoded to the same bytes");
+        }
+        assert!(matches!(got[0].frame, ReplFrame::Chunk { urgent: false, .. }));
+        assert!(got[0].wire_bytes < data.len() as u64 / 10, "lz4 on the bulk link: {}", got[0].wire_bytes);
+        assert!(got[1].wire_bytes > data.len() as u64, "the urgent chunk as it is: {}", got[1].wire_bytes);
+        // The sender counts after the write: wait for both.
+        let end = Instant::now() + Duration::from_secs(5);
+        while counters.snapshot().chunks_sent < 2 {
+            assert!(Instant::now() < end);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let c = counters.snapshot();
+        assert_eq!((c.chunks_compressed, c.chunks_uncompressed, c.log_bytes_sent), (1, 1, data.len() as u64));
+        assert_eq!(c.raw_bytes_sent - c.bytes_sent, c.saved_bytes);
+        assert_eq!(c.bytes_sent, got[0].wire_bytes + got[1].wire_bytes);
+        let z = stages.compression();
+        assert_eq!((z.on, z.decided), (true, 1), "only the proactive chunk is the controller's");
+        let peers = stages.peers(&out.queues());
+        assert_eq!(peers.len(), 1);
+        assert_eq!((peers[0].node, peers[0].append_to_send.samples), (1, 1));
+        // Its ack is matched to its first send.
+        stages.acked(1, 1, data.len() as u64, Instant::now());
+        assert_eq!(stages.peers(&BTreeMap::new())[0].send_to_ack.samples, 1);
+        p0.stop();
+        p1.stop();
+    }
+}
