@@ -8,7 +8,9 @@
 //! cluster membership (`cluster_epoch`, `cluster_persisted_epoch`, `cluster_session`,
 //! `cluster_joins_total`) and chain replication (`replication_*`: chunks, bytes, acks,
 //! retransmissions, stale frames dropped, memory held, fsyncs waiting, the largest member
-//! lag in bytes and ms, and per `member` label `slot<S>_node<N>` its lag) — and encodes it with
+//! lag in bytes and ms, per `member` label `slot<S>_node<N>` its lag, and the stages: raw and
+//! saved bytes, chunks by compression, the controller's state and switches, the watermark's
+//! pause, per `peer` its queues and p50/p99 latencies) — and encodes it with
 //! `prometheus-client`'s text encoder as a [`Collector`], so the status file and `/metrics`
 //! always tell the same story. The output is OpenMetrics text (`# EOF` at the end, content
 //! type [`http::CONTENT_TYPE`]), which Prometheus scrapes as is.
