@@ -583,7 +583,9 @@ fn replication_lines(r: &Value) -> String {
         n(&r["memory_bytes"]),
     );
     let (z, f) = (&r["compression"], &r["flow"]);
-    out.push_str(&format!(
+    // A nicfs without replication stages (older) reports neither object: no line.
+    if z.is_object() || f.is_object() {
+        out.push_str(&format!(
         "      stages: {} raw bytes, {} saved by lz4 ({} chunks compressed, {} not), lz4 {} ({} switches), flow {} ({} pauses)\n",
         n(&c["raw_bytes_sent"]),
         n(&c["saved_bytes"]),
@@ -593,7 +595,8 @@ fn replication_lines(r: &Value) -> String {
         n(&z["switches_on"]) + n(&z["switches_off"]),
         if f["paused"].as_bool().unwrap_or(false) { "paused" } else { "running" },
         n(&f["pauses"]),
-    ));
+        ));
+    }
     for p in r["peers"].as_array().into_iter().flatten() {
         let (a, k) = (&p["append_to_send"], &p["send_to_ack"]);
         out.push_str(&format!(
