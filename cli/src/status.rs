@@ -562,7 +562,7 @@ pub fn render(v: &Value) -> String {
 }
 
 /// A node's chain replication (its nicfs status's `replication`) as `status` lines: the
-/// counters, per own log each chain member's acknowledged LSN and lag, per replica copy how
+/// counters, the stages (compression, flow, per peer queues and latencies), per own log each chain member's acknowledged LSN and lag, per replica copy how
 /// far it is durable and published; empty without one.
 fn replication_lines(r: &Value) -> String {
     if !r.is_object() {
@@ -582,6 +582,34 @@ fn replication_lines(r: &Value) -> String {
         n(&r["fsyncs_waiting"]),
         n(&r["memory_bytes"]),
     );
+    let (z, f) = (&r["compression"], &r["flow"]);
+    // A nicfs without replication stages (older) reports neither object: no line.
+    if z.is_object() || f.is_object() {
+        out.push_str(&format!(
+        "      stages: {} raw bytes, {} saved by lz4 ({} chunks compressed, {} not), lz4 {} ({} switches), flow {} ({} pauses)\n",
+        n(&c["raw_bytes_sent"]),
+        n(&c["saved_bytes"]),
+        n(&c["chunks_compressed"]),
+        n(&c["chunks_uncompressed"]),
+        if z["on"].as_bool().unwrap_or(false) { "on" } else { "off" },
+        n(&z["switches_on"]) + n(&z["switches_off"]),
+        if f["paused"].as_bool().unwrap_or(false) { "paused" } else { "running" },
+        n(&f["pauses"]),
+        ));
+    }
+    for p in r["peers"].as_array().into_iter().flatten() {
+        let (a, k) = (&p["append_to_send"], &p["send_to_ack"]);
+        out.push_str(&format!(
+            "      to node {}: queues {} lz4, {} send; append→send p50 {} µs p99 {} µs; send→ack p50 {} µs p99 {} µs\n",
+            n(&p["node"]),
+            n(&p["compress_queue"]),
+            n(&p["send_queue"]),
+            n(&a["p50_us"]),
+            n(&a["p99_us"]),
+            n(&k["p50_us"]),
+            n(&k["p99_us"]),
+        ));
+    }
     for l in r["logs"].as_array().into_iter().flatten() {
         let members: Vec<String> = l["members"]
             .as_array()
@@ -685,6 +713,25 @@ mod tests {
         assert!(text.contains("4 chunks sent (900 bytes on the wire), 1 retransmitted"), "{text}");
         assert!(text.contains("slot 0: appended 4096, replicated 2048; node 1 acked 4096 (lag 0 bytes, 0 ms), node 2 acked - (lag 2048 bytes, 35 ms)"), "{text}");
         assert!(text.contains("copy of node 1 slot 3: durable 640, published 576"), "{text}");
+    }
+
+    #[test]
+    fn replication_lines_show_the_stages() {
+        let r = json!({
+            "counters": {"raw_bytes_sent": 9000, "saved_bytes": 7000, "chunks_compressed": 4, "chunks_uncompressed": 2},
+            "compression": {"on": true, "switches_on": 1, "switches_off": 2},
+            "flow": {"paused": false, "pauses": 3},
+            "peers": [{"node": 1, "compress_queue": 5, "send_queue": 2,
+                "append_to_send": {"p50_us": 40, "p99_us": 90}, "send_to_ack": {"p50_us": 250, "p99_us": 1500}}],
+        });
+        let text = replication_lines(&r);
+        assert!(text.contains("stages: 9000 raw bytes, 7000 saved by lz4 (4 chunks compressed, 2 not), lz4 on (3 switches), flow running (3 pauses)"), "{text}");
+        assert!(
+            text.contains(
+                "to node 1: queues 5 lz4, 2 send; append→send p50 40 µs p99 90 µs; send→ack p50 250 µs p99 1500 µs"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

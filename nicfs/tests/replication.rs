@@ -5,7 +5,9 @@
 //! while a replica is stopped (SIGSTOP), and does once it runs again (SIGCONT). A chunk
 //! forged by a process that holds the cluster key — entries creating a file in the root
 //! directory, with the credentials of uid 65534 — is refused by the replica's admission and
-//! logged, and the replica serves on.
+//! logged, and the replica serves on. Highly compressible data is shipped lz4-compressed,
+//! and the replication stages' counters (bytes saved, compression on, flow, per-peer queues
+//! and latencies) are in the status file.
 //!
 //! Needs java and the `zookeeper` package (scripts/install-deps.sh), as the cli cluster
 //! tests do.
@@ -153,6 +155,42 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
     let st2 = nodes[2].status();
     let copies = &replication(&st2)["copies"];
     assert!(copies.as_array().unwrap().iter().any(|c| c["origin"] == 0 && c["durable_lsn"].as_u64() >= Some(end)));
+
+    // Highly compressible data published without an fsync, more than a chunk: the proactive
+    // chunk goes through the bulk link's compress stage, which the controller keeps on (it
+    // decides nothing before its dwell), and the stages' counters show the saving in the
+    // status file.
+    let text = b"replicated and compressible text. ".repeat(3 << 10);
+    for i in 0..3u64 {
+        c.append(&create_file(first + 10 + i, format!("text{i}").as_bytes(), &text));
+    }
+    c.chunk_ready();
+    let _ = expect_published(&c);
+    let tail = c.tail;
+    for n in [1, 2] {
+        until(&format!("node {n} to publish the compressible files"), || published_to(&nodes[n], slot, tail));
+    }
+    assert_eq!(read_file(&public(&nodes[2]), first + 12, text.len()), text);
+    until("node 0 to count a compressed chunk and its ack", || {
+        let st = nodes[0].status();
+        let r = replication(&st);
+        r["counters"]["saved_bytes"].as_u64() > Some(0)
+            && r["peers"].as_array().is_some_and(|p| p.iter().any(|p| p["send_to_ack"]["samples"].as_u64() > Some(0)))
+    });
+    let st = nodes[0].status();
+    let r = replication(&st);
+    let counters = &r["counters"];
+    assert_eq!(r["compression"]["on"], true, "{st:#}");
+    assert!(counters["chunks_compressed"].as_u64() >= Some(1), "{st:#}");
+    assert!(counters["chunks_uncompressed"].as_u64() >= Some(1), "the fsynced chunks are not compressed: {st:#}");
+    let (raw, wire, saved) = (&counters["raw_bytes_sent"], &counters["bytes_sent"], &counters["saved_bytes"]);
+    assert_eq!(raw.as_u64().unwrap() - wire.as_u64().unwrap(), saved.as_u64().unwrap(), "{st:#}");
+    assert!(saved.as_u64().unwrap() > 100 << 10, "most of the text is saved on the wire: {st:#}");
+    assert_eq!((&r["flow"]["paused"], &r["flow"]["high_bytes"]), (&Value::Bool(false), &Value::from(64u64 << 20)));
+    assert!(r["flow"]["pauses"].is_u64(), "{st:#}");
+    let peers = r["peers"].as_array().unwrap();
+    assert!(peers.iter().any(|p| p["append_to_send"]["samples"].as_u64() > Some(0)), "{st:#}");
+    assert!(peers.iter().all(|p| p["compress_queue"].is_u64() && p["send_to_ack"]["p99_us"].is_u64()), "{st:#}");
 
     // Node 2 stopped: an fsync does not return (well within ZooKeeper's session timeout,
     // so node 2 stays in the view); once it runs again, the fsync returns.

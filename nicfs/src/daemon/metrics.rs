@@ -8,7 +8,9 @@
 //! cluster membership (`cluster_epoch`, `cluster_persisted_epoch`, `cluster_session`,
 //! `cluster_joins_total`) and chain replication (`replication_*`: chunks, bytes, acks,
 //! retransmissions, stale frames dropped, memory held, fsyncs waiting, the largest member
-//! lag in bytes and ms, and per `member` label `slot<S>_node<N>` its lag) — and encodes it with
+//! lag in bytes and ms, per `member` label `slot<S>_node<N>` its lag, and the stages: raw and
+//! saved bytes, chunks by compression, the controller's state and switches, the watermark's
+//! pause, per `peer` its queues and p50/p99 latencies) — and encodes it with
 //! `prometheus-client`'s text encoder as a [`Collector`], so the status file and `/metrics`
 //! always tell the same story. The output is OpenMetrics text (`# EOF` at the end, content
 //! type [`http::CONTENT_TYPE`]), which Prometheus scrapes as is.
@@ -182,6 +184,74 @@ fn replication(e: &mut DescriptorEncoder, r: &crate::daemon::replication::status
     let lag: Vec<_> = names.iter().zip(&members).map(|(n, (_, m))| (n.as_str(), gauge(m.lag_bytes))).collect();
     let help = "Bytes of an own log a chain member has not acknowledged";
     family(e, "replication_member_lag", help, bytes, MetricType::Gauge, "member", &lag)?;
+    replication_stages(e, r)
+}
+
+/// Labels of a metric with several.
+type Labels = Vec<(&'static str, String)>;
+
+/// The replication stages: compression, the memory watermark, per-peer queues and latencies.
+fn replication_stages(
+    e: &mut DescriptorEncoder,
+    r: &crate::daemon::replication::status::ReplicationStatus,
+) -> fmt::Result {
+    let bytes = Some(&Unit::Bytes);
+    let c = &r.counters;
+    let help = "Chunk payload bytes as they would have been sent uncompressed";
+    one(e, "replication_raw_sent", help, bytes, &counter(c.raw_bytes_sent))?;
+    one(e, "replication_saved", "Chunk payload bytes lz4 saved on the wire", bytes, &counter(c.saved_bytes))?;
+    let chunks = [("yes", counter(c.chunks_compressed)), ("no", counter(c.chunks_uncompressed))];
+    let help = "Chunks sent, lz4-compressed or not";
+    family(e, "replication_chunks_by_compression", help, None, MetricType::Counter, "compressed", &chunks)?;
+    let z = &r.compression;
+    let help = "Whether the compression controller has lz4 on (1) or off (0)";
+    one(e, "replication_compression_on", help, None, &gauge(u64::from(z.on)))?;
+    let switches = [("on", counter(z.switches_on)), ("off", counter(z.switches_off))];
+    let help = "Switches of the compression controller";
+    family(e, "replication_compression_switches", help, None, MetricType::Counter, "to", &switches)?;
+    let f = &r.flow;
+    let help = "Whether replication is paused above the memory high watermark (1) or not (0)";
+    one(e, "replication_flow_paused", help, None, &gauge(u64::from(f.paused)))?;
+    let help = "Times replication paused above the memory high watermark";
+    one(e, "replication_flow_pauses", help, None, &counter(f.pauses))?;
+    let node = |n: u32| format!("node{n}");
+    let queues: Vec<(Labels, ConstGauge<i64>)> = r
+        .peers
+        .iter()
+        .flat_map(|p| {
+            [
+                (vec![("peer", node(p.node)), ("stage", "compress".to_string())], gauge(p.compress_queue)),
+                (vec![("peer", node(p.node)), ("stage", "send".to_string())], gauge(p.send_queue)),
+            ]
+        })
+        .collect();
+    let mut m = e.encode_descriptor(
+        "replication_peer_queue_length",
+        "Frames waiting in a peer's replication stage",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (labels, g) in &queues {
+        g.encode(m.encode_family(labels)?)?;
+    }
+    let mut lat = Vec::new();
+    for p in &r.peers {
+        for (path, l) in [("append_to_send", p.append_to_send), ("send_to_ack", p.send_to_ack)] {
+            for (q, us) in [("0.5", l.p50_us), ("0.99", l.p99_us)] {
+                let labels = vec![("peer", node(p.node)), ("path", path.to_string()), ("quantile", q.to_string())];
+                lat.push((labels, ConstGauge::new(us as f64 / 1e6)));
+            }
+        }
+    }
+    let mut m = e.encode_descriptor(
+        "replication_peer_latency",
+        "Replication latency to a peer (recent window): append to send, send to ack",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?;
+    for (labels, g) in &lat {
+        g.encode(m.encode_family(labels)?)?;
+    }
     Ok(())
 }
 
@@ -407,7 +477,25 @@ mod tests {
                 ..LogStatus::default()
             }],
             memory_bytes: 8192,
+            flow: FlowStatus { paused: true, pauses: 3, ..FlowStatus::default() },
+            compression: CompressionStatus {
+                on: true,
+                switches_off: 2,
+                switches_on: 2,
+                ..CompressionStatus::default()
+            },
+            peers: vec![PeerStage {
+                node: 1,
+                compress_queue: 5,
+                send_queue: 2,
+                send_to_ack: Latency { samples: 9, p50_us: 250, p99_us: 1500 },
+                ..PeerStage::default()
+            }],
             counters: CounterSnapshot {
+                saved_bytes: 7000,
+                raw_bytes_sent: 9000,
+                chunks_compressed: 4,
+                chunks_uncompressed: 2,
                 chunks_sent: 6,
                 retransmits: 1,
                 acks_received: 9,
@@ -459,6 +547,21 @@ mod tests {
         assert_eq!(get("linefs_nicfs_replication_max_lag_ms"), 30.0);
         assert_eq!(get("linefs_nicfs_replication_member_lag_bytes{member=\"slot1_node2\"}"), 4096.0);
         assert_eq!(get("linefs_nicfs_replication_member_lag_bytes{member=\"slot1_node1\"}"), 0.0);
+        assert_eq!(get("linefs_nicfs_replication_saved_bytes_total"), 7000.0);
+        assert_eq!(get("linefs_nicfs_replication_raw_sent_bytes_total"), 9000.0);
+        assert_eq!(get("linefs_nicfs_replication_chunks_by_compression_total{compressed=\"yes\"}"), 4.0);
+        assert_eq!(get("linefs_nicfs_replication_chunks_by_compression_total{compressed=\"no\"}"), 2.0);
+        assert_eq!(get("linefs_nicfs_replication_compression_on"), 1.0);
+        assert_eq!(get("linefs_nicfs_replication_compression_switches_total{to=\"off\"}"), 2.0);
+        assert_eq!(
+            (get("linefs_nicfs_replication_flow_paused"), get("linefs_nicfs_replication_flow_pauses_total")),
+            (1.0, 3.0)
+        );
+        assert_eq!(get("linefs_nicfs_replication_peer_queue_length{peer=\"node1\",stage=\"compress\"}"), 5.0);
+        assert_eq!(get("linefs_nicfs_replication_peer_queue_length{peer=\"node1\",stage=\"send\"}"), 2.0);
+        let p99 =
+            "linefs_nicfs_replication_peer_latency_seconds{peer=\"node1\",path=\"send_to_ack\",quantile=\"0.99\"}";
+        assert_eq!(get(p99), 0.0015);
         let alone = Sample { cluster: None, replication: None, ..sample() }.encode().unwrap();
         assert!(!alone.contains("cluster_"), "a node on its own exports no cluster metrics");
         assert!(!alone.contains("replication_"), "nor replication metrics");

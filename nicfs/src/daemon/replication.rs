@@ -16,10 +16,13 @@
 //! * **What is shipped** is what the pipeline validated and published here
 //!   ([`crate::pipeline::replicate`]), kept in memory until every chain member acknowledged
 //!   it durable (the engine's reclaim point); the bytes in memory are bounded by a high and
-//!   a low watermark ([`streams::Flow`]): above the high one the publish stage waits.
+//!   a low watermark (`linefs_chain::flow::Watermark` in [`streams::Flow`]): above the high
+//!   one the publish stage waits, until at or under the low one.
 //! * **Classes**: acks, probes, rebases and urgent chunks (an fsync's remainder) go on the
-//!   low-latency link, proactive chunks on the bulk one; chunks are lz4-compressed on the
-//!   wire when that makes them smaller (urgent ones are not compressed).
+//!   low-latency link, proactive chunks on the bulk one. Proactive chunks go through a
+//!   compress stage per bulk link ([`outbox`]) that lz4s them while the controller
+//!   (`linefs_chain::compress::Adaptive`, [`stages`]) finds it pays, and when that makes
+//!   them smaller; urgent ones are never compressed.
 //! * **Fsync**: [`Replicate::fsync`] is the engine's fsync of `(node, slot)` up to an LSN;
 //!   its completion wakes the session's sequencer.
 //! * **Start**: every own log slot (at its checkpoint: the node replaces its log files at
@@ -33,6 +36,7 @@
 mod copies;
 mod driver;
 mod outbox;
+mod stages;
 pub(crate) mod status;
 mod streams;
 
@@ -120,6 +124,8 @@ pub(crate) struct Shared {
     replicated: Vec<AtomicU64>,
     pub(crate) flow: streams::Flow,
     pub(crate) counters: Arc<Counters>,
+    /// The compression controller and the stages' latencies.
+    pub(crate) stages: Arc<stages::Stages>,
     /// The last snapshot the engine thread made (every tick).
     status: Mutex<ReplicationStatus>,
     stopping: AtomicBool,
@@ -148,6 +154,7 @@ impl Replication {
             replicated: (0..slots).map(|s| AtomicU64::new(node.checkpoint(s))).collect(),
             flow: streams::Flow::default(),
             counters: Arc::new(Counters::default()),
+            stages: Arc::new(stages::Stages::default()),
             status: Mutex::new(ReplicationStatus::default()),
             stopping: AtomicBool::new(false),
         });
@@ -169,8 +176,10 @@ impl Replication {
     pub(crate) fn status(&self) -> ReplicationStatus {
         let mut st = self.shared.status.lock().clone();
         st.counters = self.shared.counters.snapshot();
-        st.memory_bytes = self.shared.flow.bytes();
-        st.paused = self.shared.flow.paused();
+        st.compression = self.shared.stages.compression();
+        st.flow = self.shared.flow.status();
+        st.memory_bytes = st.flow.bytes;
+        st.paused = st.flow.paused;
         st
     }
 

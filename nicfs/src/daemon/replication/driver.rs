@@ -3,7 +3,7 @@
 //! are queued and fed before the next message is read, so the engine sees them in order.
 
 use super::copies::{Copies, Job, Publisher};
-use super::outbox::Outbox;
+use super::outbox::{Meta, Outbox};
 use super::status::{add, LogStatus, MemberStatus, ReplicationStatus};
 use super::streams::Log;
 use super::{Msg, Shared, CHUNK, REPLICAS};
@@ -106,7 +106,7 @@ impl Driver {
             me,
             engine,
             node,
-            outbox: Outbox::new(peers, shared.counters.clone()),
+            outbox: Outbox::new(peers, shared.counters.clone(), shared.stages.clone()),
             shared,
             logs,
             copies,
@@ -190,14 +190,14 @@ impl Driver {
                     Ok(end) => {
                         let taken = log.held() - before;
                         // Bytes not kept (already held) are not in flight.
-                        self.shared.flow.release(len - taken);
+                        self.shared.flow.shrink(len, taken);
                         // Published here already (the pipeline hands over what it published).
                         let stream = StreamId { primary: self.me, slot };
                         self.feed(Input::Append { slot, end });
                         self.feed(Input::Published { stream, start: published_from, end });
                     }
                     Err(expected) => {
-                        self.shared.flow.release(len);
+                        self.shared.flow.shrink(len, 0);
                         tracing::error!(
                             slot,
                             from,
@@ -241,6 +241,7 @@ impl Driver {
                 if primary == self.me {
                     let p = self.member_published.entry((slot, f.from)).or_default();
                     *p = (*p).max(published);
+                    self.shared.stages.acked(slot, f.from, durable, Instant::now());
                 }
                 Message::Ack { stream, epoch, durable }
             }
@@ -349,8 +350,10 @@ impl Driver {
             Output::Reclaim { stream, upto } => {
                 if stream.primary == self.me {
                     if let Some(log) = self.logs.get_mut(&stream.slot) {
-                        let freed = log.reclaim(upto);
-                        self.shared.flow.release(freed);
+                        for piece in log.reclaim(upto) {
+                            self.shared.flow.release(piece);
+                        }
+                        self.shared.stages.reclaim(stream.slot, upto);
                     }
                 }
             }
@@ -409,23 +412,15 @@ impl Driver {
                 ReplFrame::Rebase { stream: (stream.primary, stream.slot), epoch, lsn }
             }
         };
-        self.send_frame(to, class, &frame);
+        self.send_frame(to, class, frame, Meta::default());
     }
 
-    fn send_frame(&mut self, to: u32, class: Class, frame: &ReplFrame) {
-        let compress = matches!(frame, ReplFrame::Chunk { urgent: false, .. });
-        match repl::encode(frame, compress) {
-            Ok((kind, payload, stats)) => {
-                if let ReplFrame::Chunk { data, .. } = frame {
-                    let c = &self.shared.counters;
-                    add(&c.chunks_sent, 1);
-                    add(&c.bytes_sent, stats.wire);
-                    add(&c.log_bytes_sent, data.len() as u64);
-                }
-                self.outbox.send(to, class, kind, payload);
-            }
-            Err(e) => tracing::error!(node = to, error = %e, "cannot encode a replication frame"),
+    /// Hands `frame` to the outbox (a chunk is encoded there, lz4 as the controller says).
+    fn send_frame(&mut self, to: u32, class: Class, frame: ReplFrame, mut meta: Meta) {
+        if let ReplFrame::Chunk { data, .. } = &frame {
+            meta.log_bytes = data.len() as u64;
         }
+        self.outbox.send(to, class, frame, meta);
     }
 
     /// Log bytes `[start, end)` of own slot `slot` to `to`, from memory, one chunk per
@@ -445,7 +440,8 @@ impl Driver {
             tracing::debug!(slot, start, end, node = to, "part of a range to send is no longer in memory");
         }
         let sent = self.sent.entry((slot, to)).or_default();
-        if start < *sent {
+        let again = start < *sent;
+        if again {
             add(&self.shared.counters.retransmits, 1);
         }
         *sent = (*sent).max(end);
@@ -461,7 +457,9 @@ impl Driver {
                 creds,
                 data: p.bytes.to_vec(),
             };
-            self.send_frame(to, class, &frame);
+            let end = p.start + p.bytes.len() as u64;
+            let meta = Meta { log_bytes: 0, appended: Some(p.at), first: (!again).then_some((slot, end)) };
+            self.send_frame(to, class, frame, meta);
         }
     }
 
@@ -501,7 +499,7 @@ impl Driver {
                 creds: Creds { uid: 0, gid: 0, groups: Vec::new(), trusted: false },
                 data: copy.bytes,
             };
-            self.send_frame(to, class, &frame);
+            self.send_frame(to, class, frame, Meta::default());
             lsn = next;
         }
         let sent = self.sent.entry((slot, to)).or_default();
@@ -549,6 +547,7 @@ impl Driver {
             logs,
             copies: self.copies.status(engine),
             fsyncs_waiting: engine.pending_fsyncs().count().saturating_sub(self.flushes.len()),
+            peers: self.shared.stages.peers(&self.outbox.queues()),
             ..ReplicationStatus::default()
         };
         *self.shared.status.lock() = st;

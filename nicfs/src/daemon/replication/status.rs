@@ -1,6 +1,7 @@
 //! Replication as the status file and `/metrics` show it: per own log slot and chain member
 //! how far it is acknowledged and how far behind (bytes, and the age of the oldest append
-//! it has not acknowledged), per replica copy how far it is durable and published, and the
+//! it has not acknowledged), per replica copy how far it is durable and published, the
+//! stages (memory watermark, compression controller, per-peer queues and latencies) and the
 //! counters since start.
 
 use serde::Serialize;
@@ -48,8 +49,15 @@ pub(crate) struct CopyStatus {
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
 pub(crate) struct CounterSnapshot {
     pub(crate) chunks_sent: u64,
-    /// Chunk payload bytes as sent (after compression).
+    /// Chunk payload bytes as sent (after compression: on the wire).
     pub(crate) bytes_sent: u64,
+    /// Chunk payload bytes as they would have been sent uncompressed (raw).
+    pub(crate) raw_bytes_sent: u64,
+    /// `raw_bytes_sent - bytes_sent`: what compression saved.
+    pub(crate) saved_bytes: u64,
+    /// Chunks sent lz4-compressed, and as they are (urgent, off, or not smaller).
+    pub(crate) chunks_compressed: u64,
+    pub(crate) chunks_uncompressed: u64,
     /// Log bytes sent in chunks (before compression).
     pub(crate) log_bytes_sent: u64,
     /// Chunks sent again (a range some member had been sent before).
@@ -81,6 +89,10 @@ pub(crate) struct CounterSnapshot {
 pub(crate) struct Counters {
     pub(crate) chunks_sent: AtomicU64,
     pub(crate) bytes_sent: AtomicU64,
+    pub(crate) raw_bytes_sent: AtomicU64,
+    pub(crate) saved_bytes: AtomicU64,
+    pub(crate) chunks_compressed: AtomicU64,
+    pub(crate) chunks_uncompressed: AtomicU64,
     pub(crate) log_bytes_sent: AtomicU64,
     pub(crate) retransmits: AtomicU64,
     pub(crate) acks_sent: AtomicU64,
@@ -108,6 +120,10 @@ impl Counters {
         CounterSnapshot {
             chunks_sent: l(&self.chunks_sent),
             bytes_sent: l(&self.bytes_sent),
+            raw_bytes_sent: l(&self.raw_bytes_sent),
+            saved_bytes: l(&self.saved_bytes),
+            chunks_compressed: l(&self.chunks_compressed),
+            chunks_uncompressed: l(&self.chunks_uncompressed),
             log_bytes_sent: l(&self.log_bytes_sent),
             retransmits: l(&self.retransmits),
             acks_sent: l(&self.acks_sent),
@@ -126,6 +142,64 @@ impl Counters {
     }
 }
 
+/// The memory watermark (`linefs_chain::flow::Watermark`) over the log bytes held for the
+/// chain: publication waits while paused.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub(crate) struct FlowStatus {
+    /// Above the high watermark: publication waits until at or under the low one.
+    pub(crate) paused: bool,
+    /// Log bytes held, and the pieces they are in.
+    pub(crate) bytes: u64,
+    pub(crate) pieces: u64,
+    pub(crate) high_bytes: u64,
+    pub(crate) low_bytes: u64,
+    /// Times it paused and resumed since start.
+    pub(crate) pauses: u64,
+    pub(crate) resumes: u64,
+    /// Most bytes held at once.
+    pub(crate) peak_bytes: u64,
+    /// Releases of more than was held (a driver's mistake; clamped).
+    pub(crate) excess_releases: u64,
+}
+
+/// The compression controller (`linefs_chain::compress::Adaptive`): lz4 on or off for
+/// non-urgent chunks.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
+pub(crate) struct CompressionStatus {
+    pub(crate) on: bool,
+    /// Switches since start, each way.
+    pub(crate) switches_on: u64,
+    pub(crate) switches_off: u64,
+    /// Chunks it decided on, and those compressed while off to re-measure.
+    pub(crate) decided: u64,
+    pub(crate) probes: u64,
+    /// Why it last switched (no-saving, slower, queue-bottleneck, pays).
+    pub(crate) last_reason: Option<String>,
+    /// lz4's wire / raw, in thousandths (moving average; None until measured).
+    pub(crate) ratio_permille: Option<u64>,
+}
+
+/// p50 and p99 of a latency over the most recent samples.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub(crate) struct Latency {
+    pub(crate) samples: u64,
+    pub(crate) p50_us: u64,
+    pub(crate) p99_us: u64,
+}
+
+/// One peer's replication stages as seen from here.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub(crate) struct PeerStage {
+    pub(crate) node: u32,
+    /// Frames waiting for its compress stage, and for its senders.
+    pub(crate) compress_queue: u64,
+    pub(crate) send_queue: u64,
+    /// From the append of a chunk's bytes here to its (first) send to this peer.
+    pub(crate) append_to_send: Latency,
+    /// From a chunk's first send to this peer's acknowledgement covering it.
+    pub(crate) send_to_ack: Latency,
+}
+
 /// Replication as the status file shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, Default)]
 pub(crate) struct ReplicationStatus {
@@ -140,7 +214,12 @@ pub(crate) struct ReplicationStatus {
     pub(crate) fsyncs_waiting: usize,
     /// Log bytes held in memory for the members, all logs together.
     pub(crate) memory_bytes: u64,
-    /// Above the high watermark: publication waits until below the low one.
+    /// Above the high watermark: publication waits until at or under the low one.
     pub(crate) paused: bool,
+    /// The watermark in full.
+    pub(crate) flow: FlowStatus,
+    pub(crate) compression: CompressionStatus,
+    /// Per peer: queues and latencies.
+    pub(crate) peers: Vec<PeerStage>,
     pub(crate) counters: CounterSnapshot,
 }

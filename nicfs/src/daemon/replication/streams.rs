@@ -3,9 +3,11 @@
 //! (the engine's reclaim point, [`Log::reclaim`]); chunks and retransmissions are cut from
 //! here ([`Log::range`]), never read from the client's log again. Each piece keeps the
 //! credentials of the client that wrote it, which travel with the chunk. [`Flow`] bounds
-//! the bytes held, all logs together.
+//! the bytes held, all logs together, with `linefs_chain::flow::Watermark`.
 
+use super::status::FlowStatus;
 use crate::pipeline::replicate::Writer;
+use linefs_chain::flow::{Limits, Transition, Watermark};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,51 +15,93 @@ use std::time::{Duration, Instant};
 
 /// Above this many bytes held, publication pauses...
 pub(crate) const HIGH_WATERMARK: u64 = 64 << 20;
-/// ...until they drop below this.
+/// ...until they drop to this.
 pub(crate) const LOW_WATERMARK: u64 = 32 << 20;
 
-/// The bytes held for replication, with a high and a low watermark: [`Flow::admit`] waits
-/// while paused (above the high watermark, until below the low one).
-#[derive(Debug, Default)]
+/// The bytes held for replication, bounded by `linefs_chain::flow::Watermark` (pause above
+/// [`HIGH_WATERMARK`], resume at or under [`LOW_WATERMARK`]): [`Flow::admit`] waits while
+/// paused. One admit per piece a log holds, one release per piece let go, so the
+/// watermark's chunk count is the pieces held.
+#[derive(Debug)]
 pub(crate) struct Flow {
-    state: Mutex<(u64, bool)>,
+    mark: Mutex<Watermark>,
     below: Condvar,
 }
 
+impl Default for Flow {
+    fn default() -> Flow {
+        Flow::new(LOW_WATERMARK, HIGH_WATERMARK)
+    }
+}
+
 impl Flow {
-    /// Counts `len` more bytes, first waiting while paused (or until `stop()` says so).
+    /// A flow with these byte watermarks (`low < high`; swapped and widened otherwise).
+    pub(crate) fn new(low: u64, high: u64) -> Flow {
+        let (low, high) = (low.min(high), high.max(low));
+        let high = high.max(low.saturating_add(1));
+        let mark = match Watermark::new(Limits::bytes(low, high)) {
+            Ok(m) => m,
+            // Unreachable (low < high above); a plain byte limit rather than a panic.
+            Err(_) => Watermark::new(Limits::bytes(0, u64::MAX)).unwrap_or_else(|_| unreachable!()),
+        };
+        Flow { mark: Mutex::new(mark), below: Condvar::new() }
+    }
+
+    /// Counts a piece of `len` more bytes, first waiting while paused (or until `stop()`
+    /// says so).
     pub(crate) fn admit(&self, len: u64, stop: impl Fn() -> bool) {
-        let mut st = self.state.lock();
+        let mut m = self.mark.lock();
         let mut logged = false;
-        while st.1 && !stop() {
+        while m.paused() && !stop() {
             if !logged {
-                tracing::info!(bytes = st.0, "replication memory above the high watermark: publication waits");
+                tracing::debug!(bytes = m.bytes(), "replication memory above the high watermark: publication waits");
                 logged = true;
             }
-            self.below.wait_for(&mut st, Duration::from_millis(100));
+            self.below.wait_for(&mut m, Duration::from_millis(100));
         }
-        st.0 += len;
-        if st.0 > HIGH_WATERMARK {
-            st.1 = true;
-        }
+        let t = m.admit(len);
+        self.transition(&m, t);
     }
 
-    /// Counts `len` more bytes without waiting (what the engine thread adds itself).
+    /// Counts a piece of `len` more bytes without waiting (what the engine thread adds
+    /// itself).
     pub(crate) fn add(&self, len: u64) {
-        let mut st = self.state.lock();
-        st.0 += len;
-        if st.0 > HIGH_WATERMARK {
-            st.1 = true;
+        let mut m = self.mark.lock();
+        let t = m.admit(len);
+        self.transition(&m, t);
+    }
+
+    /// A piece of `len` bytes was let go.
+    pub(crate) fn release(&self, len: u64) {
+        let mut m = self.mark.lock();
+        let t = m.release(len);
+        self.transition(&m, t);
+    }
+
+    /// A piece admitted with `admitted` bytes is kept with only `kept` (0: dropped).
+    pub(crate) fn shrink(&self, admitted: u64, kept: u64) {
+        if kept == admitted {
+            return;
+        }
+        let mut m = self.mark.lock();
+        let t = m.release(admitted);
+        self.transition(&m, t);
+        if kept > 0 {
+            let t = m.admit(kept);
+            self.transition(&m, t);
         }
     }
 
-    /// `len` bytes were let go.
-    pub(crate) fn release(&self, len: u64) {
-        let mut st = self.state.lock();
-        st.0 = st.0.saturating_sub(len);
-        if st.1 && st.0 < LOW_WATERMARK {
-            st.1 = false;
-            self.below.notify_all();
+    fn transition(&self, m: &Watermark, t: Option<Transition>) {
+        match t {
+            Some(Transition::Paused) => {
+                tracing::debug!(bytes = m.bytes(), pieces = m.chunks(), "replication flow paused (high watermark)")
+            }
+            Some(Transition::Resumed) => {
+                tracing::debug!(bytes = m.bytes(), pieces = m.chunks(), "replication flow resumed (low watermark)");
+                self.below.notify_all();
+            }
+            None => {}
         }
     }
 
@@ -65,12 +109,31 @@ impl Flow {
         self.below.notify_all();
     }
 
-    pub(crate) fn bytes(&self) -> u64 {
-        self.state.lock().0
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
+        self.mark.lock().bytes()
     }
 
-    pub(crate) fn paused(&self) -> bool {
-        self.state.lock().1
+    #[cfg(test)]
+    fn paused(&self) -> bool {
+        self.mark.lock().paused()
+    }
+
+    /// The watermark's state for the status file.
+    pub(crate) fn status(&self) -> FlowStatus {
+        let m = self.mark.lock();
+        let (l, s) = (m.limits(), m.stats());
+        FlowStatus {
+            paused: m.paused(),
+            bytes: m.bytes(),
+            pieces: m.chunks(),
+            high_bytes: l.high_bytes,
+            low_bytes: l.low_bytes,
+            pauses: s.pauses,
+            resumes: s.resumes,
+            peak_bytes: s.peak_bytes,
+            excess_releases: s.excess_releases,
+        }
     }
 }
 
@@ -80,6 +143,8 @@ pub(crate) struct Piece {
     pub(crate) start: u64,
     pub(crate) bytes: Arc<[u8]>,
     pub(crate) writer: Arc<Writer>,
+    /// When it was appended.
+    pub(crate) at: Instant,
 }
 
 impl Piece {
@@ -117,20 +182,21 @@ impl Log {
         }
         let skip = (self.end - from) as usize;
         let bytes = if skip == 0 { bytes } else { Arc::from(&bytes[skip..]) };
-        self.pieces.push_back(Piece { start: self.end, bytes, writer });
+        let at = Instant::now();
+        self.pieces.push_back(Piece { start: self.end, bytes, writer, at });
         self.end = end;
-        self.times.push_back((end, Instant::now()));
+        self.times.push_back((end, at));
         Ok(end)
     }
 
-    /// Drops what lies below `upto`; returns the bytes let go.
-    pub(crate) fn reclaim(&mut self, upto: u64) -> u64 {
-        let mut freed = 0;
+    /// Drops what lies below `upto`; returns the sizes of the pieces let go.
+    pub(crate) fn reclaim(&mut self, upto: u64) -> Vec<u64> {
+        let mut freed = Vec::new();
         while let Some(p) = self.pieces.front() {
             if p.end() > upto {
                 break;
             }
-            freed += p.bytes.len() as u64;
+            freed.push(p.bytes.len() as u64);
             self.pieces.pop_front();
         }
         // A piece straddling `upto` is kept whole (freed once all of it is reclaimed).
@@ -156,7 +222,7 @@ impl Log {
             } else {
                 Arc::from(&p.bytes[(a - p.start) as usize..(b - p.start) as usize])
             };
-            out.push(Piece { start: a, bytes, writer: p.writer.clone() });
+            out.push(Piece { start: a, bytes, writer: p.writer.clone(), at: p.at });
         }
         out
     }
@@ -198,25 +264,51 @@ mod tests {
         assert_eq!((r[0].start, &r[0].bytes[..], r[0].writer.uid), (108, &[1u8, 1][..], 1));
         assert_eq!((r[1].start, &r[1].bytes[..], r[1].writer.uid), (110, &[2u8; 3][..], 2));
         assert_eq!(log.held(), 15);
-        assert_eq!(log.reclaim(112), 10, "the straddling piece stays");
+        assert_eq!(log.reclaim(112), vec![10], "the straddling piece stays");
         assert_eq!(log.range(100, 120).first().map(|p| p.start), Some(110));
         assert!(log.lag(115, Instant::now()).is_zero());
-        assert_eq!(log.reclaim(115), 5);
+        assert_eq!(log.reclaim(115), vec![5]);
         assert_eq!(log.held(), 0);
     }
 
     #[test]
-    fn the_flow_pauses_above_the_high_watermark_and_resumes_below_the_low_one() {
+    fn the_flow_pauses_above_the_high_watermark_and_resumes_at_the_low_one() {
         let f = Flow::default();
         f.admit(HIGH_WATERMARK + 1, || false);
         assert!(f.paused());
+        f.add(10);
         f.release(HIGH_WATERMARK - LOW_WATERMARK);
         assert!(f.paused(), "between the marks it stays paused");
-        f.release(10);
-        assert!(!f.paused());
+        f.release(11);
+        assert!(!f.paused(), "at the low watermark it resumes");
+        let st = f.status();
+        assert_eq!((st.pauses, st.resumes, st.bytes, st.pieces, st.excess_releases), (1, 1, LOW_WATERMARK, 0, 0));
+        assert_eq!((st.high_bytes, st.low_bytes, st.peak_bytes), (HIGH_WATERMARK, LOW_WATERMARK, HIGH_WATERMARK + 11));
+        f.release(LOW_WATERMARK);
+        assert_eq!(f.status().excess_releases, 1, "a release of more pieces than held is counted");
         // A stopping daemon never waits.
         f.admit(HIGH_WATERMARK, || true);
         f.admit(1, || true);
         assert!(f.paused());
+        assert_eq!(f.status().pauses, 2);
+    }
+
+    #[test]
+    fn a_shrunk_piece_keeps_one_piece_of_what_was_kept() {
+        let f = Flow::new(10, 100);
+        f.admit(50, || false);
+        f.shrink(50, 20);
+        assert_eq!((f.bytes(), f.status().pieces), (20, 1));
+        f.shrink(20, 20);
+        assert_eq!((f.bytes(), f.status().pieces), (20, 1));
+        f.admit(5, || false);
+        f.shrink(5, 0);
+        assert_eq!((f.bytes(), f.status().pieces), (20, 1), "a piece not kept is gone");
+        f.release(20);
+        let st = f.status();
+        assert_eq!((st.bytes, st.pieces, st.excess_releases), (0, 0, 0));
+        // Odd limits are put in order rather than refused.
+        let odd = Flow::new(100, 10);
+        assert_eq!((odd.status().low_bytes, odd.status().high_bytes), (10, 100));
     }
 }
