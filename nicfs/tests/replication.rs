@@ -277,8 +277,12 @@ fn fsynced_bytes_are_on_every_replica_a_stopped_one_holds_fsync_and_forged_chunk
         assert_eq!(read_file(&public(&nodes[n]), ino, 11), b"after a gap");
         assert_eq!(lookup(&public(&nodes[n]), b"unleased"), None);
     }
+    // The refused entry is discarded one of two ways, by timing: the checkpoint moved past it
+    // (a gap, replicated as empty entries: 1) or the slot's fresh log file starting at its LSN
+    // (the next client overwrites it: no gap, 0). Either way the replicas hold the next
+    // client's entries and never the refused one (checked above).
     let gaps = replication(&nodes[0].status())["counters"]["gaps_filled"].as_u64();
-    assert_eq!(gaps, Some(1));
+    assert!(matches!(gaps, Some(0 | 1)), "{gaps:?}");
     until("node 0 to let go of everything both replicas hold", || replication(&nodes[0].status())["memory_bytes"] == 0);
     // A tail shorter than a chunk, published and never fsynced, still reaches the replicas.
     next.append(&create_file(ino + 1, b"zeta", b"no fsync"));
