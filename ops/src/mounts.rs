@@ -171,9 +171,11 @@ pub fn mount_locked(dir: &ClusterDir, reg: &mut Registry, req: MountRequest) -> 
         node: req.node,
         backend: req.backend,
         source: req.source,
-        // A nicfs with ZooKeeper is a member of the cluster and replicates its clients' logs.
+        // A nicfs with ZooKeeper and other members replicates its clients' logs: fsync must
+        // wait for the chain. A node alone holds an fsynced entry durable once it is in the
+        // log, as before (no round trip to nicfs on its fsync path).
         replicated: req.nicfs.is_some()
-            && dir.load().ok().is_some_and(|d| crate::zookeeper::connect(dir, &d).is_some()),
+            && dir.load().ok().is_some_and(|d| d.nodes.len() > 1 && crate::zookeeper::connect(dir, &d).is_some()),
         nicfs: req.nicfs,
         mountpoint,
         pid: 0,
