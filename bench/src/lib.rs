@@ -333,6 +333,11 @@ impl Header {
 
 /// The median of `v` (NaNs left out; NaN if nothing is left): what every bench reports over
 /// its interleaved runs.
+/// CPU seconds per GiB of `bytes` written (a benchmark's CPU cost figure).
+pub(crate) fn cpu_per_gib(cpu_s: f64, bytes: u64) -> f64 {
+    cpu_s / (bytes as f64 / (1u64 << 30) as f64).max(1e-12)
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| !x.is_nan());
     if v.is_empty() {

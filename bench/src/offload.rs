@@ -127,7 +127,7 @@ impl Sample {
     }
     /// CPU seconds per GiB written.
     pub(super) fn per_gib(&self, cpu_s: f64) -> f64 {
-        cpu_s / (self.bytes as f64 / (1u64 << 30) as f64).max(1e-12)
+        crate::cpu_per_gib(cpu_s, self.bytes)
     }
 }
 

@@ -130,7 +130,7 @@ impl SeqSample {
         self.bytes as f64 / 1e6 / self.write_s.max(1e-9)
     }
     pub(super) fn per_gib(&self, cpu: f64) -> f64 {
-        cpu / (self.bytes as f64 / (1u64 << 30) as f64).max(1e-12)
+        crate::cpu_per_gib(cpu, self.bytes)
     }
 }
 

@@ -120,9 +120,7 @@ impl Report {
                 mode,
                 mb_s: median(cs.iter().map(|c| c.mb_s).collect()),
                 net: median(cs.iter().map(|c| c.net_bytes as f64).collect()),
-                cpu_per_gib: median(
-                    cs.iter().map(|c| c.cpu_s / (c.bytes as f64 / (1u64 << 30) as f64).max(1e-12)).collect(),
-                ),
+                cpu_per_gib: median(cs.iter().map(|c| crate::cpu_per_gib(c.cpu_s, c.bytes)).collect()),
                 adaptive: cs.last().map_or(Value::Null, |c| c.adaptive.clone()),
             })
             .collect();
